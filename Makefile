@@ -1,0 +1,50 @@
+# pdserve developer entry points. `make test` sets everything up from nothing.
+SHELL := /bin/bash
+PY_SYS ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+K8S_BIN := .cache/k8s/bin
+PYTEST_ARGS ?=
+
+.PHONY: test unit venv system-deps k8s-bins demo crds bench clean help
+
+help:
+	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
+	@echo "make test   - set up everything from nothing and run the whole suite"
+
+$(VENV)/.installed: pyproject.toml
+	$(PY_SYS) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Debian packages the integration tests use (a real Prometheus server).
+system-deps:
+	@if ! command -v prometheus >/dev/null 2>&1; then \
+	  echo "installing Debian packages: prometheus"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; \
+	fi
+
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built
+# from source with the Go toolchain; cached under .cache/ (git-ignored).
+k8s-bins:
+	bash e2e/controlplane/build-binaries.sh $(K8S_BIN)
+
+crds: venv
+	$(VENV)/bin/pdserve crd --out crds/
+
+test: venv system-deps k8s-bins
+	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
+
+unit: venv
+	$(PY) -m pytest -ra -m "not controlplane and not prometheus" $(PYTEST_ARGS) tests
+
+demo: venv
+	$(VENV)/bin/pdserve demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache build dist
