@@ -1,0 +1,110 @@
+"""Tokenizer and vLLM-compatible block hashing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdserve.common import hashing, tokenizer
+
+
+def _manual_cbor_block(parent: bytes, tokens: list[int]) -> bytes:
+    """CBOR of (parent, tuple(tokens), None) written by hand from RFC 8949 (small ints only)."""
+    assert len(parent) == 32 and all(0 <= t < 24 for t in tokens) and len(tokens) < 24
+    return (
+        bytes([0x83])  # array(3)
+        + bytes([0x58, 32]) + parent  # bstr, 1-byte length
+        + bytes([0x80 + len(tokens)]) + bytes(tokens)  # array(n) of tiny uints
+        + bytes([0xF6])  # null
+    )
+
+
+def test_none_hash_is_vllm_root_for_seed_zero() -> None:
+    # vLLM: NONE_HASH = sha256_cbor(os.getenv("PYTHONHASHSEED")); CBOR text "0" = 0x61 0x30.
+    expected = hashlib.sha256(bytes([0x61, 0x30])).digest()
+    assert hashing.make_none_hash("0") == expected
+    assert hashing.make_none_hash(None) == expected
+    assert hashing.make_none_hash("1234") != expected
+
+
+def test_block_hash_matches_hand_encoded_cbor() -> None:
+    tokens = [1, 2, 3, 4]
+    expected = hashlib.sha256(_manual_cbor_block(hashing.NONE_HASH, tokens)).digest()
+    assert hashing.hash_block_tokens(None, tokens) == expected
+    child = hashing.hash_block_tokens(expected, [5, 6, 7, 8])
+    assert child == hashlib.sha256(_manual_cbor_block(expected, [5, 6, 7, 8])).digest()
+    assert hashing.block_hashes([1, 2, 3, 4, 5, 6, 7, 8, 9], block_size=4) == [expected, child]
+
+
+def test_block_hashes_skip_partial_block_and_chain() -> None:
+    ids = list(range(100, 140))
+    hs = hashing.block_hashes(ids, 16)
+    assert len(hs) == 2
+    # A different first block changes every later hash (chaining).
+    ids2 = [0] + ids[1:]
+    hs2 = hashing.block_hashes(ids2, 16)
+    assert hs[0] != hs2[0] and hs[1] != hs2[1]
+    assert hashing.extend_block_hashes(hs[:1], ids, 16) == hs
+    with pytest.raises(ValueError, match="block_size"):
+        hashing.block_hashes(ids, 0)
+
+
+def test_extra_keys_change_hash() -> None:
+    assert hashing.hash_block_tokens(None, [1], ("lora",)) != hashing.hash_block_tokens(None, [1])
+
+
+def test_to_external_is_last_8_bytes_big_endian() -> None:
+    h = bytes(range(32))
+    assert hashing.to_external(h) == int.from_bytes(h[-8:], "big")
+    assert 0 <= hashing.to_external(hashing.NONE_HASH) < 2**64
+
+
+def test_pythonhashseed_is_honoured_like_vllm() -> None:
+    code = "from pdserve.common import hashing; print(hashing.NONE_HASH.hex())"
+    env = dict(os.environ, PYTHONHASHSEED="42")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == hashing.sha256_cbor("42").hex()
+
+
+def test_tokenizer_roundtrip_and_stability() -> None:
+    text = "Hello, world!  The model_name is llama-3.1 (8B).\n\nDone?"
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids) == text
+    assert ids == tokenizer.encode(text)
+    # Stable across processes: ids depend on text only.
+    code = f"from pdserve.common import tokenizer; print(tokenizer.encode({text!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(ids)
+    assert all(0 <= t < tokenizer.VOCAB_SIZE for t in ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_tokenizer_roundtrip_property(text: str) -> None:
+    assert tokenizer.decode(tokenizer.encode(text), skip_special_tokens=False) == text
+
+
+def test_word_ids_decode_to_readable_words() -> None:
+    text = tokenizer.decode(tokenizer.WORD_IDS[:5])
+    assert text.split() == ["the", "of", "and", "to", "in"]
+    assert tokenizer.decode([10**7]) == " <10000000>"
+
+
+def test_chat_template() -> None:
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    prompt = tokenizer.apply_chat_template(msgs)
+    assert prompt.startswith(tokenizer.BOS) and prompt.endswith("assistant<|end_header_id|>\n\n")
+    ids = tokenizer.encode(prompt)
+    assert ids[0] == tokenizer.BOS_ID and tokenizer.EOS_ID in ids
+    assert tokenizer.decode(ids, skip_special_tokens=False) == prompt
+    assert "Be brief." in tokenizer.decode(ids)
+    with pytest.raises(ValueError, match=r"messages\[0\].role"):
+        tokenizer.apply_chat_template([{"content": "x"}])
+    with pytest.raises(ValueError, match="content"):
+        tokenizer.apply_chat_template([{"role": "user", "content": 3}])
