@@ -1,0 +1,110 @@
+"""The simulator's autoscaler hook: what an autoscaler sees and what it returns.
+
+The planner (``pdserve.planner``) drives the simulator through this hook with the
+very same policy code it runs live. The contract, stable from now on:
+
+```python
+class Autoscaler(Protocol):
+    interval_s: float                      # virtual seconds between ticks (> 0)
+    def on_tick(self, now: float, window: WindowMetrics,
+                current: PoolSizes) -> PoolSizes: ...
+
+result = run_simulation(trace, config, autoscaler=my_autoscaler)
+result.gpu_seconds          # GPU-seconds over every instance's lifetime
+result.scaling_events       # list[ScalingEvent], one per tick
+```
+
+Semantics (all times are virtual seconds on the simulator's clock):
+
+* The first tick is at ``interval_s`` after the first arrival, then every
+  ``interval_s`` until the trace is replayed and every request has finished.
+* ``window`` covers ``(now - interval_s, now]``: requests that *arrived* in it
+  give ``arrivals``, ``request_rate``, ``mean_isl``, ``mean_osl``; requests that
+  *completed* in it give the TTFT / ITL quantiles (``None`` when nothing completed).
+  Pool gauges (running, waiting, KV usage) are sampled at ``now``; the prefix hit
+  ratio is the pool's prefix-cache hits / queries (tokens) during the window.
+* ``current`` is the number of instances per pool that are *requested*: ready or
+  still starting, not draining. For the colocated and chunked topologies there is
+  one pool, reported as ``decode``; ``prefill`` is 0 and is ignored on return.
+* Returning a larger count starts new instances at ``now``; each takes
+  ``SimConfig.startup_delay_s`` before it takes requests. Returning a smaller count
+  removes instances (those still starting first, then the newest ready ones):
+  a removed instance takes no new requests, finishes what it has, and releases
+  its GPUs when empty. A pool may go to 0 (scale to zero): requests for it wait
+  at the router until an instance of the pool is ready, and count in that
+  pool's ``waiting``; requests still waiting when the run ends are unfinished.
+* GPU-seconds: every instance accrues ``tensor_parallel_size`` x (its release
+  time - the time it was requested), start-up delay included, because a pod
+  that is loading weights holds its GPUs too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSizes:
+    """Instances per pool (requested: ready + starting, excluding draining)."""
+
+    prefill: int
+    decode: int
+
+    def __post_init__(self) -> None:
+        for name in ("prefill", "decode"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"PoolSizes.{name} must be an int >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMetrics:
+    """One pool's state at the tick (gauges) and over the window (hit ratio)."""
+
+    ready: int  # instances taking requests
+    starting: int  # requested, not yet ready
+    draining: int  # removed, still finishing requests
+    running: int  # requests in the running queues of ready + draining instances
+    waiting: int  # waiting in the engines' queues + at the router for this pool
+    #               (+ decode requests whose KV transfer has not finished)
+    kv_usage: float  # mean KV-cache usage over ready instances, 0..1 (0 with none ready)
+    prefix_hit_ratio: float | None  # prefix-cache hit tokens / query tokens in window
+
+
+@dataclass(frozen=True, slots=True)
+class WindowMetrics:
+    """What a metrics scrape over the last interval would show."""
+
+    start_s: float
+    end_s: float
+    arrivals: int  # requests that arrived in the window
+    request_rate: float  # arrivals / window length, req/s
+    mean_isl: float | None  # mean prompt tokens of the arrivals
+    mean_osl: float | None  # mean output tokens of the arrivals
+    completions: int  # requests that finished in the window
+    ttft_p50: float | None  # seconds, over completions in the window
+    ttft_p90: float | None
+    itl_p50: float | None  # seconds; per request mean inter-token latency (TPOT)
+    itl_p90: float | None
+    prefill: PoolMetrics  # all zeros for colocated / chunked topologies
+    decode: PoolMetrics  # the decode pool, or the single colocated pool
+
+
+@runtime_checkable
+class Autoscaler(Protocol):
+    """Anything with ``interval_s`` and ``on_tick`` can scale the simulated pools."""
+
+    interval_s: float
+
+    def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingEvent:
+    """One autoscaler tick as recorded in the result."""
+
+    time_s: float
+    before: PoolSizes
+    after: PoolSizes  # what on_tick returned, as applied
+    note: str  # e.g. "+1 prefill (ready at 123.0 s)", "" when unchanged
