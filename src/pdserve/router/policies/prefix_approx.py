@@ -1,0 +1,39 @@
+"""Approximate prefix-aware routing: overlap guessed from the router's own history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pdserve.router.approx_index import ApproxPrefixIndex
+from pdserve.router.policies.cost import CostWeights
+from pdserve.router.policies.kv_aware import KvAwarePolicy
+from pdserve.router.policies.types import Decision, RouteRequest, WorkerView
+
+
+class PrefixApproxPolicy(KvAwarePolicy):
+    """Same cost model as kv_aware; only the source of the overlap differs."""
+
+    name = "prefix_approx"
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = 120.0,
+        max_blocks: int = 1_000_000,
+        weights: CostWeights | None = None,
+        block_size: int = 16,
+        ledger_ttl_s: float = 600.0,
+    ) -> None:
+        super().__init__(weights=weights, block_size=block_size, ledger_ttl_s=ledger_ttl_s)
+        self.approx = ApproxPrefixIndex(ttl_s=ttl_s, max_blocks=max_blocks)
+
+    def overlaps(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> dict[str, int]:
+        return self.approx.overlaps(req.block_hashes, [w.worker_id for w in workers], now)
+
+    def on_routed(self, decision: Decision, req: RouteRequest, now: float) -> None:
+        super().on_routed(decision, req, now)
+        self.approx.record(decision.worker_id, req.block_hashes, now)
+
+    def forget_worker(self, worker_id: str) -> None:
+        super().forget_worker(worker_id)
+        self.approx.forget_worker(worker_id)

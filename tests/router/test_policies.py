@@ -1,0 +1,266 @@
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdserve.router.kv_index import BlockStored, KvIndex
+from pdserve.router.policies import (
+    POLICIES,
+    CostWeights,
+    NoWorkersError,
+    RouteRequest,
+    WorkerView,
+    make_policy,
+)
+
+BS = 16
+
+
+def req(rid: str, hashes: list[int], extra_tokens: int = 0) -> RouteRequest:
+    n = len(hashes) * BS + extra_tokens
+    return RouteRequest(rid, list(range(n)), hashes, n)
+
+
+def idle(n: int) -> list[WorkerView]:
+    return [WorkerView(f"w{i}") for i in range(n)]
+
+
+def test_make_policy_rejects_unknown_names_and_options() -> None:
+    with pytest.raises(ValueError, match="unknown routing policy 'nope'"):
+        make_policy("nope")
+    with pytest.raises(ValueError, match="bad options for policy 'round_robin'"):
+        make_policy("round_robin", colour="red")
+    assert make_policy("kv-aware").name == "kv_aware"
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_explains_and_rejects_empty_pools(name: str) -> None:
+    p = make_policy(name)
+    d = p.select(req("r", [1, 2]), idle(3), now=0.0)
+    assert d.worker_id in {"w0", "w1", "w2"}
+    assert d.reason and d.policy == name
+    assert f"worker={d.worker_id}" in d.header()
+    with pytest.raises(NoWorkersError):
+        p.select(req("r", [1]), [], now=0.0)
+
+
+def test_round_robin_cycles() -> None:
+    p = make_policy("round_robin")
+    ws = idle(3)
+    assert [p.select(req(str(i), []), ws, 0).worker_id for i in range(6)] == ["w0", "w1", "w2"] * 2
+
+
+def test_least_loaded_uses_views_and_its_own_ledger() -> None:
+    p = make_policy("least_loaded")
+    ws = [WorkerView("a", running=5), WorkerView("b", running=1, waiting=1), WorkerView("c", running=3)]
+    assert p.select(req("1", []), ws, 0).worker_id == "b"
+    # Views are stale between scrapes: the ledger counts what the router itself sent.
+    for i in range(4):
+        d = p.select(req(f"x{i}", [], 10), ws, 0)
+        p.on_routed(d, req(f"x{i}", [], 10), 0)
+    assert p.ledger.requests("b") >= 3
+    assert p.select(req("2", []), ws, 0).worker_id in {"b", "c"}
+
+
+def test_least_loaded_avoids_full_kv() -> None:
+    p = make_policy("least_loaded")
+    ws = [WorkerView("a", kv_usage=0.99), WorkerView("b", running=10, kv_usage=0.5)]
+    assert p.select(req("1", []), ws, 0).worker_id == "b"
+
+
+def test_power_of_two_is_seeded_and_takes_the_lighter_of_the_pair() -> None:
+    ws = [WorkerView(f"w{i}", running=i) for i in range(8)]
+    a = make_policy("power_of_two", seed=7)
+    b = make_policy("power_of_two", rng=random.Random(7))
+    picks_a = [a.select(req(str(i), []), ws, 0).worker_id for i in range(50)]
+    picks_b = [b.select(req(str(i), []), ws, 0).worker_id for i in range(50)]
+    assert picks_a == picks_b
+    assert "w7" not in picks_a  # the heaviest worker always loses its pair
+
+
+def kv_policy_with(cached: dict[str, list[int]], **kw) -> tuple:
+    idx = KvIndex()
+    for w, hashes in cached.items():
+        idx.apply(w, BlockStored(block_hashes=tuple(hashes)))
+    return make_policy("kv_aware", index=idx, **kw), idx
+
+
+def test_kv_aware_prefers_the_worker_with_the_cached_prefix() -> None:
+    p, _ = kv_policy_with({"w2": [1, 2, 3, 4]})
+    d = p.select(req("r", [1, 2, 3, 4, 5]), idle(4), 0)
+    assert d.worker_id == "w2" and d.overlap_blocks == 4
+    assert d.new_prefill_tokens == BS
+    assert "overlap 4/5" in d.reason
+
+
+def test_kv_aware_trades_overlap_against_load() -> None:
+    p, _ = kv_policy_with({"w0": [1, 2]})
+    busy = [WorkerView("w0", inflight_prefill_tokens=5000), WorkerView("w1")]
+    # 32 cached tokens are not worth waiting behind 5000 queued prompt tokens.
+    assert p.select(req("r", [1, 2, 3]), busy, 0).worker_id == "w1"
+
+
+def test_full_prompt_hit_still_computes_one_token() -> None:
+    p, _ = kv_policy_with({"w0": [1, 2]})
+    d = p.select(req("r", [1, 2]), idle(2), 0)
+    assert d.worker_id == "w0" and d.new_prefill_tokens == 1
+
+
+@pytest.mark.parametrize("name", ["kv_aware", "prefix_approx"])
+def test_shared_system_prompt_does_not_herd(name: str) -> None:
+    """Every request shares a long system prompt cached on one worker; a burst must
+    still spread over the pool instead of all landing on that worker."""
+    system = list(range(1000, 1040))  # 40 blocks = 640 tokens
+    idx = None
+    if name == "kv_aware":
+        p, idx = kv_policy_with({"w0": system})
+    else:
+        p = make_policy(name)
+        p.on_routed(p.select(req("warm", system), [WorkerView("w0")], 0), req("warm", system), 0)
+        p.on_finished("warm", "w0", 0)
+    ws = idle(4)
+    counts: Counter[str] = Counter()
+    for i in range(200):
+        r = req(f"r{i}", system + [i * 10 + k for k in range(8)])
+        d = p.select(r, ws, 1.0)
+        p.on_routed(d, r, 1.0)
+        if idx is not None:  # the worker reports what it cached, as a real one would
+            idx.apply(d.worker_id, BlockStored(block_hashes=tuple(r.block_hashes)))
+        counts[d.worker_id] += 1
+    assert len(counts) == 4
+    assert max(counts.values()) <= 1.5 * 200 / 4, counts
+
+
+def test_balance_guard_caps_a_hot_worker_even_if_no_one_else_learns_the_prefix() -> None:
+    system = list(range(1000, 1040))
+    p, _ = kv_policy_with({"w0": system})
+    ws = idle(4)
+    counts: Counter[str] = Counter()
+    for i in range(200):
+        r = req(f"r{i}", system + [i * 10 + k for k in range(8)])
+        d = p.select(r, ws, 1.0)
+        p.on_routed(d, r, 1.0)
+        counts[d.worker_id] += 1
+    # The cached worker takes more, but never beyond balance_factor x mean + slack.
+    assert counts["w0"] > 50
+    assert counts["w0"] <= 1.5 * 50 + 4 + 1, counts
+
+
+@pytest.mark.parametrize("name", ["kv_aware", "prefix_approx", "least_loaded", "cache_aware"])
+def test_cache_misses_spread_over_an_idle_pool(name: str) -> None:
+    p = make_policy(name)
+    ws = idle(4)
+    counts: Counter[str] = Counter()
+    for i in range(8):
+        r = req(f"r{i}", [i * 100 + k for k in range(4)])
+        d = p.select(r, ws, 0)
+        p.on_routed(d, r, 0)
+        counts[d.worker_id] += 1
+    assert sorted(counts.values()) == [2, 2, 2, 2]
+
+
+def test_kv_aware_avoids_a_worker_about_to_preempt() -> None:
+    p, _ = kv_policy_with({"w0": [1, 2, 3, 4, 5, 6]})
+    ws = [WorkerView("w0", kv_usage=0.99), WorkerView("w1", running=3)]
+    assert p.select(req("r", [1, 2, 3, 4, 5, 6]), ws, 0).worker_id == "w1"
+
+
+def test_prefix_approx_learns_from_its_own_routing_and_forgets_after_ttl() -> None:
+    p = make_policy("prefix_approx", ttl_s=30)
+    ws = idle(4)
+    first = req("a", [1, 2, 3, 4])
+    d1 = p.select(first, ws, 0)
+    p.on_routed(d1, first, 0)
+    p.on_finished("a", d1.worker_id, 1)
+    d2 = p.select(req("b", [1, 2, 3, 4, 9]), ws, 2)
+    assert d2.worker_id == d1.worker_id and d2.overlap_blocks == 4
+    d3 = p.select(req("c", [1, 2, 3, 4, 9]), ws, 100)
+    assert d3.overlap_blocks == 0
+
+
+def test_cache_aware_follows_sglang_rules() -> None:
+    p = make_policy("cache_aware", balance_abs_threshold=2)
+    ws = idle(3)
+    a = req("a", [1, 2, 3, 4])
+    da = p.select(a, ws, 0)
+    p.on_routed(da, a, 0)
+    # High match rate -> same worker.
+    db = p.select(req("b", [1, 2, 3, 4, 5]), ws, 0)
+    assert db.worker_id == da.worker_id and "match rate" in db.reason
+    # Low match -> smallest tree, i.e. another worker.
+    dc = p.select(req("c", [7, 8, 9]), ws, 0)
+    assert dc.worker_id != da.worker_id
+    # Imbalance -> shortest queue regardless of cache.
+    loaded = [WorkerView(w.worker_id, running=10 if w.worker_id == da.worker_id else 0) for w in ws]
+    dd = p.select(req("d", [1, 2, 3, 4, 5]), loaded, 0)
+    assert dd.worker_id != da.worker_id and "imbalanced" in dd.reason
+
+
+def test_ledger_returns_to_zero_and_expires() -> None:
+    p = make_policy("kv_aware", ledger_ttl_s=10)
+    ws = idle(2)
+    for i in range(5):
+        r = req(f"r{i}", [i], 4)
+        p.on_routed(p.select(r, ws, 0), r, 0)
+    assert len(p.ledger) == 5
+    p.on_prefill_done("r0", 0)
+    for i in range(3):
+        p.on_finished(f"r{i}", "ignored", 1)
+    assert len(p.ledger) == 2
+    p.select(req("late", [99]), ws, 20)
+    assert len(p.ledger) == 0
+    assert p.ledger.requests("w0") == p.ledger.prefill_tokens("w0") == 0
+
+
+def test_cost_weights_validate() -> None:
+    with pytest.raises(ValueError, match="kv_full"):
+        CostWeights(kv_full=0)
+    with pytest.raises(ValueError, match="request_tokens"):
+        CostWeights(request_tokens=-1)
+
+
+views = st.lists(
+    st.builds(
+        WorkerView,
+        worker_id=st.just("x"),
+        running=st.integers(0, 50),
+        waiting=st.integers(0, 50),
+        inflight_prefill_tokens=st.integers(0, 100_000),
+        kv_usage=st.floats(0, 1),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    views,
+    st.dictionaries(st.integers(0, 7), st.integers(0, 12), max_size=8),
+    st.integers(0, 12),
+    st.sampled_from(sorted(POLICIES)),
+)
+def test_properties_hold_for_any_pool(raw, cached_depth, prompt_blocks, name) -> None:
+    ws = [WorkerView(f"w{i}", v.running, v.waiting, v.inflight_prefill_tokens, v.kv_usage) for i, v in enumerate(raw)]
+    hashes = list(range(prompt_blocks))
+    idx = KvIndex()
+    for i, depth in cached_depth.items():
+        if i < len(ws) and depth:
+            idx.apply(f"w{i}", BlockStored(block_hashes=tuple(range(depth))))
+    p = make_policy(name, index=idx) if name == "kv_aware" else make_policy(name)
+    r = req("r", hashes, 5)
+    d = p.select(r, ws, 0)
+    assert d.worker_id in {w.worker_id for w in ws}
+    assert 0 <= d.overlap_blocks <= prompt_blocks
+    assert 1 <= d.new_prefill_tokens <= r.prompt_tokens
+    if name == "kv_aware":
+        expected = idx.overlaps(hashes).get(d.worker_id, 0)
+        assert d.overlap_blocks == expected
+        # The choice is never worse than another non-full, non-excluded worker by more than the tie band.
+        if all(w.kv_usage < 0.97 for w in ws) and all(p.active_requests(w) <= 4 for w in ws):
+            from pdserve.router.policies.cost import score_workers
+
+            scored = score_workers(p, p.weights, r, ws, idx.overlaps(hashes))
+            assert d.score <= min(s.cost for s in scored) + p.weights.tie_tokens
