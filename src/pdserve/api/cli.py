@@ -1,0 +1,42 @@
+"""`pdserve crd`: write the CRD YAML (and optionally its markdown reference) from the models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pdserve.api.crd import CRD_FILENAME, crd_yaml
+from pdserve.api.reference import reference_markdown
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pdserve crd", description="Generate the DisaggregatedService CRD from the pydantic models.")
+    p.add_argument("--out", action="append", type=Path, default=[], metavar="DIR", help=f"directory to write {CRD_FILENAME} into (repeatable); without it the YAML goes to stdout")
+    p.add_argument("--reference", type=Path, metavar="PATH", help="also write the markdown CRD reference to PATH")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any target file is out of date")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    targets = [(d / CRD_FILENAME, crd_yaml()) for d in args.out]
+    if args.reference:
+        targets.append((args.reference, reference_markdown()))
+    if not targets:
+        sys.stdout.write(crd_yaml())
+        return 0
+    stale = []
+    for path, text in targets:
+        current = path.read_text() if path.exists() else None
+        if current == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    if args.check and stale:
+        print("out of date (run `make crds`): " + ", ".join(map(str, stale)), file=sys.stderr)
+        return 1
+    return 0

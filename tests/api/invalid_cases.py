@@ -1,0 +1,95 @@
+"""Invalid DisaggregatedServices, each with the field its error must name.
+
+Shared by the pydantic tests (tests/api) and the real API server tests
+(tests/operator/test_controlplane_validation.py), so both layers refuse the same things."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def valid_manifest(name: str = "ok", namespace: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": "pdserve.io/v1alpha1",
+        "kind": "DisaggregatedService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "engine": {"kind": "mock"},
+            "prefill": {"replicas": 1, "tensorParallelSize": 1},
+            "decode": {"replicas": 1, "tensorParallelSize": 1},
+            "autoscaling": {"enabled": False},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Invalid:
+    id: str
+    mutate: Callable[[dict[str, Any]], None]
+    field: str  # the path the API server's message must contain
+    pydantic_field: str  # what pydantic's message names (its own path syntax)
+
+    def manifest(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        m = copy.deepcopy(valid_manifest(name, namespace))
+        self.mutate(m)
+        return m
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(m: dict[str, Any]) -> None:
+        node = m
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is _DELETE:
+            node.pop(last)
+        else:
+            node[last] = copy.deepcopy(value)
+
+    return mutate
+
+
+def _many(*mutations: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def mutate(m: dict[str, Any]) -> None:
+        for f in mutations:
+            f(m)
+
+    return mutate
+
+
+_DELETE = object()
+_AUTOSCALE = _set("spec.autoscaling", {"enabled": True, "prefill": {"min": 1, "max": 4}, "decode": {"min": 1, "max": 4}})
+
+INVALID: list[Invalid] = [
+    Invalid("model-missing", _set("spec.model", _DELETE), "spec.model", "model"),
+    Invalid("model-name-empty", _set("spec.model.name", ""), "spec.model.name", "model.name"),
+    Invalid("engine-kind-unknown", _set("spec.engine.kind", "tgi"), "spec.engine.kind", "engine.kind"),
+    Invalid("kv-connector-unknown", _set("spec.kvConnector", {"type": "P2pNcclConnectorX"}), "spec.kvConnector.type", "kvConnector.type"),
+    Invalid("side-channel-port-out-of-range", _set("spec.kvConnector", {"sideChannelPort": 70000}), "spec.kvConnector.sideChannelPort", "kvConnector.sideChannelPort"),
+    Invalid("replicas-negative", _set("spec.prefill.replicas", -1), "spec.prefill.replicas", "prefill.replicas"),
+    Invalid("tp-zero", _set("spec.decode.tensorParallelSize", 0), "spec.decode.tensorParallelSize", "decode.tensorParallelSize"),
+    Invalid("gpu-in-resources", _set("spec.decode.resources", {"limits": {"nvidia.com/gpu": 2}}), "spec.decode.resources.limits", "decode.resources"),
+    Invalid("router-policy-unknown", _set("spec.router", {"policy": "random"}), "spec.router.policy", "router.policy"),
+    Invalid("router-weight-negative", _set("spec.router", {"weights": {"overlap": -1}}), "spec.router.weights.overlap", "router.weights.overlap"),
+    Invalid("slo-ttft-zero", _set("spec.slo", {"ttftMs": 0}), "spec.slo.ttftMs", "slo.ttftMs"),
+    Invalid("slo-itl-negative", _set("spec.slo", {"itlMs": -5}), "spec.slo.itlMs", "slo.itlMs"),
+    Invalid("slo-attainment-above-one", _set("spec.slo", {"attainment": 1.5}), "spec.slo.attainment", "slo.attainment"),
+    Invalid("mock-speedup-zero", _set("spec.engine.mockSpeedup", 0), "spec.engine.mockSpeedup", "engine.mockSpeedup"),
+    Invalid("predictor-unknown", _many(_AUTOSCALE, _set("spec.autoscaling.predictor", "lstm")), "spec.autoscaling.predictor", "autoscaling.predictor"),
+    Invalid("bounds-min-above-max", _many(_AUTOSCALE, _set("spec.autoscaling.decode", {"min": 5, "max": 2})), "spec.autoscaling.decode.min", "autoscaling.decode"),
+    Invalid("replicas-outside-bounds", _many(_AUTOSCALE, _set("spec.prefill.replicas", 9)), "spec.prefill.replicas", "prefill.replicas"),
+    Invalid(
+        "gpu-budget-below-minimums",
+        _many(_AUTOSCALE, _set("spec.prefill.tensorParallelSize", 4), _set("spec.autoscaling.gpuBudget", 4)),
+        "spec.autoscaling.gpuBudget",
+        "autoscaling.gpuBudget",
+    ),
+    Invalid("min-zero-without-scale-to-zero", _many(_AUTOSCALE, _set("spec.autoscaling.prefill", {"min": 0, "max": 2})), "spec.autoscaling.scaleToZero", "scaleToZero"),
+    Invalid("interval-too-short", _many(_AUTOSCALE, _set("spec.autoscaling.intervalSeconds", 1)), "spec.autoscaling.intervalSeconds", "autoscaling.intervalSeconds"),
+    Invalid("prometheus-url-not-http", _many(_AUTOSCALE, _set("spec.autoscaling.prometheusUrl", "prometheus:9090")), "spec.autoscaling.prometheusUrl", "autoscaling.prometheusUrl"),
+    Invalid("toleration-operator-unknown", _set("spec.prefill.tolerations", [{"key": "a", "operator": "Matches"}]), "spec.prefill.tolerations[0].operator", "prefill.tolerations.0.operator"),
+]
