@@ -1,0 +1,56 @@
+"""What the planner sees each interval: workload metrics plus the pools' state.
+
+Sources fill what they can; anything unknown is NaN (never 0, which would read as
+"no load" and trigger a scale-down). A source that failed entirely sets ``error``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class PoolState:
+    replicas: int  # desired replicas currently written (spec)
+    ready: int | None = None  # None: unknown, treat as == replicas
+    pending: int = 0  # pods that exist but cannot start (unschedulable, image pull, ...)
+
+    @property
+    def effective_ready(self) -> int:
+        return self.replicas if self.ready is None else self.ready
+
+
+@dataclass(frozen=True)
+class Observation:
+    timestamp: float  # when the metrics were read, on the planner's clock
+    prefill: PoolState
+    decode: PoolState
+    window_s: float = NAN
+    request_rate: float = NAN  # requests/s arriving
+    mean_isl: float = NAN  # prompt tokens per request
+    mean_osl: float = NAN  # generated tokens per request
+    ttft_mean_s: float = NAN
+    ttft_tail_s: float = NAN
+    itl_mean_s: float = NAN
+    itl_tail_s: float = NAN
+    running: float = NAN
+    waiting: float = NAN  # includes requests queued at the router when pools are at zero
+    kv_usage: float = NAN  # 0..1
+    prefix_hit_ratio: float = NAN  # 0..1, prompt tokens served from the prefix cache
+    error: str | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def failed(cls, timestamp: float, prefill: PoolState, decode: PoolState, error: str) -> "Observation":
+        return cls(timestamp=timestamp, prefill=prefill, decode=decode, error=error)
+
+    def metrics_dict(self) -> dict[str, float | None]:
+        """Numeric inputs, NaN as None so the dict is JSON-safe."""
+        out: dict[str, float | None] = {}
+        for k, v in asdict(self).items():
+            if isinstance(v, float):
+                out[k] = v if math.isfinite(v) else None
+        return out

@@ -1,0 +1,291 @@
+"""The planner's pure core: observation + clock -> replica counts for both pools.
+
+Each interval: validate the inputs (hold on anything doubtful), append to the history,
+forecast rate / ISL / OSL for the next interval, turn the forecast into token demand
+per pool, divide by what one replica sustains within the SLOs (capacity profile,
+corrected by observed vs expected latency), then clamp: min/max, pending pods, the
+scale-down stabilisation window and finally the GPU budget, which no path may exceed.
+No I/O and no wall clock: ``now`` is passed in, so the simulator and the tests drive it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdserve.planner import decision as D
+from pdserve.planner.budget import fit_budget, gpus
+from pdserve.planner.decision import ScalingDecision
+from pdserve.planner.observation import Observation
+from pdserve.planner.predictors import Forecast, Predictor, make_predictor
+from pdserve.planner.profile import CapacityProfile
+
+
+@dataclass
+class PolicyConfig:
+    ttft_slo_ms: float = 1000.0
+    itl_slo_ms: float = 50.0
+    attainment: float = 0.99
+    interval_s: float = 30.0
+    predictor: str = "holt-winters"
+    seasonal_periods: int | None = None
+    prefill_min: int = 1
+    prefill_max: int = 8
+    decode_min: int = 1
+    decode_max: int = 8
+    prefill_tp: int = 1
+    decode_tp: int = 1
+    gpu_budget: int | None = None
+    scale_down_stabilization_s: float = 300.0
+    scale_to_zero: bool = False
+    idle_before_zero_s: float = 300.0
+    stale_after_s: float | None = None  # default: 3 intervals
+    pending_timeout_s: float = 120.0
+    # Plan each replica for this fraction of its SLO-bound capacity: headroom for
+    # forecast error and for the burstiness inside an interval.
+    target_utilization: float = 0.85
+    # Never plan for less than the load observed right now (a forecast lagging a ramp).
+    floor_on_observed: bool = True
+    correction: bool = True
+    correction_bounds: tuple[float, float] = (0.67, 1.5)
+    explode_ratio: float = 4.0
+    history_len: int = 240
+
+    def invalid(self) -> str | None:
+        if self.prefill_min > self.prefill_max:
+            return f"prefill min {self.prefill_min} > max {self.prefill_max}"
+        if self.decode_min > self.decode_max:
+            return f"decode min {self.decode_min} > max {self.decode_max}"
+        if self.gpu_budget is not None:
+            need = gpus(self.prefill_min, self.decode_min, self.prefill_tp, self.decode_tp)
+            if need > self.gpu_budget:
+                return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
+        if not (0 < self.target_utilization <= 1):
+            return f"target utilization {self.target_utilization} not in (0, 1]"
+        return None
+
+
+@dataclass
+class _State:
+    rate: deque = field(default_factory=deque)
+    isl: deque = field(default_factory=deque)
+    osl: deque = field(default_factory=deque)
+    hit: float = 0.0
+    corr_prefill: float = 1.0
+    corr_decode: float = 1.0
+    recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
+    last_busy: float | None = None  # last time requests were seen
+    pending_since: dict[str, float] = field(default_factory=dict)
+
+
+class PlannerPolicy:
+    def __init__(self, config: PolicyConfig, profile: CapacityProfile, predictor: Predictor | None = None) -> None:
+        self.config = config
+        self.profile = profile
+        self.predictor = predictor or make_predictor(
+            config.predictor, seasonal_periods=config.seasonal_periods, explode_ratio=config.explode_ratio
+        )
+        self._s = _State()
+
+    @property
+    def interval_s(self) -> float:
+        return self.config.interval_s
+
+    # ------------------------------------------------------------------ decide
+    def decide(self, obs: Observation, now: float) -> ScalingDecision:
+        cfg, s = self.config, self._s
+        cur = (obs.prefill.replicas, obs.decode.replicas)
+        inputs = obs.metrics_dict() | {"prefillReplicas": cur[0], "decodeReplicas": cur[1]}
+        expl: dict[str, Any] = {"inputs": inputs}
+
+        if (bad := cfg.invalid()) is not None:
+            return self._hold(cur, now, D.HOLD_INVALID, bad, expl, budget=False)
+        if obs.error:
+            return self._hold(cur, now, D.HOLD_ERROR, f"metrics unavailable: {obs.error}", expl)
+        age = now - obs.timestamp
+        stale_after = cfg.stale_after_s if cfg.stale_after_s is not None else 3 * cfg.interval_s
+        if not math.isfinite(age) or age > stale_after:
+            return self._hold(cur, now, D.HOLD_STALE, f"metrics are {age:.0f}s old (limit {stale_after:.0f}s)", expl)
+
+        busy = (_finite(obs.request_rate) and obs.request_rate > 0) or (_finite(obs.waiting) and obs.waiting > 0)
+        if busy or s.last_busy is None:  # the first interval counts as busy: no instant scale-to-zero
+            s.last_busy = now
+        if cfg.scale_to_zero and cur == (0, 0):
+            if busy:
+                p, d = max(cfg.prefill_min, 1), max(cfg.decode_min, 1)
+                return self._result(cur, (p, d), now, "wake-up: requests arrived while scaled to zero", expl)
+            return self._result(cur, cur, now, "scaled to zero and idle", expl)
+
+        if not _finite(obs.request_rate):
+            return self._hold(cur, now, D.HOLD_MISSING, "request rate is missing", expl)
+        if obs.request_rate > 0 and not (_finite(obs.mean_isl) and _finite(obs.mean_osl)):
+            return self._hold(cur, now, D.HOLD_MISSING, "mean ISL/OSL missing while requests flow", expl)
+
+        self._push(s.rate, obs.request_rate)
+        if obs.request_rate > 0:
+            self._push(s.isl, obs.mean_isl)
+            self._push(s.osl, obs.mean_osl)
+        if _finite(obs.prefix_hit_ratio):
+            s.hit = min(max(obs.prefix_hit_ratio, 0.0), 0.95)
+
+        f_rate = self.predictor.predict(list(s.rate))
+        f_isl = self.predictor.predict(list(s.isl))
+        f_osl = self.predictor.predict(list(s.osl))
+        expl["forecast"] = {
+            "requestRate": f_rate.value, "isl": f_isl.value, "osl": f_osl.value,
+            "method": f_rate.method, "rawRequestRate": f_rate.raw,
+        }
+        for what, f in (("request rate", f_rate), ("ISL", f_isl), ("OSL", f_osl)):
+            if f.exploded:
+                return self._hold(
+                    cur, now, D.HOLD_EXPLODED, f"{what} forecast exploded ({f.raw:.4g}, clamped to {f.value:.4g})", expl
+                )
+        if not _finite(f_rate.value):
+            return self._hold(cur, now, D.HOLD_MISSING, "no request-rate history to forecast from", expl)
+
+        rate = f_rate.value
+        if cfg.floor_on_observed:
+            rate = max(rate, obs.request_rate)
+        if rate <= 0:
+            want = (0, 0)
+            expl["demand"] = {"requestRate": 0.0}
+        else:
+            if not (_finite(f_isl.value) and _finite(f_osl.value)):
+                return self._hold(cur, now, D.HOLD_MISSING, "no ISL/OSL history to forecast from", expl)
+            sized = self._size(rate, f_isl, f_osl, obs, now, expl)
+            if isinstance(sized, ScalingDecision):
+                return sized
+            want = sized
+        return self._clamp(cur, want, obs, now, expl)
+
+    # ------------------------------------------------------------------ sizing
+    def _size(self, rate: float, f_isl: Forecast, f_osl: Forecast, obs: Observation, now: float, expl: dict) -> Any:
+        cfg, s, prof = self.config, self._s, self.profile
+        isl, osl = f_isl.value, f_osl.value
+        context = isl + osl / 2  # mean context over a request's decode
+        cur = (obs.prefill.replicas, obs.decode.replicas)
+        cap_p = prof.prefill_capacity(isl, cfg.ttft_slo_ms)
+        cap_d = prof.decode_capacity(context, cfg.itl_slo_ms)
+        if cap_p is None:
+            lo, hi = prof.isl_range()
+            return self._hold(cur, now, D.HOLD_UNCOVERED, f"profile covers ISL {lo:.0f}..{hi:.0f}, forecast ISL is {isl:.0f}", expl)
+        if cap_d is None:
+            lo, hi = prof.context_range()
+            return self._hold(cur, now, D.HOLD_UNCOVERED, f"profile covers decode context {lo:.0f}..{hi:.0f}, forecast context is {context:.0f}", expl)
+        if cap_p <= 0:
+            return self._hold(cur, now, D.HOLD_UNATTAINABLE, f"no prefill load meets TTFT {cfg.ttft_slo_ms:.0f} ms at ISL {isl:.0f}", expl)
+        if cap_d <= 0:
+            return self._hold(cur, now, D.HOLD_UNATTAINABLE, f"no decode load meets ITL {cfg.itl_slo_ms:.0f} ms at context {context:.0f}", expl)
+
+        if cfg.correction:
+            self._update_correction(obs)
+        eff_p = cap_p * cfg.target_utilization / s.corr_prefill
+        eff_d = cap_d * cfg.target_utilization / s.corr_decode
+        demand_p = rate * isl * (1.0 - s.hit)
+        demand_d = rate * osl
+        want = (math.ceil(demand_p / eff_p - 1e-9), math.ceil(demand_d / eff_d - 1e-9))
+        expl["capacity"] = {
+            "prefillTokensPerSPerReplica": cap_p, "decodeTokensPerSPerReplica": cap_d,
+            "prefillCorrection": s.corr_prefill, "decodeCorrection": s.corr_decode,
+            "targetUtilization": cfg.target_utilization, "decodeContext": context,
+        }
+        expl["demand"] = {
+            "requestRate": rate, "prefixHitRatio": s.hit,
+            "prefillTokensPerS": demand_p, "decodeTokensPerS": demand_d,
+            "prefillReplicas": want[0], "decodeReplicas": want[1],
+        }
+        return want
+
+    def _update_correction(self, obs: Observation) -> None:
+        """Ratio of observed to profile-expected mean latency at the observed load, smoothed."""
+        s, lo, hi = self._s, *self.config.correction_bounds
+        rate = obs.request_rate
+        if not (_finite(rate) and rate > 0):
+            return
+        ready_p, ready_d = obs.prefill.effective_ready, obs.decode.effective_ready
+        if _finite(obs.ttft_mean_s) and _finite(obs.mean_isl) and ready_p > 0:
+            exp = self.profile.expected_ttft_ms(obs.mean_isl, rate * obs.mean_isl * (1 - s.hit) / ready_p)
+            if exp and exp > 0:
+                s.corr_prefill = 0.5 * s.corr_prefill + 0.5 * min(max(obs.ttft_mean_s * 1000 / exp, lo), hi)
+        if _finite(obs.itl_mean_s) and _finite(obs.mean_isl) and _finite(obs.mean_osl) and ready_d > 0:
+            exp = self.profile.expected_itl_ms(obs.mean_isl + obs.mean_osl / 2, rate * obs.mean_osl / ready_d)
+            if exp and exp > 0:
+                s.corr_decode = 0.5 * s.corr_decode + 0.5 * min(max(obs.itl_mean_s * 1000 / exp, lo), hi)
+
+    # ------------------------------------------------------------------ clamping
+    def _clamp(self, cur: tuple[int, int], want: tuple[int, int], obs: Observation, now: float, expl: dict) -> ScalingDecision:
+        cfg, s = self.config, self._s
+        notes: list[str] = []
+        limited = False
+        idle_for = now - (s.last_busy if s.last_busy is not None else now)
+        if cfg.scale_to_zero and want == (0, 0) and idle_for >= cfg.idle_before_zero_s:
+            s.recs.clear()
+            return self._result(cur, (0, 0), now, f"idle for {idle_for:.0f}s: scale to zero", expl)
+        p = min(max(want[0], cfg.prefill_min), cfg.prefill_max)
+        d = min(max(want[1], cfg.decode_min), cfg.decode_max)
+        if (p, d) != want:
+            limited = limited or want[0] > cfg.prefill_max or want[1] > cfg.decode_max
+            notes.append(f"bounds prefill {cfg.prefill_min}..{cfg.prefill_max}, decode {cfg.decode_min}..{cfg.decode_max}")
+
+        # Pods that cannot start do not get company: cap at the current count.
+        for pool, state, idx in (("prefill", obs.prefill, 0), ("decode", obs.decode, 1)):
+            if state.pending > 0:
+                since = s.pending_since.setdefault(pool, now)
+                if now - since >= cfg.pending_timeout_s and (p, d)[idx] > cur[idx]:
+                    p, d = (cur[0], d) if idx == 0 else (p, cur[1])
+                    limited = True
+                    notes.append(f"{pool}: {state.pending} pod(s) pending for {now - since:.0f}s, not adding more")
+            else:
+                s.pending_since.pop(pool, None)
+
+        # Scale-down stabilisation: act on the highest recommendation in the window.
+        s.recs.append((now, p, d))
+        while s.recs and s.recs[0][0] < now - cfg.scale_down_stabilization_s:
+            s.recs.popleft()
+        before = (p, d)
+        if p < cur[0]:
+            p = min(cur[0], max(r[1] for r in s.recs))
+        if d < cur[1]:
+            d = min(cur[1], max(r[2] for r in s.recs))
+        if (p, d) != before:
+            notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")
+
+        fp, fd = fit_budget(p, d, tp_prefill=cfg.prefill_tp, tp_decode=cfg.decode_tp, budget=cfg.gpu_budget,
+                            min_prefill=cfg.prefill_min, min_decode=cfg.decode_min, want_prefill=want[0], want_decode=want[1])
+        if (fp, fd) != (p, d):
+            limited = True
+            notes.append(f"GPU budget {cfg.gpu_budget}: wanted {gpus(p, d, cfg.prefill_tp, cfg.decode_tp)} GPUs")
+        reason = f"prefill {cur[0]}->{fp}, decode {cur[1]}->{fd}"
+        if notes:
+            reason += " (" + "; ".join(notes) + ")"
+        return self._result(cur, (fp, fd), now, reason, expl, limited=limited)
+
+    # ------------------------------------------------------------------ helpers
+    def _push(self, q: deque, v: float) -> None:
+        q.append(float(v))
+        while len(q) > self.config.history_len:
+            q.popleft()
+
+    def _result(self, cur, new, now, reason, expl, *, limited: bool = False) -> ScalingDecision:
+        expl["result"] = {"prefill": new[0], "decode": new[1]}
+        return ScalingDecision(new[0], new[1], reason, held=False, limited=limited, previous=cur,
+                               timestamp=now, explanation=expl)
+
+    def _hold(self, cur, now, key: str, why: str, expl, *, budget: bool = True) -> ScalingDecision:
+        """Keep the current sizes; only a GPU budget overrun may still shrink them."""
+        cfg = self.config
+        p, d = cur
+        if budget:
+            p, d = fit_budget(p, d, tp_prefill=cfg.prefill_tp, tp_decode=cfg.decode_tp, budget=cfg.gpu_budget,
+                              min_prefill=min(cfg.prefill_min, p), min_decode=min(cfg.decode_min, d))
+            if (p, d) != cur:
+                why += f"; shrunk to fit GPU budget {cfg.gpu_budget}"
+        expl["result"] = {"prefill": p, "decode": d}
+        return ScalingDecision(p, d, f"held: {why}", held=True, hold_key=key, limited=(p, d) != cur,
+                               previous=cur, timestamp=now, explanation=expl)
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

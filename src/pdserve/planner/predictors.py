@@ -1,0 +1,177 @@
+"""Load predictors: forecast the next interval's value of a metric series.
+
+Every predictor is stateless: ``predict(history)`` fits on the history it is given
+(oldest first, one value per planner interval) and returns a :class:`Forecast`.
+That keeps them trivially testable and lets the backtest and the policy share them.
+
+Robustness rules, shared by all predictors through :func:`finish`:
+- NaN / inf samples are dropped before fitting (a missed scrape must not poison a fit);
+- a history too short for a model falls back to a simpler one (noted in ``method``);
+- a negative forecast is floored at zero;
+- a forecast that explodes (non-finite, or above ``explode_ratio`` x the recent
+  maximum) is clamped to that bound and flagged ``exploded=True`` so the policy
+  can refuse to act on it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+PREDICTORS = ("constant", "moving-average", "holt-winters", "arima")
+
+
+@dataclass(frozen=True)
+class Forecast:
+    value: float  # NaN when there was nothing to forecast from
+    method: str  # the model actually used (after any fallback)
+    exploded: bool = False
+    raw: float = math.nan  # the model's output before clamping
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.value) and not self.exploded
+
+
+class Predictor(Protocol):
+    name: str
+
+    def predict(self, history: Sequence[float]) -> Forecast: ...
+
+
+def clean(history: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(list(history), dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def finish(raw: float, hist: np.ndarray, method: str, explode_ratio: float) -> Forecast:
+    """Apply the floor / explosion clamp common to all predictors."""
+    recent_max = float(np.max(hist[-32:])) if hist.size else 0.0
+    # The small absolute slack keeps an all-zero history from flagging a 1e-12 forecast.
+    bound = explode_ratio * max(recent_max, 0.0) + 1e-6
+    if not math.isfinite(raw):
+        return Forecast(bound if hist.size else math.nan, method, exploded=True, raw=raw)
+    if raw > bound:
+        return Forecast(bound, method, exploded=True, raw=raw)
+    return Forecast(max(0.0, raw), method, raw=raw)
+
+
+@dataclass
+class ConstantPredictor:
+    """Next value = last observed value (the reactive baseline)."""
+
+    explode_ratio: float = 4.0
+    name: str = "constant"
+
+    def predict(self, history: Sequence[float]) -> Forecast:
+        hist = clean(history)
+        if hist.size == 0:
+            return Forecast(math.nan, self.name)
+        return finish(float(hist[-1]), hist, self.name, self.explode_ratio)
+
+
+@dataclass
+class MovingAveragePredictor:
+    window: int = 5
+    explode_ratio: float = 4.0
+    name: str = "moving-average"
+
+    def predict(self, history: Sequence[float]) -> Forecast:
+        hist = clean(history)
+        if hist.size == 0:
+            return Forecast(math.nan, self.name)
+        return finish(float(np.mean(hist[-self.window :])), hist, self.name, self.explode_ratio)
+
+
+@dataclass
+class HoltWintersPredictor:
+    """Additive-trend exponential smoothing, optionally with an additive season.
+
+    The trend is damped: an undamped trend fitted on a ramp keeps climbing for ever,
+    which is exactly the runaway scale-up a planner must not do.
+    """
+
+    seasonal_periods: int | None = None
+    max_history: int = 240
+    explode_ratio: float = 4.0
+    name: str = "holt-winters"
+
+    def predict(self, history: Sequence[float]) -> Forecast:
+        hist = clean(history)[-self.max_history :]
+        if hist.size < 6 or float(np.ptp(hist)) == 0.0:
+            # Too short to fit a trend, or constant: the mean is the best estimate.
+            fb = MovingAveragePredictor(explode_ratio=self.explode_ratio).predict(hist)
+            return Forecast(fb.value, f"{self.name}>moving-average", fb.exploded, fb.raw)
+        from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+        seasonal = None
+        sp = self.seasonal_periods
+        if sp and sp >= 2 and hist.size >= 2 * sp + 2:
+            seasonal = "add"
+        model = ExponentialSmoothing(
+            hist,
+            trend="add",
+            damped_trend=True,
+            seasonal=seasonal,
+            seasonal_periods=sp if seasonal else None,
+            initialization_method="estimated",
+        )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fit = model.fit(optimized=True)
+                raw = float(fit.forecast(1)[0])
+        except (ValueError, np.linalg.LinAlgError) as exc:  # degenerate fits
+            fb = ConstantPredictor(self.explode_ratio).predict(hist)
+            return Forecast(fb.value, f"{self.name}>constant ({type(exc).__name__})", fb.exploded, fb.raw)
+        method = self.name + ("(seasonal)" if seasonal else "")
+        return finish(raw, hist, method, self.explode_ratio)
+
+
+@dataclass
+class ArimaPredictor:
+    """ARIMA(p,d,q), optionally seasonal (SARIMA with period ``seasonal_periods``)."""
+
+    order: tuple[int, int, int] = (2, 1, 1)
+    seasonal_periods: int | None = None
+    max_history: int = 120
+    explode_ratio: float = 4.0
+    name: str = "arima"
+
+    def predict(self, history: Sequence[float]) -> Forecast:
+        hist = clean(history)[-self.max_history :]
+        if hist.size < 10 or float(np.ptp(hist)) == 0.0:
+            fb = MovingAveragePredictor(explode_ratio=self.explode_ratio).predict(hist)
+            return Forecast(fb.value, f"{self.name}>moving-average", fb.exploded, fb.raw)
+        from statsmodels.tsa.arima.model import ARIMA
+
+        sp = self.seasonal_periods
+        seasonal_order = (1, 0, 0, sp) if sp and sp >= 2 and hist.size >= 3 * sp else (0, 0, 0, 0)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fit = ARIMA(hist, order=self.order, seasonal_order=seasonal_order).fit()
+                raw = float(fit.forecast(1)[0])
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            fb = ConstantPredictor(self.explode_ratio).predict(hist)
+            return Forecast(fb.value, f"{self.name}>constant ({type(exc).__name__})", fb.exploded, fb.raw)
+        method = self.name + ("(seasonal)" if seasonal_order[3] else "")
+        return finish(raw, hist, method, self.explode_ratio)
+
+
+def make_predictor(name: str, *, seasonal_periods: int | None = None, explode_ratio: float = 4.0) -> Predictor:
+    """Build a predictor by its CRD name (spec.autoscaling.predictor)."""
+    key = name.strip().lower().replace("_", "-")
+    if key in ("constant", "last", "last-value"):
+        return ConstantPredictor(explode_ratio=explode_ratio)
+    if key in ("moving-average", "ma", "movingaverage"):
+        return MovingAveragePredictor(explode_ratio=explode_ratio)
+    if key in ("holt-winters", "holtwinters", "exponential-smoothing"):
+        return HoltWintersPredictor(seasonal_periods=seasonal_periods, explode_ratio=explode_ratio)
+    if key in ("arima", "sarima"):
+        return ArimaPredictor(seasonal_periods=seasonal_periods, explode_ratio=explode_ratio)
+    raise ValueError(f"unknown predictor {name!r}; expected one of {', '.join(PREDICTORS)}")

@@ -1,0 +1,64 @@
+import math
+
+import numpy as np
+import pytest
+
+from pdserve.planner.predictors import (
+    ArimaPredictor, ConstantPredictor, Forecast, HoltWintersPredictor, MovingAveragePredictor, finish, make_predictor,
+)
+
+
+def test_constant_and_moving_average():
+    assert ConstantPredictor().predict([1, 2, 7]).value == 7
+    assert MovingAveragePredictor(window=2).predict([1, 2, 4]).value == 3
+    assert math.isnan(ConstantPredictor().predict([]).value)
+
+
+def test_nan_samples_are_dropped():
+    f = MovingAveragePredictor(window=3).predict([2.0, math.nan, 4.0, math.inf, 6.0])
+    assert f.value == pytest.approx(4.0)
+    assert math.isnan(ConstantPredictor().predict([math.nan, math.nan]).value)
+
+
+@pytest.mark.parametrize("cls", [HoltWintersPredictor, ArimaPredictor])
+def test_trend_models_follow_a_ramp(cls):
+    ramp = [10 + 2 * i for i in range(40)]
+    f = cls().predict(ramp)
+    assert f.ok
+    # The next value is 90; a damped trend lands close, the last value (88) is the floor.
+    assert 85 <= f.value <= 95, f
+
+
+@pytest.mark.parametrize("cls", [HoltWintersPredictor, ArimaPredictor])
+def test_trend_models_fall_back_on_short_or_flat_history(cls):
+    f = cls().predict([3.0, 5.0])
+    assert f.value == pytest.approx(4.0) and ">moving-average" in f.method
+    f = cls().predict([5.0] * 30)
+    assert f.value == pytest.approx(5.0)
+
+
+def test_seasonal_holt_winters_beats_constant_on_a_cycle():
+    period = 12
+    series = [50 + 30 * math.sin(2 * math.pi * i / period) for i in range(6 * period)]
+    errs = {"hw": [], "const": []}
+    for t in range(4 * period, len(series) - 1):
+        errs["hw"].append(abs(HoltWintersPredictor(seasonal_periods=period).predict(series[: t + 1]).value - series[t + 1]))
+        errs["const"].append(abs(ConstantPredictor().predict(series[: t + 1]).value - series[t + 1]))
+    assert np.mean(errs["hw"]) < 0.5 * np.mean(errs["const"])
+
+
+def test_explosion_is_clamped_and_flagged():
+    hist = np.array([1.0, 2.0, 3.0])
+    f = finish(1e9, hist, "x", explode_ratio=4.0)
+    assert f.exploded and f.value == pytest.approx(12.0, rel=1e-3) and f.raw == 1e9 and not f.ok
+    f = finish(math.inf, hist, "x", 4.0)
+    assert f.exploded and math.isfinite(f.value)
+    f = finish(-5.0, hist, "x", 4.0)
+    assert f == Forecast(0.0, "x", False, -5.0)
+
+
+def test_make_predictor_names():
+    assert isinstance(make_predictor("Holt_Winters"), HoltWintersPredictor)
+    assert isinstance(make_predictor("arima", seasonal_periods=4), ArimaPredictor)
+    with pytest.raises(ValueError, match="unknown predictor 'prophet'"):
+        make_predictor("prophet")
