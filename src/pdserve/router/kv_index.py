@@ -50,6 +50,9 @@ class KvIndex:
         self._owned: list[set[Hashable]] = []
         self._all_mask = 0
         self.events_applied = 0
+        # The candidate list is usually the same pool call after call: cache its mask.
+        self._mask_key: tuple[str, ...] = ()
+        self._mask_val = 0
 
     # ---- updates -------------------------------------------------------------
     def _slot(self, worker_id: str) -> int:
@@ -66,6 +69,7 @@ class KvIndex:
             self._owned.append(set())
         self._slot_of[worker_id] = slot
         self._all_mask |= 1 << slot
+        self._mask_key = ()
         return slot
 
     def apply(self, worker_id: str, event: KvEvent) -> None:
@@ -117,6 +121,7 @@ class KvIndex:
         del self._slot_of[worker_id]
         self._worker_at[slot] = None
         self._all_mask &= ~(1 << slot)
+        self._mask_key = ()
 
     # ---- queries -------------------------------------------------------------
     def overlaps(self, hashes: Sequence[Hashable], worker_ids: Iterable[str] | None = None) -> dict[str, int]:
@@ -124,11 +129,16 @@ class KvIndex:
         if worker_ids is None:
             active = self._all_mask
         else:
-            active = 0
-            for w in worker_ids:
-                slot = self._slot_of.get(w)
-                if slot is not None:
-                    active |= 1 << slot
+            key = tuple(worker_ids)
+            if key == self._mask_key:
+                active = self._mask_val
+            else:
+                active = 0
+                for w in key:
+                    slot = self._slot_of.get(w)
+                    if slot is not None:
+                        active |= 1 << slot
+                self._mask_key, self._mask_val = key, active
         result: dict[str, int] = {}
         blocks = self._blocks
         depth = 0

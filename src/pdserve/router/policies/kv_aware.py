@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pdserve.router.kv_index import KvIndex
-from pdserve.router.policies.cost import CostWeights, pick, score_workers
+from pdserve.router.policies.cost import CostWeights, pick, raw_scores
 from pdserve.router.policies.types import Decision, Policy, RouteRequest, WorkerView
 
 
@@ -30,7 +30,7 @@ class KvAwarePolicy(Policy):
 
     def _choose(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> Decision:
         overlaps = self.overlaps(req, workers, now)
-        scored = score_workers(self, self.weights, req, workers, overlaps)
+        scored = raw_scores(self, self.weights, req, workers, overlaps)
         self._rotation += 1
         best, note = pick(scored, self.weights, self._rotation)
         max_overlap = max(overlaps.values(), default=0)
