@@ -1,0 +1,124 @@
+"""A real Prometheus server (Debian's `prometheus` binary) for tests: empty TSDB in a
+temporary directory, loopback only, an ephemeral port, stopped with its process group."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+BINARY = os.environ.get("PDSERVE_PROMETHEUS", shutil.which("prometheus") or "/usr/bin/prometheus")
+
+
+def available() -> bool:
+    return Path(BINARY).is_file() and os.access(BINARY, os.X_OK)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrometheusServer:
+    """`with PrometheusServer(scrape_configs) as prom: prom.query("up")`."""
+
+    def __init__(self, scrape_configs: list[dict[str, Any]] | None = None, scrape_interval: str = "1s") -> None:
+        self.scrape_configs = scrape_configs or []
+        self.scrape_interval = scrape_interval
+        self.port = 0
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_config(self) -> None:
+        assert self._dir is not None
+        config = {
+            "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
+            "scrape_configs": self.scrape_configs,
+        }
+        Path(self._dir.name, "prometheus.yml").write_text(yaml.safe_dump(config))
+
+    def reload(self, scrape_configs: list[dict[str, Any]]) -> None:
+        """Swap the scrape targets (the server is started with --web.enable-lifecycle)."""
+        self.scrape_configs = scrape_configs
+        self.write_config()
+        httpx.post(f"{self.url}/-/reload", timeout=10).raise_for_status()
+
+    def __enter__(self) -> PrometheusServer:
+        if not available():
+            raise RuntimeError(f"prometheus binary not found at {BINARY} (apt-get install prometheus)")
+        self._dir = tempfile.TemporaryDirectory(prefix="pdserve-prom-")
+        self.write_config()
+        last_error = ""
+        for _ in range(3):  # another process may grab the port between probe and bind
+            self.port = _free_port()
+            log = open(Path(self._dir.name, "prometheus.log"), "wb")
+            self._proc = subprocess.Popen(
+                [
+                    BINARY,
+                    f"--config.file={self._dir.name}/prometheus.yml",
+                    f"--storage.tsdb.path={self._dir.name}/data",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--web.enable-lifecycle",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            log.close()
+            if self._wait_ready():
+                return self
+            last_error = Path(self._dir.name, "prometheus.log").read_text(errors="replace")[-2000:]
+            self._stop()
+        self._dir.cleanup()
+        raise RuntimeError(f"prometheus did not become ready:\n{last_error}")
+
+    def _wait_ready(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                return False
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        return False
+
+    def _stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait()
+        self._proc = None
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+        if self._dir is not None:
+            self._dir.cleanup()
+
+    def query(self, expr: str) -> dict[str, Any]:
+        """Instant query; returns Prometheus's JSON. Raises ValueError naming a bad query."""
+        r = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10)
+        body: dict[str, Any] = r.json()
+        if body.get("status") != "success":
+            raise ValueError(f"{body.get('errorType')}: {body.get('error')} in query {expr!r}")
+        return body
