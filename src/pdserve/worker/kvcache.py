@@ -1,0 +1,145 @@
+"""Paged KV blocks with prefix caching and LRU eviction, after vLLM v1's BlockPool.
+
+A block is *cached* once it is full and its hash registered; when its last user
+frees it, it goes to the tail of the free queue but keeps its hash, so a later
+request with the same prefix can take it back (a prefix hit). Allocation pops from
+the head of the free queue, evicting the least recently freed cached block. The pool
+records stored / removed hashes so the engine can publish vLLM's KV events.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class StoredBlocks:
+    """One vLLM ``BlockStored`` event: consecutive blocks of one request."""
+
+    block_hashes: list[bytes]
+    parent_block_hash: bytes | None
+    token_ids: list[int]
+
+
+@dataclass(slots=True)
+class KvEvents:
+    stored: list[StoredBlocks] = field(default_factory=list)
+    removed: list[bytes] = field(default_factory=list)
+    cleared: bool = False
+
+
+class BlockPool:
+    """Fixed pool of ``num_blocks`` blocks; all operations are O(blocks touched)."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.ref_cnt = [0] * num_blocks
+        self.block_hash: list[bytes | None] = [None] * num_blocks
+        # Free blocks in eviction order (head = evicted first); values unused.
+        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self.cached: dict[bytes, int] = {}
+        self.events = KvEvents()
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    def usage(self) -> float:
+        return 1.0 - len(self.free) / self.num_blocks
+
+    def drain_events(self) -> KvEvents:
+        ev, self.events = self.events, KvEvents()
+        return ev
+
+    def find_prefix(self, hashes: Sequence[bytes], max_blocks: int) -> list[int]:
+        """Block ids of the longest cached prefix of ``hashes`` (at most ``max_blocks``), not yet taken."""
+        if not self.enable_caching:
+            return []
+        out: list[int] = []
+        cached = self.cached
+        for h in hashes[:max_blocks]:
+            bid = cached.get(h)
+            if bid is None:
+                break
+            out.append(bid)
+        return out
+
+    def touch(self, block_ids: Sequence[int]) -> None:
+        """Take a reference on blocks found by ``find_prefix`` (removing free ones from the queue)."""
+        for bid in block_ids:
+            if self.ref_cnt[bid] == 0:
+                del self.free[bid]
+            self.ref_cnt[bid] += 1
+
+    def allocate(self, n: int) -> list[int]:
+        """``n`` fresh blocks, evicting cached free blocks in LRU order. Caller checks ``num_free``."""
+        if n > len(self.free):
+            raise RuntimeError(f"allocate({n}) with only {len(self.free)} free blocks")
+        out: list[int] = []
+        for _ in range(n):
+            bid, _ = self.free.popitem(last=False)
+            h = self.block_hash[bid]
+            if h is not None:
+                self.block_hash[bid] = None
+                if self.cached.get(h) == bid:
+                    del self.cached[h]
+                    self.events.removed.append(h)
+            self.ref_cnt[bid] = 1
+            out.append(bid)
+        return out
+
+    def free_blocks(self, block_ids: Sequence[int]) -> None:
+        """Drop one reference from each block; tail blocks of a sequence are freed first so they
+        are evicted before the shared prefix blocks (vLLM frees in reverse order)."""
+        for bid in reversed(block_ids):
+            self.ref_cnt[bid] -= 1
+            if self.ref_cnt[bid] == 0:
+                self.free[bid] = None
+
+    def cache_blocks(
+        self,
+        block_ids: Sequence[int],
+        hashes: Sequence[bytes],
+        start: int,
+        end: int,
+        token_ids: Sequence[int],
+        block_size: int,
+        token_offset_blocks: int = 0,
+    ) -> None:
+        """Register blocks ``start..end-1`` of a request as full and reusable; emits one BlockStored.
+
+        ``token_ids`` holds the request's tokens from block ``token_offset_blocks`` on."""
+        if not self.enable_caching or end <= start:
+            return
+        new_hashes: list[bytes] = []
+        for i in range(start, end):
+            h = hashes[i]
+            bid = block_ids[i]
+            if h in self.cached:
+                continue  # another block already holds this content; keep that one
+            self.cached[h] = bid
+            self.block_hash[bid] = h
+            new_hashes.append(h)
+        if new_hashes:
+            parent = hashes[start - 1] if start > 0 else None
+            self.events.stored.append(
+                StoredBlocks(
+                    new_hashes,
+                    parent,
+                    list(token_ids[(start - token_offset_blocks) * block_size : (end - token_offset_blocks) * block_size]),
+                )
+            )
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash (vLLM's reset_prefix_cache); only when no block is in use."""
+        if len(self.free) != self.num_blocks:
+            return False
+        self.cached.clear()
+        self.block_hash = [None] * self.num_blocks
+        self.events.cleared = True
+        return True
