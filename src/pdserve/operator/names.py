@@ -1,0 +1,72 @@
+"""Names, labels and fixed ports shared by rendering, status and the handlers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pdserve import __version__
+from pdserve.api import API_VERSION, KIND, DisaggregatedService
+
+Role = Literal["prefill", "decode", "router"]
+WORKER_ROLES: tuple[Role, Role] = ("prefill", "decode")
+ROLES: tuple[Role, Role, Role] = ("prefill", "decode", "router")
+
+SERVICE_LABEL = "pdserve.io/service"
+ROLE_LABEL = "pdserve.io/role"
+MANAGED_BY = "pdserve-operator"
+FIELD_MANAGER = "pdserve-operator"
+
+HTTP_PORT = 8000
+KV_EVENTS_PORT = 5557
+
+DEFAULT_PDSERVE_IMAGE = f"ghcr.io/pdserve/pdserve:{__version__}"
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Operator-wide settings that are not part of a resource's spec."""
+
+    pdserve_image: str = DEFAULT_PDSERVE_IMAGE
+    vllm_image: str = DEFAULT_VLLM_IMAGE
+    cluster_domain: str = "cluster.local"
+
+
+def child_name(svc: DisaggregatedService, role: Role) -> str:
+    return f"{svc.metadata.name}-{role}"
+
+
+def service_name(svc: DisaggregatedService) -> str:
+    """The router's Service carries the resource's own name: it is the user-facing endpoint."""
+    return svc.metadata.name
+
+
+def selector_labels(svc: DisaggregatedService, role: Role) -> dict[str, str]:
+    # Never change these: a Deployment's selector is immutable.
+    return {SERVICE_LABEL: svc.metadata.name, ROLE_LABEL: role}
+
+
+def labels(svc: DisaggregatedService, role: Role) -> dict[str, str]:
+    return {
+        **selector_labels(svc, role),
+        "app.kubernetes.io/name": "pdserve",
+        "app.kubernetes.io/instance": svc.metadata.name,
+        "app.kubernetes.io/component": role,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def owner_reference(svc: DisaggregatedService) -> dict[str, object]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": svc.metadata.name,
+        "uid": svc.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def endpoint_url(svc: DisaggregatedService, options: RenderOptions) -> str:
+    return f"http://{service_name(svc)}.{svc.metadata.namespace}.svc.{options.cluster_domain}:{HTTP_PORT}/v1"

@@ -1,0 +1,29 @@
+"""The operator's least-privilege RBAC: the chart's ClusterRole must equal RULES exactly.
+
+The control-plane tests run the operator under an identity bound to exactly these
+rules, so a missing verb fails a test and an unused one is a review smell."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdserve.api import GROUP, PLURAL
+
+RULES: list[dict[str, Any]] = [
+    # The resource itself: watch it; patch it for kopf's finalizer and progress annotations.
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
+    # Owner references with blockOwnerDeletion need this where OwnerReferencesPermissionEnforcement is on.
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
+    # Children, applied with server-side apply (create + patch); Deployments are watched for drift.
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["services", "serviceaccounts"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["get", "create", "patch"]},
+    # Pending pods explain ScalingLimited; also, the router Role grants pods get/list/watch,
+    # and RBAC only lets the operator grant what it holds itself.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    # Kubernetes Events on transitions (ours and kopf's).
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    # kopf rescans resources when CRDs change.
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+]
