@@ -11,6 +11,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from pdserve.operator.rbac import RULES
+
 from .conftest import BAD_VALUES, CHART_DIR, GOOD_VALUES, load_values, of_kind, render
 
 KUBE_VERSION = "1.30.0"
@@ -190,15 +192,18 @@ def test_cluster_scope_binds_one_cluster_role(chart: helm.Chart) -> None:
 
 def test_namespace_scope_uses_roles_in_each_watched_namespace(chart: helm.Chart) -> None:
     objects = render(chart, {"operator": {"scope": "namespace", "watchNamespaces": ["team-a", "team-b"]}, "monitoring": {"podMonitors": True}})
-    assert not of_kind(objects, "ClusterRole") and not of_kind(objects, "ClusterRoleBinding")
     roles = of_kind(objects, "Role")
     bindings = of_kind(objects, "RoleBinding")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for b in bindings:
         assert b["subjects"][0]["namespace"] == "pdserve-system"
-    for r in roles:  # cluster-scoped resources cannot be granted by a Role
-        assert not any("customresourcedefinitions" in rule["resources"] or "namespaces" in rule["resources"] for rule in r["rules"])
+    # Only read-only CRD discovery stays cluster-wide (a Role cannot grant a cluster-scoped resource).
+    (cluster_role,) = of_kind(objects, "ClusterRole")
+    assert _rule_set(cluster_role["rules"]) == {("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")}
+    for r in roles:
+        assert not any("customresourcedefinitions" in rule["resources"] for rule in r["rules"])
+        assert _rule_set(r["rules"]) | _rule_set(cluster_role["rules"]) == _rule_set(of_kind(render(chart), "ClusterRole")[0]["rules"])
     (deploy,) = of_kind(objects, "Deployment")
     for c in deploy["spec"]["template"]["spec"]["containers"]:
         assert "--namespace=team-a" in c["args"] and "--namespace=team-b" in c["args"]
@@ -220,16 +225,17 @@ def test_rbac_is_least_privilege(chart: helm.Chart) -> None:
     (role,) = of_kind(render(chart), "ClusterRole")
     granted = _rule_set(role["rules"])
     assert not any("*" in t for t in granted), "no wildcards"
-    assert not any(r in {"secrets", "configmaps", "clusterroles", "roles", "rolebindings", "nodes"} for _, r, _ in granted)
+    assert not any(r in {"secrets", "configmaps", "clusterroles", "clusterrolebindings", "nodes"} for _, r, _ in granted)
+    assert not any(v == "delete" for _, _, v in granted), "children go with their owner (garbage collection)"
     assert not any(v in {"escalate", "bind", "impersonate", "deletecollection"} for _, _, v in granted)
     assert ("pdserve.io", "disaggregatedservices", "watch") in granted
     assert ("apps", "deployments", "create") in granted
+    assert ("pdserve.io", "disaggregatedservices/status", "patch") in granted, "the planner writes status.planner"
 
 
 def test_cluster_role_equals_the_operator_rules(chart: helm.Chart) -> None:
-    rbac = pytest.importorskip("pdserve.operator.rbac", reason="the operator's RULES have not landed yet")
     (role,) = of_kind(render(chart), "ClusterRole")
-    assert _rule_set(role["rules"]) == _rule_set([dict(r) for r in rbac.RULES])
+    assert _rule_set(role["rules"]) == _rule_set(RULES)
 
 
 def test_monitoring_objects_follow_the_toggles(chart: helm.Chart) -> None:

@@ -67,39 +67,41 @@ app.kubernetes.io/part-of: pdserve
 {{- end -}}
 
 {{/*
-The operator's least-privilege rules: the source of truth is
-pdserve.operator.rbac.RULES; tests/chart checks the two are equal.
-Cluster-scoped entries (CRDs, namespaces) only matter for cluster scope.
+The operator's least-privilege rules. The source of truth is
+pdserve.operator.rbac.RULES; tests/chart checks the chart grants exactly those.
+The planner (in the same pod, same ServiceAccount) needs only a subset: patch on
+the resource (replicas) and on its status (status.planner).
 */}}
 {{- define "pdserve.namespacedRules" -}}
 - apiGroups: ["pdserve.io"]
   resources: ["disaggregatedservices"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["pdserve.io"]
   resources: ["disaggregatedservices/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["get", "patch"]
 - apiGroups: ["pdserve.io"]
   resources: ["disaggregatedservices/finalizers"]
   verbs: ["update"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
-  resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  resources: ["services", "serviceaccounts"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
-- apiGroups: ["", "events.k8s.io"]
+- apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end -}}
 
+{{/* Cluster-scoped: a Role cannot grant these, so namespace scope keeps a small ClusterRole for them. */}}
 {{- define "pdserve.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["namespaces"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 {{- end -}}
