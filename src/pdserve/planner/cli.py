@@ -1,0 +1,215 @@
+"""``pdserve planner run`` and ``pdserve planner backtest``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from pdserve.planner.predictors import PREDICTORS
+
+
+def _run_parser(sub) -> None:
+    p = sub.add_parser("run", help="run the planner loop",
+                       description="Run the forecasting planner. With --actuator kubernetes it plans one "
+                                   "DisaggregatedService (--service) or all of them in its namespaces, taking "
+                                   "SLOs and bounds from each resource. With process-pool it runs local "
+                                   "`pdserve worker` processes and writes the router's discovery file.")
+    p.add_argument("--service", help="DisaggregatedService name (kubernetes) or a label for metrics")
+    p.add_argument("--namespace", action="append", help="namespace (repeatable without --service)")
+    p.add_argument("--all-namespaces", action="store_true")
+    p.add_argument("--actuator", choices=["kubernetes", "process-pool", "static"], default="kubernetes")
+    p.add_argument("--prometheus", "--prometheus-url", dest="prometheus", help="Prometheus base URL")
+    p.add_argument("--selector", help="PromQL label matchers for the workers (default: namespace + pdserve_service)")
+    p.add_argument("--scrape", action="append", default=[], metavar="[ROLE=]URL",
+                   help="scrape a worker's /metrics directly (repeatable); ROLE is prefill or decode")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, never change replicas")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--metrics-port", type=int, default=0, help="serve pdserve_planner_* metrics here (0: off)")
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--max-ticks", type=int, help="stop after this many decisions (local actuators)")
+    p.add_argument("--decisions-out", type=Path, help="append each decision as a JSON line")
+    g = p.add_argument_group("policy (local actuators; kubernetes reads these from the resource)")
+    g.add_argument("--profile", type=Path, help="capacity profile JSON (from `pdserve profile`)")
+    g.add_argument("--model-profile", default="llama-3.1-8b-h100", help="derive the profile from this engine model")
+    g.add_argument("--interval", type=float, help="seconds between decisions")
+    g.add_argument("--predictor", choices=[*PREDICTORS, "moving_average", "holt_winters"], default="holt-winters")
+    g.add_argument("--ttft-ms", type=float, default=2000.0)
+    g.add_argument("--itl-ms", type=float, default=50.0)
+    g.add_argument("--prefill-min", type=int, default=1)
+    g.add_argument("--prefill-max", type=int, default=8)
+    g.add_argument("--decode-min", type=int, default=1)
+    g.add_argument("--decode-max", type=int, default=8)
+    g.add_argument("--prefill-tp", type=int, default=1)
+    g.add_argument("--decode-tp", type=int, default=1)
+    g.add_argument("--gpu-budget", type=int)
+    g.add_argument("--stabilization-s", type=float, default=300.0)
+    g.add_argument("--scale-to-zero", action="store_true")
+    g.add_argument("--target-utilization", type=float, default=0.85)
+    w = p.add_argument_group("process pool")
+    w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
+    w.add_argument("--worker-model", default="mock-model")
+    w.add_argument("--worker-arg", action="append", default=[], help="extra `pdserve worker` flag (repeatable)")
+    w.add_argument("--initial-prefill", type=int, default=1)
+    w.add_argument("--initial-decode", type=int, default=1)
+    w.add_argument("--log-dir", type=Path)
+
+
+def _backtest_parser(sub) -> None:
+    p = sub.add_parser("backtest", help="score the predictors on a trace",
+                       description="One-step-ahead forecasts of a trace's per-interval request rate; MAPE and RMSE per predictor.")
+    p.add_argument("--trace", required=True, type=Path, help="Azure CSV or Mooncake JSONL trace")
+    p.add_argument("--interval", type=float, default=60.0, help="seconds per interval")
+    p.add_argument("--predictors", nargs="+", default=list(PREDICTORS), choices=PREDICTORS)
+    p.add_argument("--seasonal-periods", type=int, help="season length in intervals (seasonal Holt-Winters / SARIMA)")
+    p.add_argument("--out", type=Path, help="write results as JSON")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="pdserve planner", description="The forecasting SLA planner.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    _run_parser(sub)
+    _backtest_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "backtest":
+            return _backtest(args)
+        return asyncio.run(_run(args, parser))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"pdserve planner: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _backtest(args) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from pdserve.planner.backtest import backtest, interval_rates
+    from pdserve.sim.traces import load_trace
+
+    trace = load_trace(args.trace)
+    rates = interval_rates([r.arrival_s for r in trace.requests], args.interval)
+    with Progress(transient=True) as prog:
+        tasks = {n: prog.add_task(n, total=max(0, len(rates) - 5)) for n in args.predictors}
+        results = backtest(rates, args.predictors, seasonal_periods=args.seasonal_periods,
+                           progress=lambda n, i, tot: prog.update(tasks[n], completed=i))
+    table = Table(title=f"{args.trace.name}: {len(rates)} intervals of {args.interval:g} s")
+    for col in ("predictor", "MAPE %", "RMSE req/s", "exploded", "fit s"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(r.predictor, f"{r.mape_pct:.1f}", f"{r.rmse:.3f}", str(r.exploded), f"{r.seconds:.1f}")
+    Console().print(table)
+    if args.out:
+        args.out.write_text(json.dumps({"trace": str(args.trace), "interval_s": args.interval,
+                                        "intervals": len(rates), "results": [r.to_dict() for r in results]}, indent=2) + "\n")
+    return 0
+
+
+async def _run(args, parser) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    log = logging.getLogger("pdserve.planner")
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopped.set)
+    if args.actuator == "kubernetes":
+        return await _run_kubernetes(args, stopped, log)
+    return await _run_local(args, stopped, log)
+
+
+async def _run_kubernetes(args, stopped, log) -> int:
+    from kubernetes import client, config
+
+    from pdserve.planner.hosted import METRICS, run_hosted
+    from pdserve.planner.manager import run_manager
+
+    if args.scrape:
+        raise ValueError("--scrape works with local actuators only; the kubernetes actuator reads Prometheus")
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config(config_file=args.kubeconfig)
+    api_client = client.ApiClient()
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port, registry=METRICS.registry)
+    kw = dict(dry_run=args.dry_run, default_prometheus_url=args.prometheus, default_interval_s=args.interval)
+    if args.service:
+        ns = (args.namespace or ["default"])[0]
+        await run_hosted(ns, args.service, stopped=stopped, logger=log, api_client=api_client, **kw)
+    else:
+        await run_manager(None if args.all_namespaces else (args.namespace or ["default"]),
+                          stopped=stopped, logger=log, api_client=api_client, **kw)
+    return 0
+
+
+async def _run_local(args, stopped, log) -> int:
+    from pdserve.planner.actuator_process_pool import ProcessPool
+    from pdserve.planner.actuator_static import RecordingActuator
+    from pdserve.planner.loop import run_loop
+    from pdserve.planner.metrics import PlannerMetrics
+    from pdserve.planner.policy import PlannerPolicy, PolicyConfig
+    from pdserve.planner.profile import CapacityProfile
+    from pdserve.planner.profile_model import derive_profile
+    from pdserve.planner.source_prometheus import PrometheusSource, PromQL
+    from pdserve.planner.source_scrape import ScrapeSource, parse_target
+    from pdserve.planner.spec_config import rate_window
+
+    cfg = PolicyConfig(
+        ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval or 30.0,
+        predictor=args.predictor, prefill_min=args.prefill_min, prefill_max=args.prefill_max,
+        decode_min=args.decode_min, decode_max=args.decode_max, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
+        gpu_budget=args.gpu_budget, scale_down_stabilization_s=args.stabilization_s,
+        scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
+    )
+    if (bad := cfg.invalid()) is not None:
+        raise ValueError(bad)
+    profile = (CapacityProfile.load(args.profile) if args.profile
+               else derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp))
+    service, ns = args.service or "local", (args.namespace or ["default"])[0]
+    pool = None
+    if args.actuator == "process-pool":
+        pool = ProcessPool(model=args.worker_model, worker_args=args.worker_arg,
+                           discovery_file=args.discovery_file, log_dir=args.log_dir)
+        pool.scale("prefill", args.initial_prefill)
+        pool.scale("decode", args.initial_decode)
+        actuator = pool
+    else:
+        actuator = RecordingActuator(args.initial_prefill, args.initial_decode)
+    if args.prometheus:
+        selector = args.selector if args.selector is not None else f'namespace="{ns}",pdserve_service="{service}"'
+        source = PrometheusSource(args.prometheus, PromQL(selector, window=rate_window(cfg.interval_s, 5.0)))
+    elif args.scrape:
+        source = ScrapeSource([parse_target(s) for s in args.scrape])
+    elif pool is not None:
+        source = ScrapeSource(pool.targets)
+    else:
+        raise ValueError("give --prometheus URL or --scrape URL (or use --actuator process-pool)")
+    metrics = PlannerMetrics()
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port, addr="127.0.0.1", registry=metrics.registry)
+    out = open(args.decisions_out, "a") if args.decisions_out else None
+
+    def record(obs, d) -> None:
+        if out:
+            out.write(json.dumps({"time": d.timestamp, **d.to_status()}) + "\n")
+            out.flush()
+
+    try:
+        await run_loop(PlannerPolicy(cfg, profile), source, actuator, stopped=stopped, metrics=metrics,
+                       service=service, namespace=ns, dry_run=args.dry_run, on_decision=record,
+                       max_ticks=args.max_ticks, logger=log)
+    finally:
+        if pool is not None:
+            pool.close()
+        if out:
+            out.close()
+    return 0

@@ -1,0 +1,87 @@
+"""The planner as the operator hosts it: one loop per DisaggregatedService.
+
+    await run_hosted(namespace, name, stopped=stopped, logger=logger, api_client=None)
+
+Called from a kopf daemon. Each interval it re-reads the resource (so edits to
+spec.slo / spec.autoscaling apply on the next interval), decides with a policy whose
+history survives those edits, and patches the resource. It returns when ``stopped``
+is set (kopf's DaemonStopped, or any object with ``is_set()`` and ``wait(timeout)``)
+or when the resource is deleted. While autoscaling is disabled it idles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from pdserve.planner.actuator_kubernetes import KubernetesActuator
+from pdserve.planner.loop import is_stopped, sleep_unless_stopped, tick
+from pdserve.planner.metrics import PlannerMetrics
+from pdserve.planner.policy import PlannerPolicy
+from pdserve.planner.predictors import make_predictor
+from pdserve.planner.source_prometheus import PrometheusSource, PromQL
+from pdserve.planner.spec_config import load_profile_for, rate_window, settings_from_body
+
+METRICS = PlannerMetrics()  # one registry per process; the operator may expose it
+
+
+async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging.Logger | Any,
+                     api_client: Any = None, dry_run: bool = False, default_prometheus_url: str | None = None,
+                     default_interval_s: float | None = None, scrape_interval_s: float = 15.0,
+                     clock=time.time, retry_s: float = 10.0) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    actuator = KubernetesActuator(namespace, name, api_client, dry_run=dry_run)
+    policy: PlannerPolicy | None = None
+    profile_key: tuple | None = None
+    source: PrometheusSource | None = None
+    while not is_stopped(stopped):
+        try:
+            body = await asyncio.to_thread(actuator.read)
+        except ApiException as exc:
+            if exc.status == 404:
+                logger.info(f"planner {namespace}/{name}: resource gone, stopping")
+                return
+            logger.warning(f"planner {namespace}/{name}: cannot read the resource: {exc.reason}")
+            await sleep_unless_stopped(stopped, retry_s)
+            continue
+        try:
+            settings = settings_from_body(body, default_prometheus_url=default_prometheus_url,
+                                          default_interval_s=default_interval_s)
+        except ValueError as exc:
+            logger.error(f"planner {namespace}/{name}: {exc}")
+            await sleep_unless_stopped(stopped, retry_s)
+            continue
+        if not settings.enabled:
+            await sleep_unless_stopped(stopped, settings.config.interval_s)
+            continue
+        key = (settings.profile_configmap, settings.perf_profile, settings.config.prefill_tp, settings.config.decode_tp)
+        if policy is None or key != profile_key:
+            try:
+                profile = await asyncio.to_thread(load_profile_for, settings, namespace, actuator.core)
+            except Exception as exc:
+                logger.error(f"planner {namespace}/{name}: no capacity profile: {exc}")
+                await sleep_unless_stopped(stopped, retry_s)
+                continue
+            policy, profile_key = PlannerPolicy(settings.config, profile), key
+        elif dataclasses.asdict(policy.config) != dataclasses.asdict(settings.config):
+            # Keep the history; the new bounds / SLOs apply from this interval.
+            if settings.config.predictor != policy.config.predictor:
+                policy.predictor = make_predictor(settings.config.predictor, explode_ratio=settings.config.explode_ratio)
+            policy.config = settings.config
+        query = PromQL(f'namespace="{namespace}",pdserve_service="{name}"',
+                       window=rate_window(settings.config.interval_s, scrape_interval_s),
+                       quantile=min(max(settings.config.attainment, 0.5), 0.99))
+        if source is None or source.url != settings.prometheus_url:
+            source = PrometheusSource(settings.prometheus_url, query)
+        source.query = query
+        started = clock()
+        out = await tick(policy, source, actuator, now=started, logger=logger)
+        if out is not None:
+            obs, d = out
+            METRICS.record(name, namespace, obs, d, settings.config.ttft_slo_ms, settings.config.itl_slo_ms)
+            (logger.warning if d.held else logger.info)(f"planner {namespace}/{name}: {d.reason}")
+        await sleep_unless_stopped(stopped, max(0.0, settings.config.interval_s - (clock() - started)))

@@ -1,0 +1,93 @@
+"""The planner loop shell: read pools, observe, decide, actuate, every interval.
+
+Sources and actuators are blocking (HTTP clients) and run in a worker thread so the
+loop stays responsive to ``stopped``. A failure to read the pools skips the tick
+(nothing sensible can be decided without knowing the current sizes); a failing
+source becomes a held decision inside the policy; a failing actuator is logged and
+retried on the next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pdserve.planner.decision import ScalingDecision
+from pdserve.planner.metrics import PlannerMetrics
+from pdserve.planner.observation import Observation, PoolState
+from pdserve.planner.policy import PlannerPolicy
+
+
+class MetricSource(Protocol):
+    def observe(self, now: float, prefill: PoolState, decode: PoolState) -> Observation: ...
+
+
+class Actuator(Protocol):
+    def pools(self) -> tuple[PoolState, PoolState]: ...
+
+    def apply(self, decision: ScalingDecision) -> None: ...
+
+
+async def sleep_unless_stopped(stopped: Any, seconds: float) -> None:
+    """Sleep, waking early when ``stopped`` is set (kopf's DaemonStopped or an asyncio.Event)."""
+    if stopped is None:
+        await asyncio.sleep(seconds)
+        return
+    if isinstance(stopped, asyncio.Event):
+        try:
+            await asyncio.wait_for(stopped.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+        return
+    waiter = stopped.wait(seconds)  # kopf: `await stopped.wait(timeout)`
+    if inspect.isawaitable(waiter):
+        await waiter
+
+
+def is_stopped(stopped: Any) -> bool:
+    return bool(stopped is not None and stopped.is_set())
+
+
+async def tick(policy: PlannerPolicy, source: MetricSource, actuator: Actuator, *, now: float,
+               dry_run: bool = False, logger: logging.Logger | Any = None) -> tuple[Observation, ScalingDecision] | None:
+    log = logger or logging.getLogger("pdserve.planner")
+    try:
+        prefill, decode = await asyncio.to_thread(actuator.pools)
+    except Exception as exc:
+        log.warning(f"planner: cannot read the pools, skipping this interval: {exc}")
+        return None
+    obs = await asyncio.to_thread(source.observe, now, prefill, decode)
+    decision = policy.decide(obs, now)
+    if not dry_run:
+        try:
+            await asyncio.to_thread(actuator.apply, decision)
+        except Exception as exc:
+            log.error(f"planner: applying {decision.prefill}P/{decision.decode}D failed: {exc}")
+    return obs, decision
+
+
+async def run_loop(policy: PlannerPolicy, source: MetricSource, actuator: Actuator, *, stopped: Any = None,
+                   clock: Callable[[], float] = time.time, metrics: PlannerMetrics | None = None,
+                   service: str = "", namespace: str = "", dry_run: bool = False,
+                   on_decision: Callable[[Observation, ScalingDecision], None] | None = None,
+                   max_ticks: int | None = None, logger: logging.Logger | Any = None) -> None:
+    log = logger or logging.getLogger("pdserve.planner")
+    n = 0
+    while not is_stopped(stopped) and (max_ticks is None or n < max_ticks):
+        started = clock()
+        out = await tick(policy, source, actuator, now=started, dry_run=dry_run, logger=log)
+        if out is not None:
+            obs, d = out
+            if metrics is not None:
+                metrics.record(service, namespace, obs, d, policy.config.ttft_slo_ms, policy.config.itl_slo_ms)
+            (log.warning if d.held else log.info)(f"planner {namespace}/{service}: {d.reason}")
+            if on_decision is not None:
+                on_decision(obs, d)
+        n += 1
+        if max_ticks is not None and n >= max_ticks:
+            break
+        await sleep_unless_stopped(stopped, max(0.0, policy.interval_s - (clock() - started)))

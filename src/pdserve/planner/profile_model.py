@@ -1,0 +1,92 @@
+"""Derive a capacity profile from the engine's performance model (no endpoint needed).
+
+Prefill: a replica with chunked prefill runs up to ``max_num_batched_tokens`` prompt
+tokens per step, so its saturated throughput at ISL *s* is the tokens of a full step
+over that step's time. Requests arrive at random (Poisson), so at utilisation rho the
+TTFT is the time to prefill one request alone plus a queueing wait; we use the M/M/1
+wait (mean rho*S/(1-rho), tail ln(rho/(1-q))*S/(1-rho)) because prompt lengths vary
+as much as exponential service times do in real traces (CV ~1), which M/D/1 would
+under-state.
+
+Decode: ITL at concurrency *n* and context *c* is one decode step of *n* sequences
+of context *c*; throughput is n / ITL. Concurrency stops where the KV cache is full.
+Tail ITL adds a margin for steps that also carry arriving requests' first tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pdserve.planner.profile import PROFILE_VERSION, CapacityProfile
+
+ISLS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+CONTEXTS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+CONCURRENCY = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+UTILISATION = (0.05, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+ITL_TAIL_MARGIN = 1.15
+
+
+def derive_profile(
+    perf_profile: str,
+    *,
+    prefill_tp: int = 1,
+    decode_tp: int = 1,
+    max_num_batched_tokens: int = 8192,
+    block_size: int = 16,
+    tail_quantile: float = 0.99,
+) -> CapacityProfile:
+    from pdserve.worker.perf import PerfModel, load_profile
+
+    pm_p = PerfModel(load_profile(perf_profile, tp=prefill_tp))
+    pm_d = PerfModel(load_profile(perf_profile, tp=decode_tp))
+    max_len = pm_p.profile.model.max_position_embeddings
+    tail_k = math.log(1.0 / (1.0 - tail_quantile))
+
+    pre = []
+    for isl in (s for s in ISLS if s <= max_len):
+        alone = _prefill_alone_s(pm_p, isl, max_num_batched_tokens)
+        per_step = max(1, max_num_batched_tokens // isl) if isl <= max_num_batched_tokens else 1
+        if isl <= max_num_batched_tokens:
+            step = pm_p.step_time([(isl, 0)] * per_step)
+            mu_tok = per_step * isl / step
+        else:
+            mu_tok = isl / alone
+        service = isl / mu_tok
+        for rho in UTILISATION:
+            mean_wait = rho * service / (1 - rho)
+            tail_wait = max(0.0, math.log(rho) + tail_k) * service / (1 - rho)
+            pre.append({
+                "isl": isl, "throughputTokensPerS": rho * mu_tok,
+                "ttftMeanMs": 1000 * (alone + mean_wait), "ttftTailMs": 1000 * (alone + tail_wait),
+            })
+
+    kv_tokens = pm_d.num_kv_blocks(block_size) * block_size
+    dec = []
+    for ctx in (c for c in CONTEXTS if c <= max_len):
+        for n in CONCURRENCY:
+            if n * (ctx + block_size) > kv_tokens:
+                break
+            itl = pm_d.step_time(decode_contexts=[ctx] * n)
+            dec.append({
+                "context": ctx, "concurrency": n, "throughputTokensPerS": n / itl,
+                "itlMeanMs": 1000 * itl, "itlTailMs": 1000 * itl * ITL_TAIL_MARGIN,
+            })
+    return CapacityProfile.model_validate({
+        "version": PROFILE_VERSION,
+        "model": pm_p.profile.model.name,
+        "hardware": pm_p.profile.gpu.name,
+        "source": f"sim:{perf_profile} (max_num_batched_tokens={max_num_batched_tokens})",
+        "tailQuantile": tail_quantile,
+        "prefill": {"tensorParallelSize": prefill_tp, "points": pre},
+        "decode": {"tensorParallelSize": decode_tp, "points": dec},
+    })
+
+
+def _prefill_alone_s(pm, isl: int, chunk: int) -> float:
+    """One request's prefill on an idle replica, chunk by chunk like vLLM's chunked prefill."""
+    t, done = 0.0, 0
+    while done < isl:
+        n = min(chunk, isl - done)
+        t += pm.step_time([(n, done)])
+        done += n
+    return t

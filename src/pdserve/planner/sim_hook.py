@@ -1,0 +1,69 @@
+"""The simulator's autoscaler hook, wrapping the same PlannerPolicy the live planner runs.
+
+``PlannerAutoscaler(policy)`` satisfies ``pdserve.sim.autoscale.Autoscaler``: each
+tick the simulator's ``WindowMetrics`` become an ``Observation`` (the metric-source
+side) and the decision becomes ``PoolSizes`` (the actuator side). Every decision is
+kept in ``decisions`` for plots and reports.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pdserve.planner.decision import ScalingDecision
+from pdserve.planner.observation import Observation, PoolState
+from pdserve.planner.policy import PlannerPolicy
+from pdserve.sim.autoscale import PoolMetrics, PoolSizes, WindowMetrics
+
+
+def _f(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def observation_from_window(now: float, window: WindowMetrics, current: PoolSizes) -> Observation:
+    """Simulator window -> planner observation.
+
+    The simulator reports p50/p90 over the window's completions; p50 stands in for
+    the mean (the profile's mean latency) and p90 for the tail. Instances still
+    starting are not ``pending`` in the Kubernetes sense (they will become ready),
+    so the pending cap never fires in simulation.
+    """
+    def pool(size: int, m: PoolMetrics) -> PoolState:
+        return PoolState(replicas=size, ready=m.ready)
+
+    hit = window.prefill.prefix_hit_ratio
+    if hit is None:
+        hit = window.decode.prefix_hit_ratio
+    return Observation(
+        timestamp=now,
+        prefill=pool(current.prefill, window.prefill),
+        decode=pool(current.decode, window.decode),
+        window_s=window.end_s - window.start_s,
+        request_rate=window.request_rate,
+        mean_isl=_f(window.mean_isl),
+        mean_osl=_f(window.mean_osl),
+        ttft_mean_s=_f(window.ttft_p50),
+        ttft_tail_s=_f(window.ttft_p90),
+        itl_mean_s=_f(window.itl_p50),
+        itl_tail_s=_f(window.itl_p90),
+        running=float(window.prefill.running + window.decode.running),
+        waiting=float(window.prefill.waiting + window.decode.waiting),
+        kv_usage=window.decode.kv_usage,
+        prefix_hit_ratio=_f(hit),
+    )
+
+
+@dataclass
+class PlannerAutoscaler:
+    policy: PlannerPolicy
+    decisions: list[ScalingDecision] = field(default_factory=list)
+
+    @property
+    def interval_s(self) -> float:
+        return self.policy.interval_s
+
+    def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes:
+        decision = self.policy.decide(observation_from_window(now, window, current), now)
+        self.decisions.append(decision)
+        return PoolSizes(prefill=decision.prefill, decode=decision.decode)

@@ -1,0 +1,123 @@
+"""Metric source: PromQL over vLLM's metric names, through prometheus-api-client.
+
+Workers are selected by a label selector (by default the labels the chart's
+PodMonitors attach by relabeling: ``namespace``, ``pdserve_service`` and
+``pdserve_role``). Every query is written as
+``(new name, this role) or (new name, any role) or (old name, ...)`` so one query
+covers vLLM >= 0.10 names, older names (``vllm:time_per_output_token_seconds``,
+``vllm:gpu_cache_usage_perc``, ``vllm:gpu_prefix_cache_*``) and pools without a role
+label (colocated). Anything Prometheus cannot answer comes back NaN; an unreachable
+Prometheus yields an ``Observation`` with ``error`` set, never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pdserve.planner.observation import Observation, PoolState
+
+
+@dataclass(frozen=True)
+class Names:
+    """Metric names, newest first: the first that has data wins."""
+
+    requests: tuple[str, ...] = ("vllm:request_success_total",)
+    prompt_hist: tuple[str, ...] = ("vllm:request_prompt_tokens",)
+    gen_hist: tuple[str, ...] = ("vllm:request_generation_tokens",)
+    ttft: tuple[str, ...] = ("vllm:time_to_first_token_seconds",)
+    itl: tuple[str, ...] = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+    running: tuple[str, ...] = ("vllm:num_requests_running",)
+    waiting: tuple[str, ...] = ("vllm:num_requests_waiting",)
+    kv: tuple[str, ...] = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    hits: tuple[str, ...] = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+    queries: tuple[str, ...] = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+
+
+class PromQL:
+    """Builds the planner's queries for one service (pure, testable without a server)."""
+
+    def __init__(self, selector: str, *, role_label: str = "pdserve_role", window: str = "1m",
+                 quantile: float = 0.9, names: Names = Names()) -> None:
+        self.selector = selector.strip().strip("{}")
+        self.role_label = role_label
+        self.window = window
+        self.quantile = quantile
+        self.names = names
+
+    def _sel(self, role: str | None) -> str:
+        parts = [p for p in (self.selector, f'{self.role_label}="{role}"' if role else "") if p]
+        return "{" + ",".join(parts) + "}"
+
+    def _alts(self, names: tuple[str, ...], role: str | None, build) -> str:
+        """``build(name, selector)`` for each name and for the role, then without it."""
+        roles = [role, None] if role else [None]
+        return " or ".join(f"({build(n, self._sel(r))})" for n in names for r in roles)
+
+    def rate_sum(self, names, role, suffix: str = "") -> str:
+        return self._alts(names, role, lambda n, s: f"sum(rate({n}{suffix}{s}[{self.window}]))")
+
+    def mean_of_hist(self, names, role) -> str:
+        w = self.window
+        return self._alts(names, role, lambda n, s: f"sum(rate({n}_sum{s}[{w}])) / sum(rate({n}_count{s}[{w}]))")
+
+    def quantile_of_hist(self, names, role) -> str:
+        q, w = self.quantile, self.window
+        return self._alts(names, role, lambda n, s: f"histogram_quantile({q}, sum by (le) (rate({n}_bucket{s}[{w}])))")
+
+    def gauge(self, names, role, agg: str = "sum") -> str:
+        return self._alts(names, role, lambda n, s: f"{agg}({n}{s})")
+
+    def ratio(self, num, den, role) -> str:
+        w = self.window
+        return " or ".join(
+            f"(sum(rate({a}{self._sel(r)}[{w}])) / sum(rate({b}{self._sel(r)}[{w}])))"
+            for a, b in zip(num, den) for r in ([role, None] if role else [None])
+        )
+
+    def queries(self) -> dict[str, str]:
+        n = self.names
+        return {
+            "request_rate": self.rate_sum(n.requests, "decode"),
+            "mean_isl": self.mean_of_hist(n.prompt_hist, "prefill"),
+            "mean_osl": self.mean_of_hist(n.gen_hist, "decode"),
+            "ttft_mean_s": self.mean_of_hist(n.ttft, "prefill"),
+            "ttft_tail_s": self.quantile_of_hist(n.ttft, "prefill"),
+            "itl_mean_s": self.mean_of_hist(n.itl, "decode"),
+            "itl_tail_s": self.quantile_of_hist(n.itl, "decode"),
+            "running": self.gauge(n.running, None),
+            "waiting": self.gauge(n.waiting, None),
+            "kv_usage": self.gauge(n.kv, "decode", agg="avg"),
+            "prefix_hit_ratio": self.ratio(n.hits, n.queries, "prefill"),
+        }
+
+
+class PrometheusSource:
+    def __init__(self, url: str, query: PromQL, *, timeout_s: float = 5.0) -> None:
+        from prometheus_api_client import PrometheusConnect
+        from urllib3.util.retry import Retry
+
+        self.url = url
+        self.query = query
+        # One quick retry: a dead Prometheus must turn into a held decision fast,
+        # not stall the loop through the client's default exponential backoff.
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s,
+                                       retry=Retry(total=1, backoff_factor=0.1))
+
+    def observe(self, now: float, prefill: PoolState, decode: PoolState) -> Observation:
+        values: dict[str, float] = {}
+        try:
+            for key, q in self.query.queries().items():
+                values[key] = _scalar(self._prom.custom_query(query=q))
+        except Exception as exc:  # network errors, HTTP 5xx, bad JSON: all mean "no data"
+            return Observation.failed(now, prefill, decode, f"prometheus {self.url}: {type(exc).__name__}: {exc}")
+        return Observation(timestamp=now, prefill=prefill, decode=decode, **values)
+
+
+def _scalar(result: list) -> float:
+    if not result:
+        return math.nan
+    try:
+        return float(result[0]["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return math.nan
