@@ -20,8 +20,8 @@ pytestmark = [
     pytest.mark.skipif(not Path(PROMTOOL).exists(), reason="promtool (Debian package prometheus) is not installed"),
 ]
 
-# A decode pod's labels as the PodMonitor relabels them.
-_LABELS = 'namespace="ml", pdserve_service="{service}", pdserve_role="decode"'
+# A router pod's labels as the PodMonitor relabels them.
+_LABELS = 'namespace="ml", pdserve_service="{service}", pdserve_role="router"'
 
 
 def _rule_groups(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -58,9 +58,9 @@ def test_rules_pass_promtool_check(chart: helm.Chart, tmp_path: Path) -> None:
 def test_ttft_alert_fires_only_when_attainment_is_below_target(chart: helm.Chart, tmp_path: Path) -> None:
     groups = _rule_groups(chart, {"alerts": {"ttftSeconds": 0.5, "attainmentTarget": 0.9, "for": "2m", "window": "5m"}})
     # Slow: half of the requests take 0.5-1 s, so the p90 is ~0.9 s > 0.5 s.
-    slow = _histogram("vllm:time_to_first_token_seconds", "llama", {"0.25": 5, "0.5": 5, "1.0": 10, "+Inf": 10}, 30)
+    slow = _histogram("pdserve_router_time_to_first_token_seconds", "llama", {"0.25": 5, "0.5": 5, "1.0": 10, "+Inf": 10}, 30)
     # Fast: 95 % within 0.25 s, so the p90 is ~0.24 s: no alert for "quick".
-    fast = _histogram("vllm:time_to_first_token_seconds", "quick", {"0.25": 19, "0.5": 20, "1.0": 20, "+Inf": 20}, 30)
+    fast = _histogram("pdserve_router_time_to_first_token_seconds", "quick", {"0.25": 19, "0.5": 20, "1.0": 20, "+Inf": 20}, 30)
     tests = [
         {
             "interval": "1m",

@@ -30,21 +30,22 @@ def test_dashboard_has_the_required_views(dashboard: dict) -> None:
     exprs = "\n".join(q.expr for q in queries(dashboard))
     for needle in [
         "pdserve_planner_predicted_request_rate",  # request rate predicted
-        "vllm:request_success_total",  # request rate actual
-        "vllm:time_to_first_token_seconds_bucket",
-        "vllm:inter_token_latency_seconds_bucket",
+        "pdserve_router_requests_total",  # request rate actual
+        "pdserve_router_time_to_first_token_seconds_bucket",  # TTFT as the client sees it
+        "pdserve_router_inter_token_latency_seconds_bucket",
+        "pdserve_router_request_overhead_seconds_bucket",
+        "pdserve_router_pd_handoffs_total",
         "pdserve_planner_slo_ttft_seconds",
         "pdserve_planner_slo_itl_seconds",
         "pdserve_planner_desired_replicas",
         "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_hits_total",
         "vllm:num_requests_waiting",
-        "pdserve_router_",
         "pdserve_planner_decisions_total",
     ]:
         assert needle in exprs, f"no dashboard query uses {needle}"
     for quantile in ("0.5", "0.9", "0.99"):
-        assert f"histogram_quantile({quantile}, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket" in exprs
+        assert f"histogram_quantile({quantile}, sum by (le) (rate(pdserve_router_time_to_first_token_seconds_bucket" in exprs
     annotations = [a for a in dashboard["annotations"]["list"] if a.get("expr")]
     assert any("pdserve_planner_decisions_total" in a["expr"] for a in annotations), "planner decisions are annotations"
 

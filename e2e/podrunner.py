@@ -1,0 +1,244 @@
+"""Runs the processes of a fake cluster's pods, so a kwok cluster really serves.
+
+kwok marks pods Running with a 127.x pod IP but runs nothing. The PodRunner watches
+pods and starts, for each pdserve container of a Running pod, the same command the
+container would run (`pdserve worker ...`, `pdserve router ...`, `pdserve operator
+...`), bound to the pod's IP, with the container's environment, and with the pod's
+ServiceAccount identity when the pod mounts one. When the pod goes away (or stops
+running) its processes are stopped. Containers that are not pdserve (real vLLM)
+cannot run here and are reported, not faked.
+
+`plan_pod` is pure (a pod in, the processes to run out); `PodRunner` is the shell.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PDSERVE_SUBCOMMANDS = {"worker", "router", "operator", "planner"}
+# Roles whose processes serve on the pod IP (rather than only calling the API server).
+BINDS_HOST = {"worker", "router"}
+
+
+@dataclass(frozen=True)
+class ContainerRun:
+    namespace: str
+    pod: str
+    uid: str
+    container: str
+    pod_ip: str
+    argv: list[str]  # after the `pdserve` executable
+    env: dict[str, str]
+    service_account: str | None  # run with this ServiceAccount's token, or no API access
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.container}/{self.uid}"
+
+    @property
+    def subcommand(self) -> str:
+        return self.argv[0]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    namespace: str
+    pod: str
+    container: str
+    reason: str
+
+
+def _field_ref(pod: dict[str, Any], path: str) -> str | None:
+    meta, status, spec = pod["metadata"], pod.get("status", {}), pod.get("spec", {})
+    return {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "status.podIP": status.get("podIP"),
+        "status.hostIP": status.get("hostIP"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+    }.get(path)
+
+
+def _env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for e in container.get("env", []) or []:
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        elif "fieldRef" in (e.get("valueFrom") or {}):
+            value = _field_ref(pod, e["valueFrom"]["fieldRef"]["fieldPath"])
+            if value is not None:
+                env[e["name"]] = value
+    return env
+
+
+def _bind_to(arg: str, ip: str) -> str:
+    # A pod owns its IP; on one machine "all interfaces" would collide between pods.
+    return arg.replace("0.0.0.0", ip).replace("tcp://*:", f"tcp://{ip}:")
+
+
+def plan_pod(pod: dict[str, Any]) -> tuple[list[ContainerRun], list[Skipped]]:
+    meta, spec, status = pod["metadata"], pod.get("spec", {}), pod.get("status", {})
+    ns, name = meta["namespace"], meta["name"]
+    ip = status.get("podIP")
+    if status.get("phase") != "Running" or not ip or meta.get("deletionTimestamp"):
+        return [], []
+    sa = None if spec.get("automountServiceAccountToken") is False else spec.get("serviceAccountName", "default")
+    runs: list[ContainerRun] = []
+    skipped: list[Skipped] = []
+    for c in spec.get("containers", []):
+        command = list(c.get("command") or [])
+        args = list(c.get("args") or [])
+        if command and os.path.basename(command[0]) == "pdserve":
+            argv = command[1:] + args
+        elif not command and args and args[0] in PDSERVE_SUBCOMMANDS:
+            argv = args  # the image's entry point is pdserve
+        else:
+            skipped.append(Skipped(ns, name, c["name"], f"not a pdserve container: {' '.join(command + args)[:80]}"))
+            continue
+        if not argv or argv[0] not in PDSERVE_SUBCOMMANDS:
+            skipped.append(Skipped(ns, name, c["name"], f"unknown pdserve subcommand in {argv[:2]}"))
+            continue
+        argv = [_bind_to(a, ip) for a in argv]
+        if argv[0] in BINDS_HOST and "--host" not in argv:
+            argv += ["--host", ip]
+        runs.append(ContainerRun(ns, name, meta.get("uid", ""), c["name"], ip, argv, _env(pod, c), sa))
+    return runs, skipped
+
+
+@dataclass
+class _Running:
+    run: ContainerRun
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class PodRunner:
+    """Keeps one process per pdserve container of every Running pod the lister returns.
+
+    `list_pods()` returns pod dicts (e.g. from the Kubernetes API);
+    `kubeconfig_for(namespace, service_account)` returns a kubeconfig path for that identity.
+    """
+
+    list_pods: Callable[[], list[dict[str, Any]]]
+    kubeconfig_for: Callable[[str, str], Path]
+    log_dir: Path
+    interval_s: float = 0.5
+    python: str = sys.executable
+    running: dict[str, _Running] = field(default_factory=dict)
+    skipped: dict[str, Skipped] = field(default_factory=dict)
+    exited: list[tuple[ContainerRun, int, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> PodRunner:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._loop, name="podrunner", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            for key in list(self.running):
+                self._terminate(key)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as e:  # the API server may be briefly unavailable; keep going
+                self.errors.append(f"{type(e).__name__}: {e}")
+            self._stop.wait(self.interval_s)
+
+    def sync(self) -> None:
+        wanted: dict[str, ContainerRun] = {}
+        for pod in self.list_pods():
+            runs, skipped = plan_pod(pod)
+            for s in skipped:
+                self.skipped[f"{s.namespace}/{s.pod}/{s.container}"] = s
+            for r in runs:
+                wanted[r.key] = r
+        with self._lock:
+            for key in list(self.running):
+                if key not in wanted:
+                    self._terminate(key)
+                elif (rc := self.running[key].proc.poll()) is not None:
+                    r = self.running.pop(key)
+                    self.exited.append((r.run, rc, _tail(r.log)))
+            for key, run in wanted.items():
+                if key not in self.running and not any(e[0].key == key for e in self.exited):
+                    self._start(run)
+
+    def _start(self, run: ContainerRun) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env.update(run.env)
+        # The container's HOME/caches point at pod volumes that do not exist here.
+        env["HOME"] = str(self.log_dir)
+        env.pop("HF_HOME", None)
+        if run.service_account is not None:
+            env["KUBECONFIG"] = str(self.kubeconfig_for(run.namespace, run.service_account))
+        log = self.log_dir / f"{run.namespace}_{run.pod}_{run.container}.log"
+        with open(log, "ab") as f:
+            proc = subprocess.Popen(
+                [self.python, "-m", "pdserve.cli", *run.argv],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.log_dir,
+                start_new_session=True,
+            )
+        self.running[run.key] = _Running(run, proc, log)
+
+    def _terminate(self, key: str, grace_s: float = 5.0) -> None:
+        r = self.running.pop(key)
+        if r.proc.poll() is None:
+            try:
+                os.killpg(r.proc.pid, signal.SIGTERM)
+                r.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(r.proc.pid, signal.SIGKILL)
+                r.proc.wait()
+            except ProcessLookupError:
+                pass
+
+    def processes(self, subcommand: str | None = None) -> list[ContainerRun]:
+        with self._lock:
+            return [r.run for r in self.running.values() if subcommand is None or r.run.subcommand == subcommand]
+
+    def wait_for(self, predicate: Callable[[PodRunner], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate(self):
+                return
+            time.sleep(0.25)
+        raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}; {self.describe()}")
+
+    def describe(self) -> str:
+        lines = [f"running: {sorted(k for k in self.running)}"]
+        lines += [f"exited {r.key} rc={rc}: {tail}" for r, rc, tail in self.exited[-5:]]
+        lines += [f"skipped {k}: {s.reason}" for k, s in list(self.skipped.items())[-5:]]
+        lines += self.errors[-3:]
+        return "\n".join(lines)
+
+
+def _tail(path: Path, n: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
