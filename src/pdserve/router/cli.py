@@ -1,0 +1,87 @@
+"""``pdserve router``: the KV-aware prefill/decode router."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from pdserve.router.config import RouterConfig
+from pdserve.router.policies import POLICIES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pdserve router", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    w = p.add_argument_group("workers (choose one source)")
+    w.add_argument("--prefill", nargs="+", default=[], metavar="URL", help="prefill workers (omit for colocated)")
+    w.add_argument("--decode", nargs="+", default=[], metavar="URL", help="decode (or colocated) workers")
+    w.add_argument("--discovery-file", type=Path, help='JSON {"prefill": [...], "decode": [...]}, re-read on change')
+    w.add_argument("--k8s-service", help="watch pods labelled pdserve.io/service=NAME")
+    w.add_argument("--k8s-namespace", default="default")
+    w.add_argument("--worker-port", type=int, default=8000, help="worker HTTP port for Kubernetes pods")
+    r = p.add_argument_group("routing")
+    r.add_argument("--policy", default="kv_aware", choices=sorted(POLICIES))
+    r.add_argument("--decode-policy", choices=sorted(POLICIES),
+                   help="policy for the decode pool (default: least_loaded under P/D, else --policy)")
+    r.add_argument("--block-size", type=int, default=16, help="the workers' KV block size")
+    r.add_argument("--kv-events", action="store_true", help="subscribe to the workers' ZMQ KV events")
+    r.add_argument("--kv-events-port", type=int, default=5557)
+    r.add_argument("--disagg-threshold-tokens", type=int, default=0,
+                   help="skip P/D (decode prefills locally) when fewer prompt tokens than this are uncached")
+    a = p.add_argument_group("admission and limits")
+    a.add_argument("--ttft-slo-ms", type=float, help="TTFT SLO; with it, refuse early (503) when predicted TTFT "
+                   "exceeds --admission-factor x SLO")
+    a.add_argument("--admission-factor", type=float, default=3.0)
+    a.add_argument("--prefill-tokens-per-s", type=float, default=20000.0,
+                   help="initial prefill throughput guess for TTFT prediction (learned online)")
+    a.add_argument("--max-concurrency", type=int, default=4096)
+    a.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
+    t = p.add_argument_group("upstream timeouts and resilience")
+    t.add_argument("--connect-timeout", type=float, default=3.0)
+    t.add_argument("--prefill-timeout", type=float, default=600.0)
+    t.add_argument("--read-timeout", type=float, default=120.0, help="longest silence between streamed chunks")
+    t.add_argument("--request-timeout", type=float, default=3600.0)
+    t.add_argument("--max-retries", type=int, default=2)
+    t.add_argument("--no-migration", action="store_true", help="end a stream with an error instead of migrating")
+    t.add_argument("--scrape-interval", type=float, default=0.5, help="seconds between worker /metrics scrapes")
+    p.add_argument("--no-debug-header", action="store_true", help="omit the x-pdserve-route header")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> RouterConfig:
+    return RouterConfig(
+        host=args.host, port=args.port, prefill=args.prefill, decode=args.decode, policy=args.policy,
+        decode_policy=args.decode_policy, discovery_file=args.discovery_file, k8s_service=args.k8s_service,
+        k8s_namespace=args.k8s_namespace, worker_http_port=args.worker_port, kv_events=args.kv_events,
+        kv_events_port=args.kv_events_port, block_size=args.block_size,
+        disagg_threshold_tokens=args.disagg_threshold_tokens, ttft_slo_ms=args.ttft_slo_ms,
+        admission_factor=args.admission_factor, prefill_tokens_per_s=args.prefill_tokens_per_s,
+        max_concurrency=args.max_concurrency, max_body_bytes=args.max_body_bytes,
+        connect_timeout_s=args.connect_timeout, prefill_timeout_s=args.prefill_timeout,
+        read_timeout_s=args.read_timeout, request_timeout_s=args.request_timeout, max_retries=args.max_retries,
+        migrate=not args.no_migration, scrape_interval_s=args.scrape_interval,
+        debug_header=not args.no_debug_header,
+    )
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = config_from_args(args)
+    try:
+        cfg.validate()
+        from pdserve.router.app import build_app
+
+        app = build_app(cfg)
+    except ValueError as e:
+        print(f"pdserve router: {e}", file=sys.stderr)
+        return 2
+    web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, print=lambda *_: None,
+                handle_signals=True)
+    return 0

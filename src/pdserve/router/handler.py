@@ -1,0 +1,246 @@
+"""One client request end to end: validate, route, prefill (P/D), decode, respond."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pdserve.router import pd
+from pdserve.router.policies import Decision, Policy, RouteRequest
+from pdserve.router.relay import relay_stream
+from pdserve.router.requests import Kind, ParsedRequest, RequestError, parse_request, prompt_block_hashes
+from pdserve.router.state import Choice, RouterState
+from pdserve.router.upstream import RETRYABLE, UpstreamFailed, send_with_retries
+
+ROUTE_HEADER = "x-pdserve-route"
+
+
+def error_response(status: int, message: str, err_type: str, param: str | None = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+@dataclass
+class Flow:
+    """What happened to one request, for the debug header and metrics."""
+
+    request_id: str
+    parsed: ParsedRequest
+    route: RouteRequest
+    path: str
+    mode: str = "colocated"  # colocated | pd | local (P/D pool, decode prefilled itself)
+    prefill: Decision | None = None
+    decode: Decision | None = None
+    notes: list[str] = field(default_factory=list)
+    arrived: float = field(default_factory=time.perf_counter)
+
+    def header(self) -> str:
+        parts = [f"mode={self.mode}"]
+        if self.prefill:
+            parts.append(f"prefill={self.prefill.worker_id} [{self.prefill.header()}]")
+        if self.decode:
+            parts.append(f"decode={self.decode.worker_id} [{self.decode.header()}]")
+        parts += self.notes
+        return " | ".join(parts).replace("\n", " ")[:2000]
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestError(f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes",
+                           status=413, err_type="RequestEntityTooLarge")
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(65536):
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413,
+                               err_type="RequestEntityTooLarge")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class CompletionHandler:
+    def __init__(self, state: RouterState) -> None:
+        self.state = state
+
+    async def __call__(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+        st = self.state
+        route = request.path
+        if st.active >= st.cfg.max_concurrency:
+            st.metrics.admission.labels("concurrency").inc()
+            st.metrics.requests.labels(route, "-", "429").inc()
+            return error_response(429, f"too many concurrent requests (limit {st.cfg.max_concurrency})",
+                                  "RateLimitError", headers={"Retry-After": "1"})
+        st.active += 1
+        st.metrics.inflight.inc()
+        mode = "-"
+        try:
+            try:
+                flow = self._prepare(await read_body(request, st.cfg.max_body_bytes), kind, request)
+                mode = flow.mode
+                resp = await self._serve(flow, request)
+                mode = flow.mode
+            except RequestError as e:
+                resp = web.json_response(e.body(), status=e.status)
+            except UpstreamFailed as e:
+                resp = error_response(503 if "no worker" in e.detail or "no workers" in e.detail else 502,
+                                      f"upstream {e.stage} failed: {e.detail}", "ServiceUnavailableError")
+            st.metrics.requests.labels(route, mode, str(resp.status)).inc()
+            return resp
+        finally:
+            st.active -= 1
+            st.metrics.inflight.dec()
+
+    def _prepare(self, raw: bytes, kind: Kind, request: web.Request) -> Flow:
+        st = self.state
+        parsed = parse_request(raw, kind)
+        known = st.pool.known_models()
+        if parsed.model is not None and known and parsed.model not in known:
+            raise RequestError(f"The model `{parsed.model}` does not exist.", status=404, err_type="NotFoundError",
+                               param="model")
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        hashes = prompt_block_hashes(parsed.prompt_ids, st.cfg.block_size)
+        rreq = RouteRequest(rid, parsed.prompt_ids, hashes, len(parsed.prompt_ids))
+        return Flow(rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions")
+
+    async def _serve(self, flow: Flow, request: web.Request) -> web.StreamResponse:
+        st = self.state
+        cfg = st.cfg
+        headers = {"X-Request-Id": flow.request_id}
+        decode_body: dict[str, Any] = flow.parsed.body
+        first_decode: Choice | None = None
+        if st.disaggregated:
+            pchoice = st.choose("prefill", st.prefill_policy, flow.route, set())
+            if pchoice is None:
+                flow.notes.append("no prefill worker up: decode prefills locally")
+                flow.mode = "local"
+            elif pchoice.decision.new_prefill_tokens < cfg.disagg_threshold_tokens:
+                flow.mode = "local"
+                flow.notes.append(f"uncached {pchoice.decision.new_prefill_tokens} < "
+                                  f"{cfg.disagg_threshold_tokens} tokens: skip P/D")
+            else:
+                flow.mode = "pd"
+                self._admit(st.prefill_policy, pchoice, flow)
+                kv = await self._prefill(flow, pchoice, headers)
+                if kv is None:
+                    flow.mode = "local"
+                else:
+                    decode_body = pd.decode_request(flow.parsed.body, kv)
+            decode_policy = st.pd_decode_policy if flow.mode == "pd" else st.decode_policy
+        else:
+            decode_policy = st.decode_policy
+        if flow.mode != "pd":
+            first_decode = st.choose("decode", decode_policy, flow.route, set())
+            if first_decode is not None:
+                self._admit(decode_policy, first_decode, flow)
+                st.metrics.observe_prefix(flow.route.prompt_tokens,
+                                          flow.route.prompt_tokens - first_decode.decision.new_prefill_tokens)
+        st.metrics.overhead.observe(time.perf_counter() - flow.arrived)
+        return await self._decode(flow, request, decode_policy, first_decode, decode_body, headers)
+
+    def _admit(self, policy: Policy, choice: Choice, flow: Flow) -> None:
+        st = self.state
+        view = next((v for v in st.pool.views(choice.pool) if v.worker_id == choice.decision.worker_id), None)
+        queued = policy.pending_prefill(view) if view is not None else 0
+        verdict = st.admission.check(queued, choice.decision.new_prefill_tokens)
+        if not verdict.admit:
+            st.metrics.admission.labels("ttft_slo").inc()
+            raise RequestError(
+                f"predicted time to first token {verdict.predicted_ttft_s * 1000:.0f} ms exceeds "
+                f"{st.cfg.admission_factor} x the {st.cfg.ttft_slo_ms:.0f} ms SLO; retry later",
+                status=503, err_type="ServiceUnavailableError")
+        flow.notes.append(f"predicted_ttft_ms={verdict.predicted_ttft_s * 1000:.0f}")
+
+    async def _prefill(self, flow: Flow, first: Choice, headers: dict[str, str]) -> dict[str, Any] | None:
+        """Run the prefill step; returns the kv_transfer_params for decode, or None to
+        fall back to a local prefill on the decode worker."""
+        st = self.state
+        cfg = st.cfg
+        timeout = aiohttp.ClientTimeout(total=cfg.prefill_timeout_s, sock_connect=cfg.connect_timeout_s)
+        body = pd.prefill_request(flow.parsed.body)
+        policy = st.prefill_policy
+        try:
+            att = await send_with_retries(st, stage="prefill", pool="prefill", policy=policy, req=flow.route,
+                                          first=first, path=flow.path, body=body, headers=headers, timeout=timeout)
+        except UpstreamFailed as e:
+            st.metrics.handoffs.labels("prefill_failed").inc()
+            flow.notes.append(f"prefill failed ({e.detail[:200]}): decode prefills locally")
+            return None
+        flow.prefill = att.choice.decision
+        if len(att.tried) > 1:
+            flow.notes.append(f"prefill retried after {att.tried[:-1]}")
+        try:
+            raw = await att.resp.read()
+            status = att.resp.status
+        except RETRYABLE as e:
+            raw, status = b"", 599
+            flow.notes.append(f"prefill response lost: {type(e).__name__}")
+        finally:
+            att.resp.release()
+            policy.on_finished(flow.route.request_id, att.url, time.monotonic())
+        if status != 200:
+            if 400 <= status < 500:
+                raise _passthrough_error(status, raw)
+            st.metrics.handoffs.labels("prefill_failed").inc()
+            return None
+        st.admission.observe_prefill(att.choice.decision.new_prefill_tokens, time.perf_counter() - att.started)
+        st.metrics.observe_prefix(flow.route.prompt_tokens,
+                                  flow.route.prompt_tokens - att.choice.decision.new_prefill_tokens)
+        try:
+            kv = json.loads(raw).get("kv_transfer_params")
+        except (ValueError, AttributeError):
+            kv = None
+        if not kv:
+            st.metrics.handoffs.labels("no_kv_params").inc()
+            flow.notes.append("prefill returned no kv_transfer_params: decode recomputes")
+            return {}
+        st.metrics.handoffs.labels("ok").inc()
+        return kv
+
+    async def _decode(self, flow: Flow, request: web.Request, policy: Policy, first: Choice | None,
+                      body: dict[str, Any], headers: dict[str, str]) -> web.StreamResponse:
+        st = self.state
+        cfg = st.cfg
+        timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s,
+                                        sock_read=cfg.read_timeout_s)
+        att = await send_with_retries(st, stage="decode", pool="decode", policy=policy, req=flow.route, first=first,
+                                      path=flow.path, body=body, headers=headers, timeout=timeout)
+        flow.decode = att.choice.decision
+        if len(att.tried) > 1:
+            flow.notes.append(f"decode retried after {att.tried[:-1]}")
+        out_headers = {"X-Request-Id": flow.request_id}
+        if cfg.debug_header:
+            out_headers[ROUTE_HEADER] = flow.header()
+        try:
+            if att.resp.status != 200 or not flow.parsed.stream:
+                raw = await att.resp.read()
+                ttft = time.perf_counter() - flow.arrived
+                if att.resp.status == 200:
+                    st.metrics.ttft.labels(flow.mode).observe(ttft)
+                    st.metrics.e2e.observe(ttft)
+                return web.Response(body=raw, status=att.resp.status, headers=out_headers,
+                                    content_type=att.resp.content_type or "application/json")
+            return await relay_stream(st, flow, request, att, policy, out_headers)
+        except RETRYABLE as e:
+            # The non-streamed body was cut off: nothing reached the client yet.
+            return error_response(502, f"decode worker {att.url} failed mid-response: {type(e).__name__}",
+                                  "BadGatewayError")
+        finally:
+            att.resp.release()
+            policy.on_finished(flow.route.request_id, att.url, time.monotonic())
+
+
+def _passthrough_error(status: int, raw: bytes) -> RequestError:
+    try:
+        err = json.loads(raw).get("error") or {}
+        message = err.get("message") or raw.decode(errors="replace")
+        return RequestError(message, status=status, err_type=err.get("type") or "BadRequestError",
+                            param=err.get("param"))
+    except (ValueError, AttributeError):
+        return RequestError(raw.decode(errors="replace")[:500] or f"worker answered HTTP {status}", status=status)

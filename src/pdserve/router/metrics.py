@@ -1,0 +1,75 @@
+"""The router's Prometheus metrics (``pdserve_router_*``), one registry per app."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# vLLM's bucket edges (vllm/v1/metrics/loggers.py), so router- and worker-side
+# latencies can be compared bucket for bucket.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+               40.0, 80.0)
+DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
+
+
+class RouterMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("pdserve_router_requests", "Requests by route, mode and HTTP status.",
+                                ["route", "mode", "status"], registry=r)
+        self.ttft = Histogram("pdserve_router_time_to_first_token_seconds",
+                              "Time to first token as the client sees it.", ["mode"], buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("pdserve_router_inter_token_latency_seconds",
+                             "Gap between streamed chunks as the client sees it.", buckets=ITL_BUCKETS, registry=r)
+        self.e2e = Histogram("pdserve_router_e2e_request_latency_seconds", "Whole request latency.",
+                             buckets=TTFT_BUCKETS, registry=r)
+        self.decision = Histogram("pdserve_router_routing_decision_seconds",
+                                  "Time to pick a worker (policy select).", ["pool"], buckets=DECISION_BUCKETS,
+                                  registry=r)
+        self.overhead = Histogram("pdserve_router_request_overhead_seconds",
+                                  "Router time before the request is sent upstream (parse, hash, route).",
+                                  buckets=DECISION_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("pdserve_router_prompt_tokens", "Prompt tokens routed.", registry=r)
+        self.cached_tokens = Counter("pdserve_router_estimated_cached_prompt_tokens",
+                                     "Prompt tokens the policy expected to hit a prefix cache.", registry=r)
+        self.hit_ratio = Gauge("pdserve_router_estimated_prefix_hit_ratio",
+                               "Estimated cached / total prompt tokens since start.", registry=r)
+        self.retries = Counter("pdserve_router_retries", "Requests re-sent to another worker before the first byte.",
+                               ["stage"], registry=r)
+        self.migrations = Counter("pdserve_router_migrations", "Streams moved to another decode worker mid-flight.",
+                                  ["outcome"], registry=r)
+        self.handoffs = Counter("pdserve_router_pd_handoffs", "Prefill -> decode handoffs.", ["outcome"], registry=r)
+        self.admission = Counter("pdserve_router_rejections", "Requests refused before routing.", ["reason"],
+                                 registry=r)
+        self.inflight = Gauge("pdserve_router_inflight_requests", "Requests in progress in the router.", registry=r)
+        self.worker_running = Gauge("pdserve_router_worker_running", "Worker's running requests (scraped).",
+                                    ["worker", "role"], registry=r)
+        self.worker_waiting = Gauge("pdserve_router_worker_waiting", "Worker's waiting requests (scraped).",
+                                    ["worker", "role"], registry=r)
+        self.worker_kv = Gauge("pdserve_router_worker_kv_usage", "Worker's KV-cache usage 0..1 (scraped).",
+                               ["worker", "role"], registry=r)
+        self.worker_inflight = Gauge("pdserve_router_worker_inflight", "Requests the router has in flight there.",
+                                     ["worker", "role"], registry=r)
+        self.worker_up = Gauge("pdserve_router_worker_up", "1 if the worker is eligible for routing.",
+                               ["worker", "role"], registry=r)
+        self.kv_events = Counter("pdserve_router_kv_events", "KV events applied to the index.", ["worker"], registry=r)
+        self.indexed_blocks = Gauge("pdserve_router_indexed_blocks", "Block hashes in the KV index.", registry=r)
+        self._prompt = 0.0
+        self._cached = 0.0
+
+    def observe_prefix(self, prompt: int, cached: int) -> None:
+        self.prompt_tokens.inc(prompt)
+        self.cached_tokens.inc(cached)
+        self._prompt += prompt
+        self._cached += cached
+        if self._prompt:
+            self.hit_ratio.set(self._cached / self._prompt)
+
+    def forget_worker(self, url: str, role: str) -> None:
+        for g in (self.worker_running, self.worker_waiting, self.worker_kv, self.worker_inflight, self.worker_up):
+            try:
+                g.remove(url, role)
+            except KeyError:
+                pass

@@ -1,0 +1,158 @@
+"""Streaming relay: pass upstream SSE bytes through untouched, time tokens, and on a
+decode worker lost mid-stream migrate to another worker and keep streaming."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from pdserve.common import tokenizer
+from pdserve.router import pd, sse
+from pdserve.router.policies import Policy
+from pdserve.router.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
+
+if TYPE_CHECKING:
+    from pdserve.router.handler import Flow
+    from pdserve.router.state import RouterState
+
+CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _Clock:
+    """Client-side TTFT and inter-token latency."""
+
+    def __init__(self, state: RouterState, flow: Flow) -> None:
+        self.state, self.flow = state, flow
+        self.last: float | None = None
+
+    def tokens(self, n: int) -> None:
+        if n <= 0:
+            return
+        now = time.perf_counter()
+        m = self.state.metrics
+        if self.last is None:
+            m.ttft.labels(self.flow.mode).observe(now - self.flow.arrived)
+        else:
+            m.itl.observe(now - self.last)
+        self.last = now
+
+
+async def _write(resp: web.StreamResponse, data: bytes) -> None:
+    try:
+        await resp.write(data)
+    except CLIENT_GONE as e:
+        raise _ClientGone() from e
+
+
+async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att: Attempt, policy: Policy,
+                       headers: dict[str, str]) -> web.StreamResponse:
+    resp = web.StreamResponse(status=200, headers={**headers, "Content-Type": "text/event-stream",
+                                                   "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    tracker = sse.StreamTracker(flow.parsed.kind)
+    clock = _Clock(state, flow)
+    try:
+        try:
+            async for chunk in att.resp.content.iter_any():
+                await _write(resp, chunk)
+                clock.tokens(tracker.feed(chunk))
+        except RETRYABLE as e:
+            if not tracker.done:
+                await _migrate(state, flow, resp, tracker, clock, failed=att.url, why=f"{type(e).__name__}")
+        else:
+            if not tracker.done:
+                # The worker closed the stream cleanly but without [DONE]: also a loss.
+                await _migrate(state, flow, resp, tracker, clock, failed=att.url, why="stream ended without [DONE]")
+        state.metrics.e2e.observe(time.perf_counter() - flow.arrived)
+        await resp.write_eof()
+    except _ClientGone:
+        # Leaving the handler releases the upstream connection, which aborts the
+        # request on the worker: no orphaned generation.
+        pass
+    return resp
+
+
+async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, tracker: sse.StreamTracker,
+                   clock: _Clock, failed: str, why: str) -> None:
+    m = state.metrics
+    state.pool.mark_failed(failed)
+    if not state.cfg.migrate or flow.parsed.n != 1:
+        m.migrations.labels("unsupported").inc()
+        await _fail(resp, f"decode worker {failed} was lost mid-stream ({why}) and the stream cannot be resumed")
+        return
+    model = tracker.model or flow.parsed.model or ""
+    generated = tokenizer.encode(tracker.text_of(0))
+    tried = {failed}
+    while True:
+        left = pd.remaining_tokens(flow.parsed.body, len(generated))
+        if left == 0:
+            m.migrations.labels("budget_spent").inc()
+            await _write(resp, sse.reframe(flow.parsed.kind, "", "length", tracker, model))
+            await _write(resp, sse.DONE)
+            return
+        body = pd.continuation_request(flow.parsed.body, flow.parsed.prompt_ids, generated)
+        timeout = aiohttp.ClientTimeout(total=state.cfg.request_timeout_s, sock_connect=state.cfg.connect_timeout_s,
+                                        sock_read=state.cfg.read_timeout_s)
+        policy = state.decode_policy
+        try:
+            att = await send_with_retries(state, stage="migration", pool="decode", policy=policy, req=flow.route,
+                                          first=None, path="/v1/completions", body=body,
+                                          headers={"X-Request-Id": f"{flow.request_id}-m{len(tried)}"},
+                                          timeout=timeout, exclude=tried)
+        except UpstreamFailed as e:
+            m.migrations.labels("failed").inc()
+            await _fail(resp, f"decode worker {failed} was lost mid-stream ({why}); no worker could resume: {e.detail}")
+            return
+        flow.notes.append(f"migrated {failed} -> {att.url} after {len(generated)} tokens")
+        cont = sse.StreamTracker("completions", collect=True)
+        lost: str | None = None
+        try:
+            if att.resp.status != 200:
+                lost = f"HTTP {att.resp.status}"
+            else:
+                try:
+                    async for chunk in att.resp.content.iter_any():
+                        clock.tokens(cont.feed(chunk))
+                        for idx, text, reason in cont.drain():
+                            if idx == 0:
+                                await _write(resp, sse.reframe(flow.parsed.kind, text, reason, tracker, model))
+                        if cont.error:
+                            lost = f"error event: {cont.error.get('message')}"
+                            break
+                except RETRYABLE as e:
+                    lost = type(e).__name__
+                if lost is None and not cont.done:
+                    lost = "stream ended without [DONE]"
+        finally:
+            att.resp.release()
+            policy.on_finished(flow.route.request_id, att.url, time.monotonic())
+        if lost is None:
+            m.migrations.labels("ok").inc()
+            if flow.parsed.include_usage and cont.usage:
+                done = len(generated) + int(cont.usage.get("completion_tokens", 0))
+                usage: dict[str, Any] = {"prompt_tokens": len(flow.parsed.prompt_ids), "completion_tokens": done,
+                                         "total_tokens": len(flow.parsed.prompt_ids) + done}
+                await _write(resp, sse.usage_event(flow.parsed.kind, tracker, model, usage))
+            await _write(resp, sse.DONE)
+            return
+        # The new worker failed too: carry on from what it had streamed.
+        generated = generated + tokenizer.encode(cont.text_of(0))
+        state.pool.mark_failed(att.url)
+        tried.add(att.url)
+        failed, why = att.url, lost
+        if len(tried) > state.cfg.max_retries + 1:
+            m.migrations.labels("failed").inc()
+            await _fail(resp, f"stream could not be resumed after {len(tried)} workers failed (last: {why})")
+            return
+
+
+async def _fail(resp: web.StreamResponse, message: str) -> None:
+    await _write(resp, sse.error_event(message))
+    await _write(resp, sse.DONE)

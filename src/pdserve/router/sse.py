@@ -1,0 +1,126 @@
+"""Server-sent-event framing for OpenAI streams (pure).
+
+The relay forwards upstream bytes untouched and feeds them here only to learn token
+boundaries (TTFT, ITL) and the text streamed so far (for migration).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+DONE = b"data: [DONE]\n\n"
+
+
+@dataclass
+class StreamTracker:
+    """Incremental parser of an OpenAI SSE stream: text per choice, finish state."""
+
+    kind: str  # "completions" | "chat"
+    _buf: bytes = b""
+    text: dict[int, list[str]] = field(default_factory=dict)
+    finished: dict[int, str] = field(default_factory=dict)
+    done: bool = False
+    chunks: int = 0
+    usage: dict[str, Any] | None = None
+    stream_id: str | None = None
+    model: str | None = None
+    created: int | None = None
+    error: dict[str, Any] | None = None
+    collect: bool = False  # keep new pieces for drain() (migration re-framing)
+    _pieces: list[tuple[int, str, str | None]] = field(default_factory=list)
+
+    def feed(self, data: bytes) -> int:
+        """Consume bytes; returns how many content-bearing events completed."""
+        self._buf += data
+        events = 0
+        while True:
+            cut = self._buf.find(b"\n\n")
+            if cut < 0:
+                break
+            raw, self._buf = self._buf[:cut], self._buf[cut + 2 :]
+            for line in raw.split(b"\n"):
+                if line.startswith(b"data:"):
+                    events += self._on_data(line[5:].strip())
+        return events
+
+    def _on_data(self, payload: bytes) -> int:
+        if payload == b"[DONE]":
+            self.done = True
+            return 0
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            return 0
+        if not isinstance(obj, dict):
+            return 0
+        if "error" in obj:
+            self.error = obj["error"] if isinstance(obj["error"], dict) else {"message": str(obj["error"])}
+            return 0
+        self.stream_id = self.stream_id or obj.get("id")
+        self.model = self.model or obj.get("model")
+        self.created = self.created or obj.get("created")
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        content = 0
+        for ch in obj.get("choices") or []:
+            idx = int(ch.get("index", 0))
+            piece = ch.get("text") if self.kind == "completions" else (ch.get("delta") or {}).get("content")
+            if piece:
+                self.text.setdefault(idx, []).append(piece)
+                content = 1
+            reason = ch.get("finish_reason")
+            if reason:
+                self.finished[idx] = reason
+            if self.collect and (piece or reason):
+                self._pieces.append((idx, piece or "", reason))
+        self.chunks += content
+        return content
+
+    def drain(self) -> list[tuple[int, str, str | None]]:
+        """(choice index, text, finish_reason) seen since the last drain."""
+        out, self._pieces = self._pieces, []
+        return out
+
+    def text_of(self, index: int = 0) -> str:
+        return "".join(self.text.get(index, ()))
+
+    @property
+    def complete(self) -> bool:
+        return self.done or bool(self.finished)
+
+
+def frame(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def error_event(message: str, err_type: str = "ServiceUnavailableError", code: int = 503) -> bytes:
+    return frame({"error": {"message": message, "type": err_type, "param": None, "code": code}})
+
+
+def reframe(kind: str, text: str, finish_reason: str | None, tracker: StreamTracker, model: str) -> bytes:
+    """A chunk in the client's original format carrying text from a continuation."""
+    created = tracker.created or int(time.time())
+    sid = tracker.stream_id or "cmpl-migrated"
+    if kind == "chat":
+        choice: dict[str, Any] = {"index": 0, "delta": {"content": text} if text else {}, "logprobs": None,
+                                  "finish_reason": finish_reason}
+        obj = {"id": sid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        obj = {"id": sid, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
+    return frame(obj)
+
+
+def usage_event(kind: str, tracker: StreamTracker, model: str, usage: dict[str, Any]) -> bytes:
+    obj = {
+        "id": tracker.stream_id or "cmpl-migrated",
+        "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+        "created": tracker.created or int(time.time()),
+        "model": model,
+        "choices": [],
+        "usage": usage,
+    }
+    return frame(obj)

@@ -1,0 +1,92 @@
+"""The router's long-lived state shared by the handlers (no HTTP handling here)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from pdserve.router.admission import AdmissionControl
+from pdserve.router.config import RouterConfig
+from pdserve.router.discovery import Endpoints
+from pdserve.router.kv_events import KvEventSubscriber
+from pdserve.router.kv_index import KvIndex
+from pdserve.router.metrics import RouterMetrics
+from pdserve.router.policies import Decision, Policy, RouteRequest, make_policy
+from pdserve.router.workers import WorkerPool
+
+log = logging.getLogger("pdserve.router")
+
+
+@dataclass
+class Choice:
+    decision: Decision
+    pool: str  # "prefill" | "decode"
+
+
+class RouterState:
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self.pool = WorkerPool(cooldown_s=cfg.worker_cooldown_s)
+        self.index = KvIndex()
+        self.metrics = RouterMetrics()
+        self.admission = AdmissionControl(cfg.ttft_slo_ms, cfg.admission_factor, cfg.prefill_tokens_per_s)
+        self.policies: dict[str, Policy] = {}
+        self._decode_policy_name = cfg.decode_policy
+        self.session: aiohttp.ClientSession | None = None
+        self.kv_sub: KvEventSubscriber | None = None
+        self.active = 0
+        self.models_cache: tuple[float, list[dict]] = (0.0, [])
+        self.prefill_policy = self._make(cfg.policy)
+        self.decode_policy = self._make(cfg.decode_policy or cfg.policy)
+        self.pd_decode_policy = self._make(cfg.decode_policy or "least_loaded")
+
+    def _make(self, name: str) -> Policy:
+        opts: dict = {"block_size": self.cfg.block_size}
+        if name.replace("-", "_") == "kv_aware":
+            opts["index"] = self.index
+        return make_policy(name, **opts)
+
+    @property
+    def all_policies(self) -> list[Policy]:
+        return [self.prefill_policy, self.decode_policy, self.pd_decode_policy]
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.pool.urls("prefill"))
+
+    def apply_endpoints(self, eps: Endpoints) -> None:
+        added, removed = self.pool.update(eps)
+        for url in removed:
+            for p in self.all_policies:
+                p.forget_worker(url)
+            for role in ("prefill", "decode"):
+                self.metrics.forget_worker(url, role)
+        if added or removed:
+            log.info("workers now: prefill=%s decode=%s (+%d -%d, from %s)", self.pool.urls("prefill"),
+                     self.pool.urls("decode"), len(added), len(removed), eps.source)
+        if self.kv_sub is not None:
+            self.kv_sub.sync({u: w.endpoint.kv_events for u, w in self.pool.workers.items() if w.endpoint.kv_events})
+
+    def choose(self, pool: str, policy: Policy, req: RouteRequest, exclude: set[str]) -> Choice | None:
+        views = self.pool.views(pool, exclude=exclude)
+        if not views:
+            return None
+        t0 = time.perf_counter()
+        d = policy.select(req, views, time.monotonic())
+        self.metrics.decision.labels(pool).observe(time.perf_counter() - t0)
+        return Choice(d, pool)
+
+    def refresh_gauges(self) -> None:
+        now = time.monotonic()
+        m = self.metrics
+        for url, w in self.pool.workers.items():
+            m.worker_running.labels(url, w.role).set(w.running)
+            m.worker_waiting.labels(url, w.role).set(w.waiting)
+            m.worker_kv.labels(url, w.role).set(w.kv_usage)
+            m.worker_up.labels(url, w.role).set(1 if w.healthy(now) else 0)
+            mine = sum(p.ledger.requests(url) for p in self.all_policies)
+            m.worker_inflight.labels(url, w.role).set(mine)
+        m.indexed_blocks.set(len(self.index))

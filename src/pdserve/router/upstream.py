@@ -1,0 +1,96 @@
+"""Calls to workers, with retry on another worker for failures before the first byte."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from pdserve.router.policies import Policy, RouteRequest
+from pdserve.router.state import Choice, RouterState
+
+# Failures that mean "this worker could not serve it", worth another worker.
+RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, ConnectionError)
+
+
+class UpstreamFailed(Exception):
+    """Every eligible worker failed (or none was left)."""
+
+    def __init__(self, stage: str, detail: str) -> None:
+        super().__init__(f"{stage}: {detail}")
+        self.stage = stage
+        self.detail = detail
+
+
+@dataclass
+class Attempt:
+    """An upstream response that got as far as its status line."""
+
+    choice: Choice
+    resp: aiohttp.ClientResponse
+    started: float
+    tried: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.choice.decision.worker_id
+
+
+async def send_with_retries(
+    state: RouterState,
+    *,
+    stage: str,
+    pool: str,
+    policy: Policy,
+    req: RouteRequest,
+    first: Choice | None,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    timeout: aiohttp.ClientTimeout,
+    exclude: set[str] | None = None,
+    on_attempt: Callable[[Choice], Awaitable[None] | None] | None = None,
+) -> Attempt:
+    """POST ``body`` to a worker of ``pool``, trying others on connection errors,
+    timeouts and 5xx before any byte of the body was read. The caller owns (and must
+    release) ``Attempt.resp``. 4xx responses are returned: the request is at fault."""
+    assert state.session is not None
+    tried: set[str] = set(exclude or ())
+    order: list[str] = []
+    last = "no worker available"
+    choice = first
+    for attempt in range(state.cfg.max_retries + 1):
+        if choice is None or choice.decision.worker_id in tried:
+            choice = state.choose(pool, policy, req, tried)
+        if choice is None:
+            break
+        url = choice.decision.worker_id
+        if order:
+            state.metrics.retries.labels(stage).inc()
+        order.append(url)
+        policy.on_routed(choice.decision, req, time.monotonic())
+        if on_attempt is not None:
+            r = on_attempt(choice)
+            if r is not None:
+                await r
+        started = time.perf_counter()
+        try:
+            resp = await state.session.post(url + path, json=body, headers=headers, timeout=timeout)
+        except RETRYABLE as e:
+            last = f"{url}: {type(e).__name__}: {e}"
+        else:
+            if resp.status < 500:
+                state.pool.mark_ok(url)
+                return Attempt(choice, resp, started, order)
+            text = (await resp.text())[:200]
+            resp.release()
+            last = f"{url}: HTTP {resp.status}: {text}"
+        policy.on_finished(req.request_id, url, time.monotonic())
+        state.pool.mark_failed(url)
+        tried.add(url)
+        choice = None
+    raise UpstreamFailed(stage, f"tried {order or 'no workers'}; last error: {last}")

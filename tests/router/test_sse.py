@@ -1,0 +1,44 @@
+import json
+
+from pdserve.router import sse
+
+
+def chunk(kind: str, text: str, finish: str | None = None) -> bytes:
+    if kind == "chat":
+        c = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+    else:
+        c = {"index": 0, "text": text, "finish_reason": finish}
+    return sse.frame({"id": "cmpl-1", "model": "m", "created": 5, "choices": [c]})
+
+
+def test_tracker_reassembles_text_across_arbitrary_splits() -> None:
+    stream = chunk("chat", "Hello") + chunk("chat", " world") + chunk("chat", "", "stop") + sse.DONE
+    for cut in range(1, len(stream)):
+        t = sse.StreamTracker("chat")
+        n = t.feed(stream[:cut]) + t.feed(stream[cut:])
+        assert n == 2
+        assert t.text_of(0) == "Hello world" and t.finished == {0: "stop"} and t.done
+        assert t.stream_id == "cmpl-1" and t.model == "m"
+
+
+def test_tracker_sees_usage_errors_and_ignores_garbage() -> None:
+    t = sse.StreamTracker("completions", collect=True)
+    t.feed(b": keep-alive\n\ndata: not json\n\n" + chunk("completions", "a"))
+    assert t.drain() == [(0, "a", None)] and t.drain() == []
+    t.feed(sse.frame({"id": "x", "choices": [], "usage": {"completion_tokens": 3}}))
+    assert t.usage == {"completion_tokens": 3}
+    t.feed(sse.error_event("boom"))
+    assert t.error and t.error["message"] == "boom"
+    assert not t.complete
+
+
+def test_reframe_produces_the_clients_format() -> None:
+    t = sse.StreamTracker("chat")
+    t.feed(chunk("chat", "x"))
+    obj = json.loads(sse.reframe("chat", "more", None, t, "m")[6:])
+    assert obj["object"] == "chat.completion.chunk" and obj["choices"][0]["delta"] == {"content": "more"}
+    assert obj["id"] == "cmpl-1" and obj["created"] == 5
+    obj = json.loads(sse.reframe("completions", "more", "length", t, "m")[6:])
+    assert obj["choices"][0]["text"] == "more" and obj["choices"][0]["finish_reason"] == "length"
+    err = json.loads(sse.error_event("bad", code=503)[6:])
+    assert err["error"]["code"] == 503 and err["error"]["type"] == "ServiceUnavailableError"
