@@ -74,6 +74,7 @@ class EngineRequest:
     started: bool = False
     looked_up: bool = False  # prefix lookup done for the current (re)start
     counted: bool = False  # prefix-cache query stats recorded
+    num_cached_prompt_tokens: int = 0  # prompt tokens served from the local prefix cache at admission
     rng: int = 0
 
     @property
@@ -198,6 +199,10 @@ class Engine:
     def get_held(self, request_id: str) -> EngineRequest | None:
         held = self.held.get(request_id)
         return held.request if held else None
+
+    def knows(self, request_id: str) -> bool:
+        """Whether the id is in use (queued, running or holding KV)."""
+        return request_id in self._requests or request_id in self.held
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
@@ -349,6 +354,7 @@ class Engine:
             req.num_computed = len(hit) * bs
         if not req.counted:
             req.counted = True
+            req.num_cached_prompt_tokens = len(hit) * bs
             self.prefix_queries += n_tokens
             if not req.remote_prefilled:
                 self.prefix_hits += len(hit) * bs

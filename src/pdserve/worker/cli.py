@@ -1,0 +1,179 @@
+"""``pdserve worker MODEL``: a mock vLLM server with ``vllm serve``'s flags and no GPU."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from typing import Any
+
+import prometheus_client
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from pdserve.worker.engine import Engine, EngineConfig
+from pdserve.worker.kv_events import KVEventsConfig, ZmqEventPublisher
+from pdserve.worker.metrics import WorkerMetrics
+from pdserve.worker.nixl import KVTransferConfig, SideChannelServer
+from pdserve.worker.perf import PerfModel, available_profiles, load_profile
+from pdserve.worker.runner import EngineRunner
+from pdserve.worker.server import ServerSettings, WorkerServer
+
+READY_MARKER = "pdserve worker ready:"
+
+
+def _json_arg(model: type[BaseModel], flag: str) -> Any:
+    def parse(text: str) -> BaseModel:
+        try:
+            return model.model_validate(json.loads(text))
+        except json.JSONDecodeError as err:
+            raise argparse.ArgumentTypeError(f"{flag}: not valid JSON ({err})") from None
+        except ValidationError as err:
+            e = err.errors()[0]
+            raise argparse.ArgumentTypeError(f"{flag}: {'.'.join(map(str, e['loc']))}: {e['msg']}") from None
+    return parse
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return v
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pdserve worker", description="Mock vLLM worker: vLLM's HTTP API, metrics and "
+                                "KV events on a simulated GPU (roofline engine model).")
+    p.add_argument("model", help="model name or path, as for `vllm serve`")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed in the ready line)")
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--max-model-len", type=_positive(int), default=None)
+    p.add_argument("--block-size", type=_positive(int), default=16)
+    p.add_argument("--max-num-seqs", type=_positive(int), default=256)
+    p.add_argument("--max-num-batched-tokens", type=_positive(int), default=8192)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--long-prefill-token-threshold", type=int, default=0)
+    p.add_argument("--tensor-parallel-size", "-tp", type=_positive(int), default=None)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--num-gpu-blocks-override", type=_positive(int), default=None)
+    p.add_argument("--kv-transfer-config", type=_json_arg(KVTransferConfig, "--kv-transfer-config"), default=None)
+    p.add_argument("--kv-events-config", type=_json_arg(KVEventsConfig, "--kv-events-config"), default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--disable-log-requests", action="store_true", help="accepted for vllm compatibility")
+    p.add_argument("--disable-log-stats", action="store_true", help="accepted for vllm compatibility")
+    m = p.add_argument_group("mock-only")
+    m.add_argument("--mock-profile", default="llama-3.1-8b-h100", help=f"one of: {', '.join(available_profiles())}")
+    m.add_argument("--mock-speedup", type=_positive(float), default=1.0,
+                   help="run the simulated GPU this many times faster than real time")
+    m.add_argument("--mock-startup-delay", type=float, default=0.0,
+                   help="seconds before the port listens (model load time)")
+    m.add_argument("--mock-kv-link-gbps", type=_positive(float), default=100.0,
+                   help="prefill->decode KV link bandwidth in Gbit/s")
+    m.add_argument("--mock-side-channel-host", default=None,
+                   help="advertised side-channel host (default: $VLLM_NIXL_SIDE_CHANNEL_HOST or localhost)")
+    m.add_argument("--mock-side-channel-port", type=int, default=None,
+                   help="side-channel port (default: $VLLM_NIXL_SIDE_CHANNEL_PORT or 5600; 0 = free port)")
+    m.add_argument("--mock-kv-lease-seconds", type=_positive(float), default=None,
+                   help="how long prefilled KV waits for its decode (default: $VLLM_NIXL_ABORT_REQUEST_TIMEOUT or 480)")
+    m.add_argument("--mock-mean-output-tokens", type=_positive(int), default=256,
+                   help="mean length before the mock model emits EOS (ignore_eos / max_tokens override)")
+    m.add_argument("--mock-max-body-bytes", type=_positive(int), default=32 * 1024 * 1024)
+    m.add_argument("--mock-shutdown-timeout", type=float, default=30.0,
+                   help="seconds SIGTERM waits for in-flight requests")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        profile = load_profile(args.mock_profile, args.tensor_parallel_size)
+    except ValueError as err:
+        print(f"pdserve worker: {err}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(args, PerfModel(profile)))
+    except (ValueError, OSError) as err:
+        print(f"pdserve worker: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _lease_seconds(args: argparse.Namespace) -> float:
+    if args.mock_kv_lease_seconds is not None:
+        return float(args.mock_kv_lease_seconds)
+    extra = (args.kv_transfer_config.kv_connector_extra_config if args.kv_transfer_config else {}) or {}
+    if "kv_lease_duration" in extra:
+        return float(extra["kv_lease_duration"])
+    return float(os.environ.get("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "480"))
+
+
+async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
+    if args.mock_startup_delay > 0:
+        await asyncio.sleep(args.mock_startup_delay)  # "loading weights": the port is not open yet
+    max_len = args.max_model_len or perf.profile.model.max_position_embeddings
+    num_blocks = args.num_gpu_blocks_override or perf.num_kv_blocks(args.block_size, args.gpu_memory_utilization)
+    if num_blocks * args.block_size < max_len:
+        raise ValueError(f"KV cache holds {num_blocks * args.block_size} tokens, less than max_model_len={max_len}; "
+                         "lower --max-model-len or raise --gpu-memory-utilization")
+    names = args.served_model_name or [args.model]
+    prometheus_client.disable_created_metrics()  # vLLM exposes no *_created series
+    cfg = EngineConfig(num_blocks=num_blocks, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+                       max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=max_len,
+                       enable_prefix_caching=args.enable_prefix_caching,
+                       enable_chunked_prefill=args.enable_chunked_prefill,
+                       long_prefill_token_threshold=args.long_prefill_token_threshold,
+                       kv_lease_s=_lease_seconds(args) * args.mock_speedup)
+    metrics = WorkerMetrics(names[0], max_len)
+    ev_cfg: KVEventsConfig | None = args.kv_events_config
+    publisher = ZmqEventPublisher(ev_cfg) if ev_cfg and ev_cfg.enable_kv_cache_events and ev_cfg.publisher != "null" else None
+    runner = EngineRunner(Engine(cfg, perf), metrics, args.mock_speedup, publisher)
+    runner.start()
+    kvt: KVTransferConfig = args.kv_transfer_config or KVTransferConfig()
+    settings = ServerSettings(
+        model=args.model, served_model_names=names, max_model_len=max_len,
+        engine_id=kvt.engine_id or str(uuid.uuid4()), tp_size=perf.tp,
+        side_channel_host=args.mock_side_channel_host or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
+        kv_transfer=kvt, mean_output_tokens=args.mock_mean_output_tokens)
+    side: SideChannelServer | None = None
+    if kvt.kv_connector:
+        port = args.mock_side_channel_port
+        if port is None:
+            port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"))
+        side = SideChannelServer(runner, settings.engine_id, perf, args.mock_kv_link_gbps, args.mock_speedup)
+        bind_host = "127.0.0.1" if settings.side_channel_host in ("localhost", "127.0.0.1") else "0.0.0.0"
+        settings.side_channel_port = await side.start(bind_host, port)
+    server = WorkerServer(settings, runner)
+    web_runner = web.AppRunner(server.app(args.mock_max_body_bytes), access_log=None, handle_signals=False)
+    await web_runner.setup()
+    site = web.TCPSite(web_runner, args.host, args.port, reuse_address=True)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(f"{READY_MARKER} http://{args.host}:{port} model={names[0]} profile={perf.profile.name} "
+          f"blocks={num_blocks} side_channel={settings.side_channel_port or '-'} "
+          f"kv_events={publisher.endpoint if publisher else '-'}", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    # Drain: refuse new work, let in-flight requests finish, then close.
+    server.draining = True
+    deadline = loop.time() + args.mock_shutdown_timeout
+    while (server.active or runner.inflight) and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    await web_runner.cleanup()
+    if side is not None:
+        await side.stop()
+    await runner.stop()

@@ -1,0 +1,326 @@
+"""The mock worker's HTTP API (aiohttp): vLLM 0.11's OpenAI-compatible endpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pdserve.common import tokenizer
+from pdserve.worker import protocol
+from pdserve.worker.engine import FINISH_ABORT, FINISH_STOP, EngineRequest, TokenEvent
+from pdserve.worker.nixl import KvLoadError, KVTransferConfig, pull_kv
+from pdserve.worker.protocol import ApiError, bad_request
+from pdserve.worker.runner import EngineRunner, Tracked
+
+VLLM_COMPAT_VERSION = "0.11.0"
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+_DONE = b"data: [DONE]\n\n"
+
+
+@dataclass
+class ServerSettings:
+    model: str
+    served_model_names: list[str]
+    max_model_len: int
+    engine_id: str
+    tp_size: int
+    side_channel_host: str
+    side_channel_port: int = 0  # filled in once the side channel is bound
+    kv_transfer: KVTransferConfig = field(default_factory=KVTransferConfig)
+    kv_pull_timeout_s: float = 30.0
+    mean_output_tokens: int = 256
+
+
+class WorkerServer:
+    def __init__(self, settings: ServerSettings, runner: EngineRunner) -> None:
+        self.s = settings
+        self.runner = runner
+        self.draining = False
+        self.active = 0
+        self.started = int(time.time())
+        self._session: aiohttp.ClientSession | None = None
+
+    def app(self, max_body_bytes: int) -> web.Application:
+        app = web.Application(client_max_size=max_body_bytes, middlewares=[self._errors])
+        r = app.router
+        r.add_post("/v1/completions", self.completions)
+        r.add_post("/v1/chat/completions", self.chat_completions)
+        r.add_get("/v1/models", self.models)
+        r.add_get("/health", self.health)
+        r.add_get("/ping", self.health)
+        r.add_post("/ping", self.health)
+        r.add_get("/version", self.version)
+        r.add_get("/load", self.load)
+        r.add_get("/metrics", self.metrics)
+        app.on_cleanup.append(self._close_session)
+        return app
+
+    async def _close_session(self, _app: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as err:
+            return web.json_response(err.body(), status=err.status)
+        except web.HTTPRequestEntityTooLarge as err:
+            return web.json_response(ApiError(413, f"request body too large: {err.text}").body(), status=413)
+        except web.HTTPException as err:
+            if err.status >= 400:
+                return web.json_response(ApiError(err.status, err.reason or "error").body(), status=err.status)
+            raise
+
+    # --- simple endpoints ----------------------------------------------------
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=503 if self.draining else 200)
+
+    async def version(self, _request: web.Request) -> web.Response:
+        return web.json_response({"version": VLLM_COMPAT_VERSION, "pdserve_mock": True})
+
+    async def load(self, _request: web.Request) -> web.Response:
+        return web.json_response({"server_load": self.runner.inflight})
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        self.runner.metrics.update_engine(self.runner.engine.stats())
+        return web.Response(body=self.runner.metrics.render(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def models(self, _request: web.Request) -> web.Response:
+        data = [{"id": name, "object": "model", "created": self.started, "owned_by": "vllm", "root": self.s.model,
+                 "parent": None, "max_model_len": self.s.max_model_len, "permission": []}
+                for name in self.s.served_model_names]
+        return web.json_response({"object": "list", "data": data})
+
+    # --- generation ----------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        req = protocol.parse(protocol.CompletionRequest, await self._json(request))
+        model = self._check_model(req.model)
+        ids = self._prompt_ids(req.prompt)
+        return await self._generate(request, req, model, ids, chat=False, max_tokens=req.max_tokens)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        req = protocol.parse(protocol.ChatCompletionRequest, await self._json(request))
+        model = self._check_model(req.model)
+        try:
+            text = tokenizer.apply_chat_template([m.model_dump() for m in req.messages], req.add_generation_prompt)
+        except ValueError as err:
+            raise bad_request(str(err), "messages") from None
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        return await self._generate(request, req, model, tokenizer.encode(text), chat=True, max_tokens=max_tokens)
+
+    async def _json(self, request: web.Request) -> Any:
+        if self.draining:
+            raise ApiError(503, "the server is shutting down")
+        raw = await request.read()
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise bad_request(f"malformed JSON body: {err}") from None
+
+    def _check_model(self, name: str | None) -> str:
+        if name is None:
+            return self.s.served_model_names[0]
+        if name not in self.s.served_model_names:
+            raise ApiError(404, f"The model `{name}` does not exist.", "model")
+        return name
+
+    @staticmethod
+    def _prompt_ids(prompt: str | list[int] | list[str] | list[list[int]]) -> list[int]:
+        if isinstance(prompt, str):
+            return tokenizer.encode(prompt)
+        if prompt and all(isinstance(p, int) for p in prompt):
+            ids = [int(p) for p in prompt]  # type: ignore[arg-type]
+            if any(t < 0 or t >= tokenizer.VOCAB_SIZE for t in ids):
+                raise bad_request(f"prompt token ids must be in [0, {tokenizer.VOCAB_SIZE})", "prompt")
+            return ids
+        if len(prompt) == 1:
+            only = prompt[0]
+            return WorkerServer._prompt_ids(only)  # type: ignore[arg-type]
+        raise bad_request("prompt must be one string or one list of token ids (batched prompts are not supported)",
+                          "prompt")
+
+    def _validate_lengths(self, n_prompt: int, max_tokens: int | None, min_tokens: int, chat: bool) -> int:
+        limit = self.s.max_model_len
+        if n_prompt == 0:
+            raise bad_request("the prompt is empty", "messages" if chat else "prompt")
+        if n_prompt >= limit:
+            raise bad_request(
+                f"This model's maximum context length is {limit} tokens. However, your request has {n_prompt} "
+                "input tokens. Please reduce the length of the input messages.", "messages" if chat else "prompt")
+        if max_tokens is None:
+            max_tokens = limit - n_prompt
+        if max_tokens < 1:
+            raise bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+        if n_prompt + max_tokens > limit:
+            raise bad_request(
+                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is {limit} tokens "
+                f"and your request has {n_prompt} input tokens ({max_tokens} > {limit} - {n_prompt}).", "max_tokens")
+        if min_tokens > max_tokens:
+            raise bad_request(f"min_tokens ({min_tokens}) must be less than or equal to max_tokens ({max_tokens}).",
+                              "min_tokens")
+        return max_tokens
+
+    def _natural_length(self, seed: int) -> int:
+        """Where the mock model emits EOS: exponential around mean_output_tokens, fixed by the seed."""
+        u = (int.from_bytes(hashlib.blake2b(seed.to_bytes(16, "big", signed=True), digest_size=8).digest(), "big")
+             + 1) / 2**64
+        return 1 + int(-self.s.mean_output_tokens * math.log(u))
+
+    async def _generate(self, request: web.Request, req: Any, model: str, ids: list[int], chat: bool,
+                        max_tokens: int | None) -> web.StreamResponse:
+        max_tokens = self._validate_lengths(len(ids), max_tokens, req.min_tokens, chat)
+        kvp = req.kv_transfer_params or {}
+        hold = bool(kvp.get("do_remote_decode"))
+        external = 0
+        if kvp.get("do_remote_prefill"):
+            external = await self._load_remote(kvp, ids)
+        base = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{base}"
+        if self.runner.engine.knows(rid):
+            rid = f"{rid}-{uuid.uuid4().hex[:8]}"
+        seed = req.seed if req.seed is not None else int.from_bytes(
+            hashlib.blake2b(str(ids).encode(), digest_size=8).digest(), "big")
+        stop_ids = tuple(req.stop_token_ids or ())
+        ereq = EngineRequest(rid, ids, max_tokens=max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos,
+                             eos_after=self._natural_length(seed), stop_token_ids=stop_ids, seed=seed,
+                             hold_kv=hold, remote_prefilled=external > 0)
+        try:
+            tracked = self.runner.submit(ereq, req.max_tokens if not chat else max_tokens, external)
+        except ValueError as err:
+            raise bad_request(str(err)) from None
+        self.active += 1
+        try:
+            gen = _TextStream(self.runner, tracked, req.stop_strings(), req.include_stop_str_in_output)
+            if req.stream:
+                return await self._stream(request, gen, rid, model, chat, req.stream_options, len(ids))
+            async for _ in gen.pieces():
+                pass
+            kv_out = self._kv_params(rid, tracked) if hold else None
+            make = protocol.chat_response if chat else protocol.completion_response
+            return web.json_response(make(rid, model, int(time.time()), gen.text, gen.finish, gen.stop_reason,
+                                          len(ids), tracked.n_out, kv_out))
+        finally:
+            self.active -= 1
+            if not tracked.done:  # client went away or the handler failed: free the engine's resources
+                self.runner.finish_early(rid, FINISH_ABORT)
+
+    async def _stream(self, request: web.Request, gen: _TextStream, rid: str, model: str, chat: bool,
+                      opts: protocol.StreamOptions | None, n_prompt: int) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        created = int(time.time())
+        if chat:
+            first = protocol.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None, None)
+            await resp.write(_sse(first))
+        async for piece in gen.pieces():
+            finish = gen.finish if gen.finished else None
+            stop_reason = gen.stop_reason if gen.finished else None
+            if chat:
+                chunk = protocol.chat_chunk(rid, model, created, {"content": piece}, finish, stop_reason)
+            else:
+                chunk = protocol.completion_chunk(rid, model, created, piece, finish, stop_reason)
+            await resp.write(_sse(chunk))
+        if opts is not None and opts.include_usage:
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            await resp.write(_sse(protocol.usage_chunk(rid, obj, model, created, n_prompt, gen.tracked.n_out)))
+        await resp.write(_DONE)
+        await resp.write_eof()
+        return resp
+
+    def _kv_params(self, rid: str, tracked: Tracked) -> dict[str, Any] | None:
+        if not tracked.held_block_ids or self.runner.engine.get_held(rid) is None:
+            return None
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": self.s.engine_id,
+            "remote_request_id": rid,
+            "remote_block_ids": tracked.held_block_ids,
+            "remote_host": self.s.side_channel_host,
+            "remote_port": self.s.side_channel_port,
+            "tp_size": self.s.tp_size,
+        }
+
+    async def _load_remote(self, kvp: dict[str, Any], ids: list[int]) -> int:
+        """Pull the prompt's KV; returns the tokens received, or 0 to recompute (policy ``recompute``)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        policy = self.s.kv_transfer.kv_load_failure_policy
+        t0 = time.monotonic()
+        try:
+            result = await pull_kv(self._session, kvp, ids, self.runner.engine.config.block_size,
+                                   self.s.kv_pull_timeout_s)
+        except KvLoadError as err:
+            self.runner.metrics.kv_load_failure(err.reason, policy)
+            if policy == "fail":
+                raise ApiError(500, f"KV transfer from the prefill worker failed ({err.reason}): {err.detail}",
+                               "kv_transfer_params", "KVTransferError") from None
+            return 0
+        self.runner.metrics.kv_transfers.inc()
+        self.runner.metrics.kv_transfer_time.observe(time.monotonic() - t0)
+        return result.num_tokens
+
+
+class _TextStream:
+    """Turns a request's token events into text pieces, applying stop strings like vLLM."""
+
+    def __init__(self, runner: EngineRunner, tracked: Tracked, stops: list[str], include_stop: bool) -> None:
+        self.runner = runner
+        self.tracked = tracked
+        self.stops = stops
+        self.include_stop = include_stop
+        self.holdback = max((len(s) for s in stops), default=1) - 1
+        self.text = ""
+        self.emitted = 0
+        self._checked = 0
+        self.finished = False
+        self.finish: str | None = None
+        self.stop_reason: str | int | None = None
+
+    async def pieces(self) -> AsyncIterator[str]:
+        queue = self.tracked.queue
+        while not self.finished:
+            ev: TokenEvent = await queue.get()
+            if ev.token_id >= 0:
+                self.text += tokenizer.decode([ev.token_id])
+                if ev.finished and ev.finish_reason == FINISH_STOP and ev.token_id != tokenizer.EOS_ID:
+                    self.stop_reason = ev.token_id  # a stop_token_ids hit
+            if ev.finished:
+                self.finished, self.finish = True, ev.finish_reason
+            elif self.stops and self._check_stop():
+                self.runner.finish_early(self.tracked.req.request_id, FINISH_STOP)
+                self.finished, self.finish = True, FINISH_STOP
+            end = len(self.text) if self.finished else len(self.text) - self.holdback
+            if end > self.emitted or self.finished:
+                piece = self.text[self.emitted:end]
+                self.emitted = max(self.emitted, end)
+                yield piece
+
+    def _check_stop(self) -> bool:
+        # A stop string can start at most `holdback` characters before the new text.
+        offset = max(0, self._checked - self.holdback)
+        window = self.text[offset:]
+        self._checked = len(self.text)
+        for s in self.stops:
+            i = window.find(s)
+            if i >= 0:
+                cut = offset + i + (len(s) if self.include_stop else 0)
+                self.text = self.text[:cut]
+                self.stop_reason = s
+                return True
+        return False
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
