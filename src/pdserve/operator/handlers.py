@@ -1,0 +1,103 @@
+"""kopf handlers: small and typed; every decision lives in render / status / drift."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from pdserve.api import GROUP, PLURAL, VERSION
+from pdserve.operator.kube import KubeError
+from pdserve.operator.names import SERVICE_LABEL
+from pdserve.operator.reconcile import Reconciler, SyncOutcome
+
+RETRY_DELAY_S = 10.0
+
+
+@dataclass(frozen=True)
+class HandlerConfig:
+    resync_seconds: float = 60.0
+    hosted_planner: bool = False
+
+
+def _raise_for(outcome: SyncOutcome | None) -> None:
+    if outcome is not None and outcome.error:
+        # kopf retries create/update/resume handlers; the timer retries the rest.
+        raise kopf.TemporaryError(outcome.error, delay=RETRY_DELAY_S)
+
+
+def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
+    return bool((spec.get("autoscaling") or {}).get("enabled"))
+
+
+def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: Any = None) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
+    async def reconcile(name: str, namespace: str, logger: kopf.Logger, **_: Any) -> None:
+        try:
+            outcome = await reconciler.sync(namespace, name, full=True, logger=logger)
+        except KubeError as e:
+            raise kopf.TemporaryError(str(e), delay=RETRY_DELAY_S) from e
+        _raise_for(outcome)
+
+    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, initial_delay=config.resync_seconds, registry=registry)
+    async def resync(name: str, namespace: str, logger: kopf.Logger, **_: Any) -> None:
+        try:
+            outcome = await reconciler.sync(namespace, name, full=True, logger=logger)
+        except KubeError as e:
+            logger.warning("resync failed, next try in %ss: %s", config.resync_seconds, e)
+            return
+        if outcome is not None and outcome.error:
+            logger.warning("resync failed, next try in %ss: %s", config.resync_seconds, outcome.error)
+
+    @kopf.on.event("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT}, registry=registry)
+    async def child_changed(meta: kopf.Meta, namespace: str, logger: kopf.Logger, **_: Any) -> None:
+        owner = meta.get("labels", {}).get(SERVICE_LABEL)
+        if not owner:
+            return
+        try:
+            await reconciler.sync(namespace, owner, full=False, logger=logger)
+        except KubeError as e:
+            # The resync timer repairs whatever this event could not.
+            logger.warning("sync of %s/%s after a child event failed: %s", namespace, owner, e)
+
+    if config.hosted_planner:
+
+        @kopf.daemon(GROUP, VERSION, PLURAL, when=_autoscaled, cancellation_timeout=10.0, registry=registry)
+        async def planner(name: str, namespace: str, stopped: kopf.DaemonStopped, logger: kopf.Logger, **_: Any) -> None:
+            try:
+                from pdserve.planner.hosted import run_hosted
+            except ImportError as e:
+                logger.warning("autoscaling is enabled but the hosted planner is unavailable (%s); replicas stay as written", e)
+                await stopped.wait()
+                return
+            await run_hosted(namespace, name, stopped=stopped, logger=logger, api_client=api_client)
+
+    return registry
+
+
+def settings(log_level: int = logging.INFO) -> kopf.OperatorSettings:
+    """Small and quiet: state in our own annotations, few posted events, long-lived watches."""
+    s = kopf.OperatorSettings()
+    s.persistence.finalizer = f"{GROUP}/operator"
+    s.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
+    # Our own Events mark condition transitions; kopf posts only its warnings and errors.
+    s.posting.level = max(logging.WARNING, log_level)
+    s.watching.server_timeout = 300
+    s.watching.client_timeout = 330
+    s.watching.connect_timeout = 30
+    s.watching.reconnect_backoff = 1.0
+    s.execution.max_workers = 4
+    s.networking.request_timeout = 60
+    return s
+

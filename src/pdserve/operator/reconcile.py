@@ -1,0 +1,108 @@
+"""One level-based sync of a DisaggregatedService: read it, repair drifted children, write status.
+
+Every trigger (create, update, resume, timer, a child Deployment's event) calls
+``Reconciler.sync``; a burst of triggers for one resource coalesces into at most
+one running and one queued sync, which keeps CPU flat during rollouts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import ValidationError
+
+from pdserve.api import DisaggregatedService
+from pdserve.operator.drift import drift
+from pdserve.operator.kube import Kube, KubeError
+from pdserve.operator.names import ROLE_LABEL, ROLES, SERVICE_LABEL, RenderOptions, child_name, endpoint_url
+from pdserve.operator.render import render
+from pdserve.operator.status import ChildState, compute_status, status_changed
+
+Key = tuple[str, str]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class SyncOutcome:
+    applied: list[str] = field(default_factory=list)
+    repaired: dict[str, list[str]] = field(default_factory=dict)
+    error: str | None = None
+    transient: bool = False
+    transitions: list[str] = field(default_factory=list)
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, options: RenderOptions | None = None, clock: Callable[[], datetime] = _utcnow):
+        self.kube = kube
+        self.options = options or RenderOptions()
+        self.clock = clock
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._queued: dict[Key, bool] = {}  # key -> whether the queued sync must re-apply everything
+
+    async def sync(self, namespace: str, name: str, *, full: bool, logger: logging.Logger | logging.LoggerAdapter[Any]) -> SyncOutcome | None:
+        """Sync now, or fold into the sync already queued for this resource (then returns None)."""
+        key = (namespace, name)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        if key in self._queued:
+            self._queued[key] = self._queued[key] or full
+            return None
+        self._queued[key] = full
+        async with lock:
+            full = self._queued.pop(key)
+            outcome = await self._sync_once(namespace, name, full, logger)
+            if outcome is None:
+                self._locks.pop(key, None)
+            return outcome
+
+    async def _sync_once(self, namespace: str, name: str, full: bool, logger: logging.Logger | logging.LoggerAdapter[Any]) -> SyncOutcome | None:
+        body = await self.kube.get_service(namespace, name)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            return None  # gone or going: garbage collection removes the children
+        outcome = SyncOutcome()
+        try:
+            svc = DisaggregatedService.from_body(body)
+        except ValidationError as e:
+            # The API server's schema should have refused this; report instead of guessing.
+            logger.error("spec is invalid: %s", e)
+            return outcome
+        live = {d["metadata"]["name"]: d for d in await self.kube.list("apps/v1", "Deployment", namespace, f"{SERVICE_LABEL}={name}")}
+        for manifest in render(svc, self.options):
+            kind, child = manifest["kind"], manifest["metadata"]["name"]
+            if kind == "Deployment":
+                paths = drift(manifest, live.get(child))
+                if not paths:
+                    continue
+                if child in live:
+                    outcome.repaired[child] = paths
+            elif not full:
+                continue
+            try:
+                result = await self.kube.apply(manifest)
+            except KubeError as e:
+                outcome.error, outcome.transient = f"{kind}/{child}: {e.message}", e.transient
+                logger.warning("apply %s/%s failed: %s", kind, child, e)
+                break
+            outcome.applied.append(f"{kind}/{child}")
+            if kind == "Deployment":
+                live[child] = result
+        for child, paths in outcome.repaired.items():
+            logger.info("repaired drift in Deployment/%s: %s", child, ", ".join(paths[:5]))
+        pods = await self.kube.list("v1", "Pod", namespace, f"{SERVICE_LABEL}={name},{ROLE_LABEL} in (prefill,decode)")
+        children = {role: ChildState.from_deployment(live[child_name(svc, role)]) if child_name(svc, role) in live else None for role in ROLES}
+        result = compute_status(svc, children, pods, endpoint_url(svc, self.options), self.clock(), outcome.error)
+        if status_changed(body.get("status"), result.status):
+            await self.kube.patch_status(namespace, name, result.status)
+        for t in result.transitions:
+            outcome.transitions.append(f"{t.type}={t.status}")
+            try:
+                await self.kube.post_event(body, t.reason, f"{t.type} is {t.status}: {t.message}".rstrip(": "), t.warning, self.clock())
+            except KubeError as e:
+                logger.warning("could not post event %s: %s", t.reason, e)
+        return outcome

@@ -1,0 +1,43 @@
+"""Fixtures for the operator's control-plane tests: one cluster, one CRD, one operator process."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from operator_harness import OPERATOR_USER, OperatorProcess, api_client, bind_operator_role, install_crd
+
+
+@pytest.fixture(scope="session")
+def admin(kube_cluster: Any) -> Iterator[client.ApiClient]:
+    with api_client(kube_cluster.kubeconfig) as api:
+        install_crd(api)
+        bind_operator_role(api)
+        yield api
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(kube_cluster: Any, admin: client.ApiClient) -> Path:
+    return Path(kube_cluster.kubeconfig_for(OPERATOR_USER))
+
+
+@pytest.fixture(scope="session")
+def operator(operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(operator_kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log", resync_seconds=3.0)
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def namespace(admin: client.ApiClient) -> Iterator[str]:
+    name = f"op-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(admin)
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
