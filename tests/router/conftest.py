@@ -1,0 +1,141 @@
+"""Fixtures: real ``pdserve worker`` processes and an in-process router on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from pdserve.router.app import STATE_KEY, build_app
+from pdserve.router.config import RouterConfig
+from pdserve.router.state import RouterState
+
+MODEL = "mock-llama"
+
+
+def worker_args(pd: bool = True, events: bool = True) -> list[str]:
+    args = ["--mock-side-channel-port", "0"]
+    if pd:
+        args += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})]
+    if events:
+        args += ["--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                                                   "endpoint": "tcp://127.0.0.1:*"})]
+    return args
+
+
+def spawn(stack: ExitStack, n: int, speedup: float = 100.0, pd: bool = True, events: bool = True) -> list:
+    from pdserve.worker.testing import start_worker
+
+    return [stack.enter_context(start_worker(MODEL, args=worker_args(pd, events), speedup=speedup))
+            for _ in range(n)]
+
+
+def kill(worker) -> None:
+    try:
+        os.killpg(worker.proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    worker.proc.wait(5)
+
+
+def entry(w) -> dict:
+    return {"url": w.url, "kv_events": w.kv_events_endpoint}
+
+
+@pytest.fixture(scope="module")
+def pd_workers() -> Iterator[tuple[list, list]]:
+    """Two prefill and two decode workers, shared by a module's tests."""
+    with ExitStack() as stack:
+        yield spawn(stack, 2), spawn(stack, 2)
+
+
+@pytest.fixture
+def worker_stack() -> Iterator[ExitStack]:
+    with ExitStack() as stack:
+        yield stack
+
+
+@dataclass
+class RouterHandle:
+    url: str
+    state: RouterState
+    session: aiohttp.ClientSession
+
+    async def post(self, path: str, body: object, **kw) -> aiohttp.ClientResponse:
+        return await self.session.post(self.url + path, json=body, **kw)
+
+    async def metric(self, name: str) -> float:
+        """Sum of a metric's samples on the router's /metrics (0 when absent)."""
+        async with self.session.get(self.url + "/metrics") as r:
+            return metric_sum(await r.text(), name)
+
+
+def metric_sum(text: str, name: str, label: str | None = None) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if label is None or label in line:
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def worker_metric(url: str, name: str, label: str | None = None) -> float:
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        return metric_sum(await r.text(), name, label)
+
+
+@asynccontextmanager
+async def run_router(cfg: RouterConfig) -> AsyncIterator[RouterHandle]:
+    cfg.port = 0
+    app = build_app(cfg)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+    try:
+        yield RouterHandle(f"http://127.0.0.1:{port}", app[STATE_KEY], session)
+    finally:
+        await session.close()
+        await runner.cleanup()
+
+
+async def wait_for(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def read_sse(resp: aiohttp.ClientResponse) -> list[dict | str]:
+    """All events of an SSE response: parsed JSON objects, or '[DONE]'."""
+    out: list[dict | str] = []
+    buf = b""
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        while b"\n\n" in buf:
+            raw, buf = buf.split(b"\n\n", 1)
+            for line in raw.split(b"\n"):
+                if line.startswith(b"data: "):
+                    data = line[6:]
+                    out.append("[DONE]" if data == b"[DONE]" else json.loads(data))
+    return out
+
+
+def stream_text(events: list, kind: str = "completions") -> str:
+    parts = []
+    for e in events:
+        if isinstance(e, dict):
+            for ch in e.get("choices", []):
+                parts.append(ch.get("text") if kind == "completions" else (ch.get("delta") or {}).get("content") or "")
+    return "".join(p for p in parts if p)
