@@ -62,8 +62,11 @@ class KubernetesActuator:
         selector = f"pdserve.io/service={self.name},pdserve.io/role={role}"
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
         ready = pending = 0
+        want = {"pdserve.io/service": self.name, "pdserve.io/role": role}
         for pod in pods:
-            if pod.metadata.deletion_timestamp is not None:
+            labels = pod.metadata.labels or {}
+            # Re-check the selector: cheap, and some API fakes ignore label selectors.
+            if any(labels.get(k) != v for k, v in want.items()) or pod.metadata.deletion_timestamp is not None:
                 continue
             phase = pod.status.phase if pod.status else None
             if phase == "Pending":

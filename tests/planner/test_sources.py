@@ -1,0 +1,101 @@
+import math
+
+import pytest
+
+from pdserve.planner.observation import PoolState
+from pdserve.planner.source_prometheus import PrometheusSource, PromQL
+from pdserve.planner.source_scrape import ScrapeSource, Target, histogram_quantile, parse_target
+
+from fake_vllm_metrics import FakeVllm
+
+P, D = PoolState(1), PoolState(2)
+
+
+@pytest.fixture
+def fakes():
+    made = []
+
+    def make(**kw):
+        f = FakeVllm(**kw)
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()
+
+
+@pytest.mark.parametrize("old_names", [False, True])
+def test_scrape_rates_means_and_quantiles(fakes, old_names):
+    pre, dec = fakes(old_names=old_names), fakes(old_names=old_names)
+    src = ScrapeSource([Target(pre.url, "prefill"), Target(dec.url + "/metrics", "decode")])
+    first = src.observe(100.0, P, D)
+    assert math.isnan(first.request_rate) and first.error is None  # no rates from one scrape
+    pre.finish(20, isl=1000, osl=1, ttft=0.2, itl=0.02, hit_tokens=250)  # the prefill leg
+    dec.finish(20, isl=1000, osl=200, ttft=0.3, itl=0.03)
+    dec.running.labels(**dec.lab).set(7)
+    dec.kv.labels(**dec.lab).set(0.4)
+    o = src.observe(110.0, P, D)
+    src.close()
+    assert o.request_rate == pytest.approx(2.0)  # 20 decode completions in 10 s
+    assert o.mean_isl == pytest.approx(1000) and o.mean_osl == pytest.approx(200)
+    assert o.ttft_mean_s == pytest.approx(0.2) and o.itl_mean_s == pytest.approx(0.03)
+    assert 0.1 < o.ttft_tail_s <= 0.25 and 0.025 < o.itl_tail_s <= 0.05
+    assert o.prefix_hit_ratio == pytest.approx(0.25)
+    assert o.running == 7 and o.kv_usage == pytest.approx(0.4)
+    assert (o.prefill, o.decode) == (P, D)
+
+
+def test_scrape_failure_is_an_error_observation(fakes):
+    f = fakes()
+    url = f.url
+    f.close()
+    o = ScrapeSource([Target(url)]).observe(1.0, P, D)
+    assert o.error and "scrape failed" in o.error and url in o.error
+
+
+def test_scrape_target_churn(fakes):
+    a, b = fakes(), fakes()
+    targets = [Target(a.url)]
+    src = ScrapeSource(lambda: targets)
+    a.finish(10, 100, 10, 0.1, 0.01)
+    src.observe(0.0, P, D)
+    targets.append(Target(b.url))  # a new worker: contributes from its second scrape on
+    a.finish(10, 100, 10, 0.1, 0.01)
+    b.finish(50, 100, 10, 0.1, 0.01)
+    o = src.observe(10.0, P, D)
+    assert o.request_rate == pytest.approx(1.0)
+    o = src.observe(20.0, P, D)
+    assert o.request_rate == pytest.approx(0.0)
+
+
+def test_parse_target():
+    assert parse_target("http://h:1") == Target("http://h:1")
+    assert parse_target("decode=http://h:1") == Target("http://h:1", "decode")
+    with pytest.raises(ValueError, match="role must be prefill or decode"):
+        parse_target("router=http://h:1")
+    with pytest.raises(ValueError, match="expected an http"):
+        parse_target("prefill=h:1")
+
+
+def test_histogram_quantile_like_promql():
+    b = {0.1: 10.0, 0.5: 30.0, 1.0: 40.0, math.inf: 40.0}
+    assert histogram_quantile(0.25, b) == pytest.approx(0.1)
+    assert histogram_quantile(0.5, b) == pytest.approx(0.3)
+    assert histogram_quantile(0.99, {0.1: 0.0, math.inf: 5.0}) == pytest.approx(0.1)
+    assert math.isnan(histogram_quantile(0.5, {0.1: 0.0, math.inf: 0.0}))
+
+
+def test_promql_queries_have_fallbacks():
+    q = PromQL('namespace="ns",pdserve_service="s"', window="30s", quantile=0.99).queries()
+    assert q["request_rate"] == ('(sum(rate(vllm:request_success_total{namespace="ns",pdserve_service="s",pdserve_role="decode"}[30s])))'
+                                 ' or (sum(rate(vllm:request_success_total{namespace="ns",pdserve_service="s"}[30s])))')
+    assert "vllm:time_per_output_token_seconds_bucket" in q["itl_tail_s"] and "histogram_quantile(0.99" in q["itl_tail_s"]
+    assert "vllm:gpu_cache_usage_perc" in q["kv_usage"]
+    assert "vllm:gpu_prefix_cache_hits_total" in q["prefix_hit_ratio"]
+    assert PromQL("")._sel(None) == "{}"
+
+
+def test_prometheus_down_is_an_error_observation():
+    o = PrometheusSource("http://127.0.0.1:9", PromQL(""), timeout_s=1).observe(5.0, P, D)
+    assert o.error and "prometheus http://127.0.0.1:9" in o.error and o.timestamp == 5.0
