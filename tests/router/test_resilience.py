@@ -1,0 +1,131 @@
+"""Failures: retry before the first byte, migration mid-stream, clean SSE errors."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from pdserve.common import tokenizer
+from pdserve.router.config import RouterConfig
+from tests.router.conftest import MODEL, kill, read_sse, run_router, spawn, stream_text, worker_metric
+
+
+def dead_url() -> str:
+    """A loopback port nobody listens on."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+async def test_dead_workers_are_retried_before_the_first_byte(worker_stack) -> None:
+    (p,) = spawn(worker_stack, 1, pd=True, events=False)
+    (d,) = spawn(worker_stack, 1, pd=True, events=False)
+    cfg = RouterConfig(prefill=[dead_url(), p.url], decode=[dead_url(), d.url], policy="round_robin",
+                       decode_policy="round_robin", scrape_interval_s=60, worker_cooldown_s=0.0)
+    # No cooldown: the dead workers stay eligible, so requests really hit them first.
+    async with run_router(cfg) as r:
+        for i in range(4):
+            body = {"model": MODEL, "prompt": f"request {i} " * 20, "max_tokens": 4, "stream": i % 2 == 1}
+            resp = await r.post("/v1/completions", body)
+            assert resp.status == 200, await resp.text()
+            if body["stream"]:
+                assert (await read_sse(resp))[-1] == "[DONE]"
+            else:
+                await resp.read()
+            assert "mode=pd" in resp.headers["x-pdserve-route"]
+        assert await r.metric("pdserve_router_retries_total") >= 1
+        assert await r.metric("pdserve_router_pd_handoffs_total") == 4
+
+
+async def test_no_live_worker_is_a_clean_503(worker_stack) -> None:
+    cfg = RouterConfig(decode=[dead_url()], max_retries=1, scrape_interval_s=60)
+    async with run_router(cfg) as r:
+        resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2})
+        body = await resp.json()
+        assert resp.status in (502, 503) and "decode" in body["error"]["message"]
+        h = await r.session.get(r.url + "/health")
+        assert h.status == 503  # the failed worker is cooling down
+
+
+async def _stream_until_tokens(resp, n: int) -> tuple[list[bytes], int]:
+    raw: list[bytes] = []
+    seen = 0
+    async for chunk in resp.content.iter_any():
+        raw.append(chunk)
+        seen += chunk.count(b'"text"') + chunk.count(b'"content"')
+        if seen >= n:
+            break
+    return raw, seen
+
+
+async def test_decode_worker_killed_mid_stream_migrates(worker_stack) -> None:
+    workers = spawn(worker_stack, 2, speedup=1.0, pd=False, events=False)
+    cfg = RouterConfig(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60)
+    async with run_router(cfg) as r:
+        body = {"model": MODEL, "prompt": "tell me a long story " * 10, "max_tokens": 60, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+        resp = await r.post("/v1/completions", body)
+        assert resp.status == 200
+        victim_url = resp.headers["x-pdserve-route"].split("decode=")[1].split(" ")[0]
+        victim = next(w for w in workers if w.url == victim_url)
+        survivor = next(w for w in workers if w.url != victim_url)
+        first, _ = await _stream_until_tokens(resp, 10)
+        kill(victim)
+        rest = await read_sse(resp)
+        events = await _reparse(first) + rest
+        assert events[-1] == "[DONE]"
+        assert not any(isinstance(e, dict) and "error" in e for e in events), events
+        text = stream_text(events)
+        # Every token arrives exactly once: the budget is honoured across the two workers.
+        assert len(tokenizer.encode(text)) == 60
+        usage = [e["usage"] for e in events if isinstance(e, dict) and e.get("usage")]
+        assert usage and usage[-1]["completion_tokens"] == 60
+        assert await r.metric("pdserve_router_migrations_total") == 1
+        # The survivor really did the rest of the work.
+        assert await worker_metric(survivor.url, "vllm:generation_tokens_total") >= 60 - 30
+
+
+async def test_migration_impossible_ends_with_error_event_then_done(worker_stack) -> None:
+    (w,) = spawn(worker_stack, 1, speedup=1.0, pd=False, events=False)
+    cfg = RouterConfig(decode=[w.url], scrape_interval_s=60)
+    async with run_router(cfg) as r:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "go on"}], "max_tokens": 200,
+                "ignore_eos": True, "stream": True}
+        resp = await r.post("/v1/chat/completions", body)
+        assert resp.status == 200
+        first, _ = await _stream_until_tokens(resp, 5)
+        kill(w)
+        rest = await asyncio.wait_for(read_sse(resp), timeout=20)
+        assert rest[-1] == "[DONE]"
+        errors = [e for e in rest if isinstance(e, dict) and "error" in e]
+        assert len(errors) == 1 and "lost mid-stream" in errors[0]["error"]["message"]
+        assert await r.metric("pdserve_router_migrations_total") == 1  # outcome=failed
+
+
+async def test_client_disconnect_cancels_the_upstream_request(worker_stack) -> None:
+    (w,) = spawn(worker_stack, 1, speedup=1.0, pd=False, events=False)
+    cfg = RouterConfig(decode=[w.url], scrape_interval_s=60)
+    async with run_router(cfg) as r:
+        resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x y z", "max_tokens": 2000,
+                                                 "ignore_eos": True, "stream": True})
+        await _stream_until_tokens(resp, 3)
+        resp.close()  # the client goes away
+        for _ in range(100):
+            if await worker_metric(w.url, "vllm:num_requests_running") == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await worker_metric(w.url, "vllm:num_requests_running") == 0
+        assert await worker_metric(w.url, "vllm:generation_tokens_total") < 2000
+
+
+async def _reparse(chunks: list[bytes]) -> list:
+    import json
+
+    out = []
+    for block in b"".join(chunks).split(b"\n\n"):
+        for line in block.split(b"\n"):
+            if line.startswith(b"data: "):
+                out.append("[DONE]" if line[6:] == b"[DONE]" else json.loads(line[6:]))
+    return out
