@@ -34,6 +34,7 @@ class RequestRecord:
     transfer_s: float = 0.0  # disaggregated: KV transfer time after prefill (exposed part)
     kv_bytes: int = 0  # KV bytes moved prefill -> decode
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    error: str = ""  # why an engine refused the request (counts as a miss)
 
     @property
     def finished(self) -> bool:
@@ -157,7 +158,7 @@ def summarize(
 
 CSV_COLUMNS = (
     "index", "arrival_s", "input_tokens", "output_tokens", "prefill_instance", "decode_instance",
-    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "transfer_s", "kv_bytes", "cached_tokens", "attained",
+    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "transfer_s", "kv_bytes", "cached_tokens", "attained", "error",
 )
 
 
@@ -169,5 +170,5 @@ def csv_rows(records: Sequence[RequestRecord], slo: Slo) -> Iterable[list[str]]:
         yield [
             str(r.index), f(r.arrival_s), str(r.input_tokens), str(r.output_tokens), r.prefill_instance,
             r.decode_instance, f(r.first_token_s), f(r.finish_s), f(r.ttft), f(r.tpot), f(r.e2e),
-            f(r.transfer_s), str(r.kv_bytes), str(r.cached_tokens), "1" if r.attains(slo) else "0",
+            f(r.transfer_s), str(r.kv_bytes), str(r.cached_tokens), "1" if r.attains(slo) else "0", r.error,
         ]

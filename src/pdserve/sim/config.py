@@ -1,0 +1,103 @@
+"""What to simulate: topology, pool sizes, profiles, scheduling knobs, KV link, SLOs."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pdserve.sim.metrics import Slo
+
+Topology = Literal["colocated", "chunked", "disagg"]
+
+DEFAULT_PROFILE = "llama-3.1-8b-h100"
+
+
+class SimConfigError(ValueError):
+    """A configuration that cannot be simulated; the message names the problem."""
+
+
+class SimConfig(BaseModel):
+    """One serving configuration.
+
+    * ``colocated``: ``instances`` engines, each prefill-priority continuous batching
+      without chunking (a waiting prompt is prefilled whole before decodes resume),
+      like vLLM v0's default scheduler.
+    * ``chunked``: ``instances`` engines with Sarathi-style chunked prefill: every
+      step carries the running decodes plus prompt chunks up to ``token_budget``.
+    * ``disagg``: ``prefill_instances`` prefill-only engines and ``decode_instances``
+      decode engines; each prompt's KV moves over the instances' KV links
+      (``kv_link_gbps`` per instance, ``serial`` after prefill or ``layerwise``
+      overlapped with the last prefill step).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topology: Topology = "disagg"
+    instances: int = Field(4, ge=0, description="engines for colocated / chunked")
+    prefill_instances: int = Field(2, ge=0)
+    decode_instances: int = Field(2, ge=0)
+    profile: str = Field(DEFAULT_PROFILE, description="pdserve.worker.perf profile name")
+    prefill_profile: str | None = Field(None, description="profile of prefill engines (default: profile)")
+    decode_profile: str | None = Field(None, description="profile of decode engines (default: profile)")
+    tp: int | None = Field(None, ge=1, description="tensor-parallel size override for all engines")
+    prefill_tp: int | None = Field(None, ge=1)
+    decode_tp: int | None = Field(None, ge=1)
+    policy: str = Field("kv_aware", description="router policy for colocated engines / the prefill pool")
+    decode_policy: str = Field("least_loaded", description="router policy for the decode pool")
+    max_num_seqs: int = Field(256, ge=1)
+    token_budget: int = Field(512, ge=16, description="chunked prefill: max_num_batched_tokens")
+    max_model_len: int = Field(131072, ge=16)
+    block_size: int = Field(16, ge=1)
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    kv_link_gbps: float = Field(100.0, gt=0, description="KV link bandwidth per instance, Gbit/s")
+    kv_transfer: Literal["serial", "layerwise"] = "serial"
+    kv_lease_s: float = Field(480.0, gt=0, description="prefill side holds blocks this long at most (vLLM default)")
+    startup_delay_s: float = Field(60.0, ge=0, description="autoscaling: new instance warm-up")
+    slo: Slo = Field(default_factory=Slo)
+    seed: int = 0
+    max_sim_time_s: float | None = Field(None, gt=0, description="stop the clock here (default: no limit)")
+
+    @model_validator(mode="after")
+    def _check_counts(self) -> SimConfig:
+        if self.topology == "disagg":
+            if self.prefill_instances < 1 or self.decode_instances < 1:
+                raise ValueError(
+                    f"disagg needs >= 1 prefill and >= 1 decode instance, got "
+                    f"{self.prefill_instances}P{self.decode_instances}D"
+                )
+        elif self.instances < 1:
+            raise ValueError(f"{self.topology} needs instances >= 1, got {self.instances}")
+        return self
+
+    # Resolved per-pool settings --------------------------------------------
+    def pool_profile(self, pool: str) -> tuple[str, int | None]:
+        """(profile name, TP override) for ``pool`` in {"colocated", "prefill", "decode"}."""
+        if pool == "prefill":
+            return self.prefill_profile or self.profile, self.prefill_tp or self.tp
+        if pool == "decode":
+            return self.decode_profile or self.profile, self.decode_tp or self.tp
+        return self.profile, self.tp
+
+    @property
+    def label(self) -> str:
+        if self.topology == "disagg":
+            return f"{self.prefill_instances}P{self.decode_instances}D"
+        return f"{self.topology}:{self.instances}"
+
+
+_SPEC = re.compile(r"^(?:(?P<topo>colocated|chunked)[:x]?(?P<n>\d+)|(?P<p>\d+)p(?P<d>\d+)d)$", re.I)
+
+
+def parse_layout(spec: str) -> dict[str, object]:
+    """``"colocated:4"``, ``"chunked:4"`` or ``"2p1d"`` -> SimConfig fields."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise SimConfigError(
+            f"bad configuration {spec!r}: expected 'colocated:N', 'chunked:N' or 'XpYd' (e.g. '2p1d')"
+        )
+    if m.group("topo"):
+        return {"topology": m.group("topo").lower(), "instances": int(m.group("n"))}
+    return {"topology": "disagg", "prefill_instances": int(m.group("p")), "decode_instances": int(m.group("d"))}

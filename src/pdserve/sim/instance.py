@@ -1,0 +1,178 @@
+"""One simulated serving instance: the worker's own ``Engine`` plus lifecycle and KV link.
+
+The engine is production code (``pdserve.worker.engine``); this module only builds
+its configuration from a :class:`SimConfig` pool, feeds it requests with synthetic
+prompts, and tracks what the simulator needs around it (start-up, draining, GPU time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import lru_cache
+
+from pdserve.router.policies import WorkerView
+from pdserve.sim.config import SimConfig, SimConfigError
+from pdserve.sim.kvlink import Link
+from pdserve.worker.engine import Engine, EngineConfig, EngineRequest
+from pdserve.worker.perf import PerfModel, PerfProfile, load_profile
+
+# Prefill engines (and decode engines receiving transferred prompts) chunk long
+# prompts at vLLM's default max_num_batched_tokens for P/D deployments.
+PD_BATCHED_TOKENS = 8192
+
+
+class State(Enum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    RELEASED = "released"
+
+
+@lru_cache(maxsize=64)
+def resolve_profile(name: str, tp: int | None) -> PerfProfile:
+    try:
+        return load_profile(name, tp)
+    except ValueError as e:
+        raise SimConfigError(str(e)) from None
+
+
+@dataclass(slots=True)
+class PoolSpec:
+    """Resolved settings of one pool's engines."""
+
+    pool: str  # colocated | prefill | decode
+    perf: PerfModel
+    engine_config: EngineConfig
+    tp: int
+
+    @property
+    def profile_name(self) -> str:
+        return self.perf.profile.name
+
+
+def pool_spec(config: SimConfig, pool: str) -> PoolSpec:
+    """Build a pool's engine configuration; a model that does not fit names the problem."""
+    name, tp = config.pool_profile(pool)
+    profile = resolve_profile(name, tp)
+    perf = PerfModel(profile)
+    try:
+        num_blocks = perf.num_kv_blocks(config.block_size, config.gpu_memory_utilization)
+    except ValueError as e:
+        weights_gb = perf.weight_bytes / 1e9
+        mem_gb = profile.gpu.memory_bytes * config.gpu_memory_utilization * profile.tp / 1e9
+        raise SimConfigError(
+            f"{pool} pool: profile {profile.name!r}: model {profile.model.name} needs {weights_gb:.0f} GB of "
+            f"weights but {profile.gpu.name} x TP{profile.tp} offers {mem_gb:.0f} GB at "
+            f"gpu_memory_utilization={config.gpu_memory_utilization} ({e}); raise the tensor-parallel size"
+        ) from None
+    if num_blocks < 1:
+        raise SimConfigError(f"{pool} pool: profile {profile.name!r} leaves no memory for KV blocks")
+    chunked = pool != "colocated" or config.topology == "chunked"
+    if pool == "colocated" and config.topology == "chunked":
+        budget = config.token_budget
+    elif pool == "colocated":
+        budget = config.max_model_len  # no chunking: a prompt is prefilled whole
+    else:
+        budget = max(PD_BATCHED_TOKENS, config.token_budget)
+    ecfg = EngineConfig(
+        num_blocks=num_blocks,
+        block_size=config.block_size,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=config.max_model_len,
+        enable_prefix_caching=config.enable_prefix_caching,
+        enable_chunked_prefill=chunked,
+        kv_lease_s=config.kv_lease_s,
+    )
+    return PoolSpec(pool=pool, perf=perf, engine_config=ecfg, tp=profile.tp)
+
+
+@dataclass(slots=True)
+class Instance:
+    """An engine with an identity, a lifecycle and a KV link."""
+
+    instance_id: str
+    spec: PoolSpec
+    engine: Engine
+    link: Link
+    requested_at: float
+    ready_at: float
+    state: State = State.STARTING
+    released_at: float = -1.0
+    busy: bool = False  # a step is in flight (its results land at step_end)
+    kicked: bool = False  # a step start is already scheduled
+    step_start: float = 0.0
+    inflight_prefill: int = 0  # prompt tokens routed here that have not produced a token
+    incoming: int = 0  # decode: requests whose KV transfer to here has not landed
+    prefill_of: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, instance_id: str, spec: PoolSpec, link_gbps: float, now: float, ready_at: float) -> Instance:
+        engine = Engine(spec.engine_config, spec.perf)
+        inst = cls(instance_id, spec, engine, Link(link_gbps), requested_at=now, ready_at=ready_at)
+        if ready_at <= now:
+            inst.state = State.READY
+        return inst
+
+    @property
+    def pool(self) -> str:
+        return self.spec.pool
+
+    @property
+    def tp(self) -> int:
+        return self.spec.tp
+
+    def view(self) -> WorkerView:
+        e = self.engine
+        return WorkerView(
+            worker_id=self.instance_id,
+            running=len(e.running),
+            waiting=len(e.waiting) + self.incoming,
+            inflight_prefill_tokens=self.inflight_prefill,
+            kv_usage=e.pool.usage(),
+        )
+
+    def add(
+        self,
+        request_id: str,
+        input_tokens: int,
+        output_tokens: int,
+        keys: list[int],
+        now: float,
+        *,
+        hold_kv: bool = False,
+        remote_prefilled: bool = False,
+    ) -> None:
+        # Token values only matter for hashing, and the prompt's block hashes are
+        # supplied precomputed (see pdserve.sim.prompts), so a zero-filled prompt
+        # is enough and costs one memset.
+        req = EngineRequest(
+            request_id=request_id,
+            prompt_token_ids=[0] * input_tokens,
+            max_tokens=output_tokens,
+            ignore_eos=True,
+            hold_kv=hold_kv,
+            remote_prefilled=remote_prefilled,
+        )
+        req.block_hashes = list(keys)
+        self.engine.add_request(req, now)
+        if not remote_prefilled:
+            self.inflight_prefill += input_tokens
+            self.prefill_of[request_id] = input_tokens
+
+    def prefill_finished(self, request_id: str) -> None:
+        self.inflight_prefill -= self.prefill_of.pop(request_id, 0)
+
+    def cached_prefix_blocks(self, keys: list[int], input_tokens: int) -> int:
+        """Blocks of this prompt already in this engine's prefix cache (a read-only probe)."""
+        bs = self.spec.engine_config.block_size
+        return len(self.engine.pool.find_prefix(keys, (input_tokens - 1) // bs))
+
+    @property
+    def idle(self) -> bool:
+        return not self.engine.has_work() and not self.engine.held
+
+    def gpu_seconds(self, end: float) -> float:
+        stop = self.released_at if self.released_at >= 0 else end
+        return self.tp * max(0.0, stop - self.requested_at)

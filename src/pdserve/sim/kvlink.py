@@ -1,0 +1,66 @@
+"""KV-cache transfer between a prefill and a decode instance over their links.
+
+Each instance has one link of ``gbps`` (its NIC / NVLink share). A transfer holds
+the sender's and the receiver's link for its whole duration, so concurrent
+transfers through one instance queue behind each other (FIFO in request order).
+This is coarser than fair sharing but has the same throughput bound and the same
+queueing growth near saturation, which is what decides goodput.
+
+* ``serial``: the transfer starts when the prefill has finished (vLLM
+  NixlConnector: the decode worker pulls the blocks after the prefill response).
+* ``layerwise``: layer i's KV is sent while layer i+1 computes (Mooncake / LMCache
+  layer-wise store), so transfer overlaps the prefill step; only what the link
+  could not move during the step, and at least the last layer, is exposed after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(slots=True)
+class Link:
+    gbps: float
+    free_at: float = 0.0
+    bytes_moved: int = 0
+    busy_s: float = 0.0
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.gbps * 1e9 / 8
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    start_s: float
+    end_s: float
+    nbytes: int
+
+
+def schedule_transfer(
+    src: Link,
+    dst: Link,
+    nbytes: int,
+    *,
+    prefill_start_s: float,
+    prefill_end_s: float,
+    num_layers: int,
+    mode: Literal["serial", "layerwise"],
+) -> Transfer:
+    """Reserve both links for one request's KV and return when it has arrived."""
+    if nbytes <= 0:
+        return Transfer(prefill_end_s, prefill_end_s, 0)
+    rate = min(src.bytes_per_s, dst.bytes_per_s)
+    duration = nbytes / rate
+    if mode == "serial":
+        start = max(prefill_end_s, src.free_at, dst.free_at)
+        end = start + duration
+    else:
+        start = max(prefill_start_s, src.free_at, dst.free_at)
+        end = max(start + duration, prefill_end_s + duration / max(num_layers, 1))
+    src.free_at = dst.free_at = end
+    for link in (src, dst):
+        link.bytes_moved += nbytes
+        link.busy_s += duration
+    return Transfer(start, end, nbytes)

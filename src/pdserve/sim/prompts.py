@@ -1,0 +1,62 @@
+"""Synthetic prompts for trace requests: token ids and prefix-cache block keys.
+
+Traces carry lengths, not text. Mooncake's ``hash_ids`` name 512-token prompt
+blocks; equal ids must become identical token blocks so that they share prefix-cache
+blocks. Requests without hash ids get a prompt nobody else shares.
+
+Block keys stand in for vLLM's sha256 chain: the simulator only needs equality of
+prefixes, and sha256-cbor over the Mooncake trace's ~6 M distinct 16-token blocks
+would cost ~40 s alone. A key is Python's hash of ``(parent key, hash id, block
+index)``: integer-tuple hashing does not depend on PYTHONHASHSEED, so keys are the
+same in every process, and chaining the parent key makes a key identify its whole
+prefix, exactly the property vLLM's hashes have.
+"""
+
+from __future__ import annotations
+
+from pdserve.sim.traces import TraceRequest
+
+VOCAB = 32000
+_ROOT = 0x5EED
+
+
+def _unique_id(index: int) -> int:
+    # Negative ids never collide with a trace's own (non-negative) hash ids.
+    return -1 - index
+
+
+def hash_id_of_token(req: TraceRequest, pos: int, hash_block_tokens: int) -> int:
+    if req.hash_ids:
+        return req.hash_ids[pos // hash_block_tokens]
+    return _unique_id(req.index)
+
+
+def block_keys(req: TraceRequest, block_size: int, hash_block_tokens: int = 512) -> list[int]:
+    """Keys of the prompt's full ``block_size``-token blocks, chained like prefix hashes."""
+    n_full = req.input_tokens // block_size
+    keys: list[int] = []
+    parent = _ROOT
+    if req.hash_ids:
+        ids = req.hash_ids
+        for k in range(n_full):
+            # A block that straddles two hash blocks depends on both ids.
+            first = ids[(k * block_size) // hash_block_tokens]
+            last = ids[((k + 1) * block_size - 1) // hash_block_tokens]
+            parent = hash((parent, first, last, k))
+            keys.append(parent)
+    else:
+        uid = _unique_id(req.index)
+        for k in range(n_full):
+            parent = hash((parent, uid, uid, k))
+            keys.append(parent)
+    return keys
+
+
+def token_ids(req: TraceRequest, hash_block_tokens: int = 512) -> list[int]:
+    """Deterministic prompt token ids; equal hash ids at equal offsets give equal tokens."""
+    out = []
+    for pos in range(req.input_tokens):
+        hid = hash_id_of_token(req, pos, hash_block_tokens)
+        off = pos % hash_block_tokens if req.hash_ids else pos
+        out.append(hash((hid, off)) % VOCAB)
+    return out

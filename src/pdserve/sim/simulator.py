@@ -1,0 +1,484 @@
+"""The discrete-event loop: arrivals -> router policy -> engines -> (KV link) -> decode.
+
+Deterministic by construction: a virtual clock, one heap ordered by (time, sequence
+number) so equal times resolve in insertion order, no wall clock, no unseeded
+randomness, and no iteration over hash-ordered sets. Same inputs, same result.
+
+Life of a request:
+* colocated / chunked: routed by ``config.policy`` to an engine; TTFT when its first
+  token lands, TPOT from its last.
+* disagg: routed to a prefill engine (``hold_kv``, 1 token); when the prefill lands,
+  ``config.decode_policy`` picks a decode engine (like vLLM's proxy, which sends the
+  decode request after the prefill response), the KV not already cached there moves
+  over both instances' links, then the decode engine adds the request as
+  ``remote_prefilled`` and the prefill side releases its blocks. If the prefill
+  side's lease expired first, decode recomputes the prompt (vLLM's ``recompute``
+  kv_load_failure_policy). The client's first token is the decode engine's first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pdserve.router.kv_index import KvIndex
+from pdserve.router.policies import Policy, RouteRequest, make_policy
+from pdserve.sim.autoscale import Autoscaler, PoolSizes, ScalingEvent
+from pdserve.sim.config import SimConfig, SimConfigError
+from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
+from pdserve.sim.kvlink import schedule_transfer
+from pdserve.sim.metrics import RequestRecord, Summary, summarize
+from pdserve.sim.prompts import block_keys
+from pdserve.sim.traces import Trace
+from pdserve.sim.windows import WindowTracker
+from pdserve.worker.engine import StepOutput
+
+_KICK, _STEP_DONE, _KV_DONE, _READY, _TICK = range(5)
+
+
+@dataclass(slots=True)
+class _Req:
+    rec: RequestRecord
+    keys: list[int]
+    last_token_s: float = -1.0
+    prefill: Instance | None = None
+    decode: Instance | None = None
+
+
+@dataclass(slots=True)
+class SimResult:
+    config: SimConfig
+    records: list[RequestRecord]
+    summary: Summary
+    gpus: int  # GPUs of the initial (static) deployment
+    gpu_seconds: float  # over every instance's lifetime
+    end_time_s: float
+    kv_recomputes: int  # decode had to recompute because the prefill lease expired
+    rejected: int  # refused by an engine (prompt too long for max_model_len / KV)
+    preemptions: int
+    steps: int
+    instances: list[dict[str, object]] = field(default_factory=list)
+    scaling_events: list[ScalingEvent] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(
+        self,
+        trace: Trace,
+        config: SimConfig,
+        *,
+        autoscaler: Autoscaler | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.trace = trace
+        self.cfg = config
+        self.autoscaler = autoscaler
+        self.progress = progress
+        self.disagg = config.topology == "disagg"
+        pools = ("prefill", "decode") if self.disagg else ("colocated",)
+        self.specs: dict[str, PoolSpec] = {p: pool_spec(config, p) for p in pools}
+        self.entry_pool = "prefill" if self.disagg else "colocated"
+        bs = config.block_size
+        try:
+            self.policies: dict[str, Policy] = {
+                self.entry_pool: make_policy(config.policy, block_size=bs),
+            }
+            if self.disagg:
+                self.policies["decode"] = make_policy(config.decode_policy, block_size=bs)
+        except ValueError as e:
+            raise SimConfigError(str(e)) from None
+        self.instances: dict[str, list[Instance]] = {p: [] for p in pools}
+        self.pending: dict[str, deque[_Req]] = {p: deque() for p in pools}
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.states: dict[str, _Req] = {}
+        self.records: list[RequestRecord] = []
+        self.itl = array("d")
+        self.outstanding = 0
+        self.kv_recomputes = 0
+        self.rejected = 0
+        self.steps = 0
+        self.scaling_events: list[ScalingEvent] = []
+        self.all_instances: list[Instance] = []
+        self.counter = {p: 0 for p in pools}
+        self.windows = WindowTracker(self)
+        initial = (
+            {"prefill": config.prefill_instances, "decode": config.decode_instances}
+            if self.disagg
+            else {"colocated": config.instances}
+        )
+        for pool, n in initial.items():
+            for _ in range(n):
+                self._new_instance(pool, ready_at=0.0)
+        self.static_gpus = sum(i.tp for i in self.all_instances)
+
+    # ---- plumbing -------------------------------------------------------------
+    def _push(self, t: float, kind: int, obj: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, obj))
+
+    def _new_instance(self, pool: str, ready_at: float) -> Instance:
+        spec = self.specs[pool]
+        prefix = {"colocated": "C", "prefill": "P", "decode": "D"}[pool]
+        iid = f"{prefix}{self.counter[pool]}"
+        self.counter[pool] += 1
+        inst = Instance.create(iid, spec, self.cfg.kv_link_gbps, self.now, ready_at)
+        self.instances[pool].append(inst)
+        self.all_instances.append(inst)
+        if inst.state is State.STARTING:
+            self._push(ready_at, _READY, inst)
+        return inst
+
+    def ready(self, pool: str) -> list[Instance]:
+        return [i for i in self.instances[pool] if i.state is State.READY]
+
+    def _kick(self, inst: Instance) -> None:
+        if not inst.busy and not inst.kicked:
+            inst.kicked = True
+            self._push(self.now, _KICK, inst)
+
+    def _feed_index(self, inst: Instance, out: StepOutput) -> None:
+        policy = self.policies.get(inst.pool)
+        index = getattr(policy, "index", None)
+        if not isinstance(index, KvIndex):
+            return
+        ev = out.kv_events
+        if ev.removed:
+            index.remove(inst.instance_id, ev.removed)
+        for stored in ev.stored:
+            index.store(inst.instance_id, stored.block_hashes)
+
+    # ---- routing --------------------------------------------------------------
+    def _route(self, st: _Req, pool: str) -> Instance | None:
+        cands = self.ready(pool)
+        if not cands:
+            self.pending[pool].append(st)
+            return None
+        rec = st.rec
+        rid = str(rec.index)
+        rr = RouteRequest(request_id=rid, token_ids=(), block_hashes=st.keys, prompt_tokens=rec.input_tokens)
+        policy = self.policies[pool]
+        decision = policy.select(rr, [i.view() for i in cands], self.now)
+        policy.on_routed(decision, rr, self.now)
+        return next(i for i in cands if i.instance_id == decision.worker_id)
+
+    def _dispatch_entry(self, st: _Req) -> None:
+        inst = self._route(st, self.entry_pool)
+        if inst is None:
+            return
+        rec = st.rec
+        rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.cfg.block_size
+        rid = str(rec.index)
+        try:
+            if self.disagg:
+                st.prefill = inst
+                rec.prefill_instance = inst.instance_id
+                inst.add(rid, rec.input_tokens, 1, st.keys, self.now, hold_kv=True)
+            else:
+                st.decode = inst
+                rec.decode_instance = inst.instance_id
+                inst.add(rid, rec.input_tokens, rec.output_tokens, st.keys, self.now)
+        except ValueError as e:
+            self._reject(st, inst, e)
+            return
+        self._kick(inst)
+
+    def _reject(self, st: _Req, inst: Instance, err: ValueError) -> None:
+        # The engine refused it (too long for max_model_len / KV): vLLM answers 400.
+        rid = str(st.rec.index)
+        st.rec.error = f"{inst.instance_id}: {err}"
+        self.policies[inst.pool].on_finished(rid, inst.instance_id, self.now)
+        inst.prefill_of.pop(rid, None)
+        self.states.pop(rid, None)
+        self.outstanding -= 1
+        self.rejected += 1
+
+    def _dispatch_decode(self, st: _Req) -> None:
+        d = self._route(st, "decode")
+        if d is None:
+            return
+        p = st.prefill
+        assert p is not None
+        rec = st.rec
+        st.decode = d
+        rec.decode_instance = d.instance_id
+        d.incoming += 1
+        hit = d.cached_prefix_blocks(st.keys, rec.input_tokens)
+        nbytes = int(max(0, rec.input_tokens - hit * self.cfg.block_size) * p.spec.perf.kv_bytes_per_token)
+        tr = schedule_transfer(
+            p.link, d.link, nbytes,
+            prefill_start_s=p.step_start, prefill_end_s=self.now,
+            num_layers=p.spec.perf.profile.model.num_layers, mode=self.cfg.kv_transfer,
+        )
+        rec.kv_bytes = nbytes
+        rec.transfer_s = tr.end_s - self.now
+        self._push(tr.end_s, _KV_DONE, st)
+
+    # ---- event handlers ---------------------------------------------------------
+    def _on_arrival(self, st: _Req) -> None:
+        self.outstanding += 1
+        self.windows.arrived(st.rec)
+        self._dispatch_entry(st)
+
+    def _on_kick(self, inst: Instance) -> None:
+        inst.kicked = False
+        if inst.busy or inst.state is State.RELEASED or not inst.engine.has_work():
+            return
+        self._step(inst)
+
+    def _step(self, inst: Instance) -> None:
+        out = inst.engine.step(self.now)
+        if out.num_scheduled == 0:
+            # Blocked (e.g. KV held by leases or transfers not landed): retry when
+            # something changes; a finishing step or a release kicks it again.
+            wake = inst.engine.next_event_time()
+            if wake is not None and wake > self.now:
+                inst.kicked = True
+                self._push(wake, _KICK, inst)
+            return
+        self.steps += 1
+        inst.busy = True
+        inst.step_start = self.now
+        self._push(self.now + out.duration, _STEP_DONE, (inst, out))
+
+    def _on_step_done(self, inst: Instance, out: StepOutput) -> None:
+        inst.busy = False
+        now = self.now
+        ev = out.kv_events
+        if ev.stored or ev.removed:
+            self._feed_index(inst, out)
+        prefill_pool = inst.pool == "prefill"
+        states = self.states
+        for ev in out.tokens:
+            st = states[ev.request_id]
+            rec = st.rec
+            if prefill_pool:
+                rec.prefill_done_s = now
+                inst.prefill_finished(ev.request_id)
+                pol = self.policies["prefill"]
+                pol.on_prefill_done(ev.request_id, now)
+                pol.on_finished(ev.request_id, inst.instance_id, now)
+                self._dispatch_decode(st)
+                continue
+            if ev.index == 0:
+                rec.first_token_s = now
+                inst.prefill_finished(ev.request_id)
+                self.policies[inst.pool].on_prefill_done(ev.request_id, now)
+            else:
+                self.itl.append(now - st.last_token_s)
+            st.last_token_s = now
+            if ev.finished:
+                rec.finish_s = now
+                self.policies[inst.pool].on_finished(ev.request_id, inst.instance_id, now)
+                del states[ev.request_id]
+                self.outstanding -= 1
+                self.windows.completed(rec)
+        if inst.engine.has_work():
+            if not inst.kicked:
+                # Arrivals at this instant were handled before this event, so the
+                # next step can start right away without a separate kick event.
+                self._step(inst)
+        elif inst.state is State.DRAINING:
+            self._maybe_release(inst)
+
+    def _on_kv_done(self, st: _Req) -> None:
+        p, d = st.prefill, st.decode
+        assert p is not None and d is not None
+        rec = st.rec
+        rid = str(rec.index)
+        d.incoming -= 1
+        held = p.engine.get_held(rid) is not None
+        if held:
+            p.engine.release(rid)
+        else:
+            self.kv_recomputes += 1  # lease expired: decode recomputes the prompt
+        try:
+            d.add(rid, rec.input_tokens, rec.output_tokens, st.keys, self.now, remote_prefilled=held)
+        except ValueError as e:
+            self._reject(st, d, e)
+        else:
+            self._kick(d)
+        if p.engine.has_work():
+            self._kick(p)  # released blocks may unblock its queue
+        self._maybe_release(p)
+
+    def _on_ready(self, inst: Instance) -> None:
+        if inst.state is not State.STARTING:
+            return
+        inst.state = State.READY
+        queue = self.pending[inst.pool]
+        waiting, queue_copy = len(queue), list(queue)
+        queue.clear()
+        for st in queue_copy[:waiting]:
+            if inst.pool == "decode":
+                self._dispatch_decode(st)
+            else:
+                self._dispatch_entry(st)
+
+    def _maybe_release(self, inst: Instance) -> None:
+        if inst.state is State.DRAINING and not inst.busy and inst.idle and inst.incoming == 0:
+            inst.state = State.RELEASED
+            inst.released_at = self.now
+            self.policies[inst.pool].forget_worker(inst.instance_id)
+
+    # ---- autoscaling ----------------------------------------------------------
+    def _on_tick(self) -> None:
+        assert self.autoscaler is not None
+        current = self.windows.pool_sizes()
+        window = self.windows.snapshot(self.now, self.autoscaler.interval_s)
+        want = self.autoscaler.on_tick(self.now, window, current)
+        if not isinstance(want, PoolSizes):
+            raise TypeError(f"autoscaler.on_tick must return PoolSizes, got {type(want).__name__}")
+        notes = []
+        pools = ("prefill", "decode") if self.disagg else ("colocated",)
+        for pool in pools:
+            have = current.prefill if pool == "prefill" else current.decode
+            target = want.prefill if pool == "prefill" else want.decode
+            if target > have:
+                for _ in range(target - have):
+                    inst = self._new_instance(pool, self.now + self.cfg.startup_delay_s)
+                    notes.append(f"+{inst.instance_id} (ready at {inst.ready_at:.1f} s)")
+            elif target < have:
+                notes += self._remove(pool, have - target)
+        applied = want if self.disagg else PoolSizes(0, want.decode)
+        self.scaling_events.append(ScalingEvent(self.now, current, applied, ", ".join(notes)))
+
+    def _remove(self, pool: str, n: int) -> list[str]:
+        live = [i for i in self.instances[pool] if i.state in (State.STARTING, State.READY)]
+        # Starting instances go first (nothing to drain), then the newest ready ones.
+        order = [i for i in reversed(live) if i.state is State.STARTING]
+        order += [i for i in reversed(live) if i.state is State.READY]
+        notes = []
+        for inst in order[:n]:
+            if inst.state is State.STARTING:
+                inst.state = State.RELEASED
+                inst.released_at = self.now
+            else:
+                inst.state = State.DRAINING
+                self._maybe_release(inst)
+            notes.append(f"-{inst.instance_id}")
+        return notes
+
+    # ---- main loop ------------------------------------------------------------
+    def run(self) -> SimResult:
+        reqs = self.trace.requests
+        n = len(reqs)
+        bs = self.cfg.block_size
+        hb = self.trace.hash_block_tokens
+        heap = self.heap
+        limit = self.cfg.max_sim_time_s if self.cfg.max_sim_time_s is not None else math.inf
+        if self.autoscaler is not None and reqs:
+            # An autoscaler that never scales a zero pool back up would tick forever.
+            limit = min(limit, reqs[-1].arrival_s + 86400.0)
+        if self.autoscaler is not None:
+            if not (self.autoscaler.interval_s > 0):
+                raise SimConfigError(f"autoscaler.interval_s must be > 0, got {self.autoscaler.interval_s!r}")
+            first = reqs[0].arrival_s if reqs else 0.0
+            self._push(first + self.autoscaler.interval_s, _TICK, None)
+        i = 0
+        every = max(1, n // 100)
+        while True:
+            t_arr = reqs[i].arrival_s if i < n else math.inf
+            if heap and heap[0][0] < t_arr:
+                t, _, kind, obj = heapq.heappop(heap)
+                if t > limit:
+                    break
+                self.now = t
+                if kind == _STEP_DONE:
+                    inst, out = obj  # type: ignore[misc]
+                    self._on_step_done(inst, out)
+                elif kind == _KICK:
+                    self._on_kick(obj)  # type: ignore[arg-type]
+                elif kind == _KV_DONE:
+                    self._on_kv_done(obj)  # type: ignore[arg-type]
+                elif kind == _READY:
+                    self._on_ready(obj)  # type: ignore[arg-type]
+                else:
+                    self._on_tick()
+                    self._push(t + self.autoscaler.interval_s, _TICK, None)  # type: ignore[union-attr]
+            elif i < n:
+                if t_arr > limit:
+                    break
+                self.now = t_arr
+                r = reqs[i]
+                rec = RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens)
+                self.records.append(rec)
+                st = _Req(rec, block_keys(r, bs, hb))
+                self.states[str(r.index)] = st
+                self._on_arrival(st)
+                i += 1
+                if self.progress is not None and i % every == 0:
+                    self.progress(i, n)
+            else:
+                break
+            if i >= n and self.outstanding == 0:
+                break
+        return self._result()
+
+    def _result(self) -> SimResult:
+        end = self.now
+        for inst in self.all_instances:
+            if inst.state is not State.RELEASED:
+                inst.released_at = end
+        hits = sum(i.engine.prefix_hits for i in self.all_instances if i.pool != "decode")
+        queries = sum(i.engine.prefix_queries for i in self.all_instances if i.pool != "decode")
+        summary = summarize(
+            self.records, self.cfg.slo, itl_samples=self.itl, prefix_hits=hits, prefix_queries=queries
+        )
+        per_inst = [
+            {
+                "id": i.instance_id,
+                "pool": i.pool,
+                "profile": i.spec.profile_name,
+                "tp": i.tp,
+                "kv_blocks": i.spec.engine_config.num_blocks,
+                "requested_at_s": round(i.requested_at, 6),
+                "released_at_s": round(i.released_at, 6),
+                "prefix_hits_tokens": i.engine.prefix_hits,
+                "prefix_queries_tokens": i.engine.prefix_queries,
+                "preemptions": i.engine.preemptions,
+                "computed_prompt_tokens": i.engine.computed_prompt_tokens,
+                "generated_tokens": i.engine.generated_tokens,
+                "kv_link_bytes": i.link.bytes_moved,
+                "kv_link_busy_s": round(i.link.busy_s, 6),
+            }
+            for i in self.all_instances
+        ]
+        return SimResult(
+            config=self.cfg,
+            records=self.records,
+            summary=summary,
+            gpus=self.static_gpus,
+            gpu_seconds=sum(i.gpu_seconds(end) for i in self.all_instances),
+            end_time_s=end,
+            kv_recomputes=self.kv_recomputes,
+            rejected=self.rejected,
+            preemptions=sum(i.engine.preemptions for i in self.all_instances),
+            steps=self.steps,
+            instances=per_inst,
+            scaling_events=self.scaling_events,
+        )
+
+
+def run_simulation(
+    trace: Trace,
+    config: SimConfig,
+    *,
+    rate_scale: float = 1.0,
+    autoscaler: Autoscaler | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Replay ``trace`` (arrivals divided by ``rate_scale``) on ``config``.
+
+    ``autoscaler`` (see :mod:`pdserve.sim.autoscale`) resizes the pools every
+    ``autoscaler.interval_s`` virtual seconds. Raises :class:`SimConfigError` for a
+    configuration that cannot run (unknown profile or policy, model too large).
+    """
+    if not trace.requests:
+        raise SimConfigError("the trace has no requests")
+    return Simulation(trace.scaled(rate_scale), config, autoscaler=autoscaler, progress=progress).run()
