@@ -1,0 +1,174 @@
+"""/metrics (names, types, labels, buckets as vLLM) and KV events over ZMQ (decoded independently)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+
+import cbor2
+import httpx
+import msgpack
+import pytest
+import zmq
+from prometheus_client.parser import text_string_to_metric_families
+
+from pdserve.worker.testing import WorkerHandle, start_worker
+
+TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+        80.0, 160.0, 640.0, 2560.0]
+ITL = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+LAT = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+       960.0, 1920.0, 7680.0]
+TOKENS_2048 = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]  # build_1_2_5_buckets(max_model_len=2048)
+
+EXPECTED = {
+    # family name (as parsed) -> (type, buckets or None)
+    "vllm:time_to_first_token_seconds": ("histogram", TTFT),
+    "vllm:inter_token_latency_seconds": ("histogram", ITL),
+    "vllm:e2e_request_latency_seconds": ("histogram", LAT),
+    "vllm:request_queue_time_seconds": ("histogram", LAT),
+    "vllm:request_prefill_time_seconds": ("histogram", LAT),
+    "vllm:request_decode_time_seconds": ("histogram", LAT),
+    "vllm:request_prompt_tokens": ("histogram", TOKENS_2048),
+    "vllm:request_generation_tokens": ("histogram", TOKENS_2048),
+    "vllm:num_requests_running": ("gauge", None),
+    "vllm:num_requests_waiting": ("gauge", None),
+    "vllm:kv_cache_usage_perc": ("gauge", None),
+    "vllm:prefix_cache_queries": ("counter", None),
+    "vllm:prefix_cache_hits": ("counter", None),
+    "vllm:prompt_tokens": ("counter", None),
+    "vllm:generation_tokens": ("counter", None),
+    "vllm:request_success": ("counter", None),
+    "vllm:num_preemptions": ("counter", None),
+}
+
+
+@pytest.fixture(scope="module")
+def sub_and_worker() -> Iterator[tuple[zmq.Socket[bytes], WorkerHandle]]:
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    port = sub.bind_to_random_port("tcp://127.0.0.1")
+    sub.setsockopt(zmq.SUBSCRIBE, b"kv@test")
+    cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{port}",
+           "topic": "kv@test"}
+    try:
+        with start_worker("llama", speedup=20.0, args=["--max-model-len", "2048", "--kv-events-config",
+                                                        json.dumps(cfg)]) as w:
+            settle(sub)
+            yield sub, w
+    finally:
+        sub.close(0)
+        ctx.term()
+
+
+def settle(sub: zmq.Socket[bytes]) -> None:
+    """The worker's PUB connects to our bound SUB. libzmq sends our subscription to it only while this
+    thread calls into the SUB socket, so poll for a moment (a real subscriber polls all the time)."""
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        sub.poll(20)
+
+
+def recv_batches(sub: zmq.Socket[bytes], until: float, topic_expected: bytes = b"kv@test") -> list[tuple[int, list]]:
+    out = []
+    while time.monotonic() < until:
+        if sub.poll(100):
+            topic, seq, payload = sub.recv_multipart()
+            assert topic == topic_expected and len(seq) == 8
+            batch = msgpack.unpackb(payload, raw=False)
+            # EventBatch: positional [ts, events, data_parallel_rank]
+            assert isinstance(batch, list) and len(batch) == 3
+            ts, events, dp_rank = batch
+            assert isinstance(ts, float) and abs(ts - time.time()) < 60 and dp_rank == 0
+            out.append((int.from_bytes(seq, "big"), events))
+        elif out:
+            break
+    return out
+
+
+def independent_block_hash(parent: bytes | None, tokens: list[int]) -> bytes:
+    none_hash = hashlib.sha256(cbor2.dumps("0", canonical=True)).digest()
+    return hashlib.sha256(cbor2.dumps((parent or none_hash, tuple(tokens), None), canonical=True)).digest()
+
+
+def test_kv_events_block_stored_matches_vllm_schema_and_hashes(
+        sub_and_worker: tuple[zmq.Socket[bytes], WorkerHandle]) -> None:
+    sub, w = sub_and_worker
+    prompt = list(range(1000, 1040))  # 2 full blocks + 8 tokens
+    r = httpx.post(f"{w.url}/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+    assert r.status_code == 200
+    batches = recv_batches(sub, time.monotonic() + 5)
+    seqs = [s for s, _ in batches]
+    assert seqs == sorted(seqs)
+    stored = [e for _, evs in batches for e in evs if e["type"] == "BlockStored"]
+    assert stored, batches
+    ev = stored[0]
+    assert {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"} <= set(ev)
+    assert ev["block_size"] == 16 and ev["medium"] == "GPU" and ev["parent_block_hash"] is None
+    assert ev["token_ids"] == prompt[:32]
+    h0 = independent_block_hash(None, prompt[:16])
+    h1 = independent_block_hash(h0, prompt[16:32])
+    assert ev["block_hashes"] == [int.from_bytes(h0[-8:], "big"), int.from_bytes(h1[-8:], "big")]
+
+
+def test_metrics_names_types_labels_buckets(sub_and_worker: tuple[zmq.Socket[bytes], WorkerHandle]) -> None:
+    _, w = sub_and_worker
+    shared = "shared system prompt " * 20
+    for i in range(3):
+        r = httpx.post(f"{w.url}/v1/completions", json={"prompt": shared + f"q{i}", "max_tokens": 4,
+                                                          "ignore_eos": True})
+        assert r.status_code == 200
+    text = httpx.get(f"{w.url}/metrics").text
+    assert "# TYPE vllm:prompt_tokens_total counter" in text and "_created" not in text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    for name, (mtype, buckets) in EXPECTED.items():
+        assert name in fams, name
+        fam = fams[name]
+        assert fam.type == mtype, name
+        for s in fam.samples:
+            assert s.labels["model_name"] == "llama" and s.labels["engine"] == "0", (name, s)
+        if buckets is not None:
+            edges = [float(s.labels["le"]) for s in fam.samples if s.name.endswith("_bucket")]
+            assert edges == [*map(float, buckets), float("inf")], name
+    reasons = {s.labels["finished_reason"] for s in fams["vllm:request_success"].samples}
+    assert reasons == {"stop", "length", "abort"}
+
+    def val(fam: str, **labels: str) -> float:
+        return sum(s.value for s in fams[fam].samples
+                   if s.name == fam + "_total" and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    assert val("vllm:generation_tokens") >= 12
+    assert val("vllm:request_success", finished_reason="length") >= 3
+    assert val("vllm:prefix_cache_hits") >= 2 * 48  # requests 2 and 3 reuse the shared prefix blocks
+    assert val("vllm:prefix_cache_queries") > val("vllm:prefix_cache_hits")
+    src = {s.labels["source"]: s.value for s in fams["vllm:prompt_tokens_by_source"].samples}
+    assert src["local_cache_hit"] == val("vllm:prefix_cache_hits")
+    assert src["local_compute"] + src["local_cache_hit"] + src["external_kv_transfer"] == val("vllm:prompt_tokens")
+    ttft_count = next(s.value for s in fams["vllm:time_to_first_token_seconds"].samples if s.name.endswith("_count"))
+    assert ttft_count >= 3
+
+
+def test_kv_events_block_removed_on_eviction() -> None:
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    port = sub.bind_to_random_port("tcp://127.0.0.1")
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{port}"}
+    try:
+        with start_worker("llama", speedup=20.0, args=["--max-model-len", "128", "--num-gpu-blocks-override", "8",
+                                                        "--kv-events-config", json.dumps(cfg)]) as w:
+            settle(sub)
+            for base in (0, 5000, 9000):
+                r = httpx.post(f"{w.url}/v1/completions",
+                               json={"prompt": list(range(base, base + 64)), "max_tokens": 1})
+                assert r.status_code == 200
+            events = [e for _, evs in recv_batches(sub, time.monotonic() + 5, b"") for e in evs]
+    finally:
+        sub.close(0)
+        ctx.term()
+    stored = [h for e in events if e["type"] == "BlockStored" for h in e["block_hashes"]]
+    removed = [h for e in events if e["type"] == "BlockRemoved" for h in e["block_hashes"]]
+    assert len(stored) == 12 and removed and set(removed) <= set(stored)
+    assert all(e["medium"] == "GPU" for e in events if e["type"] == "BlockRemoved")
