@@ -24,6 +24,8 @@ STATE_KEY = web.AppKey("state", RouterState)
 
 def build_app(cfg: RouterConfig) -> web.Application:
     cfg.validate()
+    if cfg.prefill or cfg.decode:
+        static_endpoints(cfg)  # fail now, with the bad URL named, not at start-up
     state = RouterState(cfg)
     # Our own body limit check gives an OpenAI-style 413; aiohttp's must not fire first.
     app = web.Application(client_max_size=cfg.max_body_bytes + 1024)
@@ -88,8 +90,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
                                 asyncio.get_running_loop(), cfg.worker_http_port, cfg.kv_events_port)
         k8s.start()
     else:
-        state.apply_endpoints(parse_discovery({"prefill": cfg.prefill, "decode": cfg.decode}, cfg.kv_events_port,
-                                              source="command line"))
+        state.apply_endpoints(static_endpoints(cfg))
     tasks.append(asyncio.create_task(_scrape_loop(state)))
     try:
         yield

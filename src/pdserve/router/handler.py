@@ -87,7 +87,7 @@ class CompletionHandler:
                 resp = await self._serve(flow, request)
                 mode = flow.mode
             except RequestError as e:
-                resp = web.json_response(e.body(), status=e.status)
+                resp = web.json_response(e.body(), status=e.status, headers=e.headers)
             except UpstreamFailed as e:
                 resp = error_response(503 if "no worker" in e.detail or "no workers" in e.detail else 502,
                                       f"upstream {e.stage} failed: {e.detail}", "ServiceUnavailableError")
@@ -154,7 +154,7 @@ class CompletionHandler:
             raise RequestError(
                 f"predicted time to first token {verdict.predicted_ttft_s * 1000:.0f} ms exceeds "
                 f"{st.cfg.admission_factor} x the {st.cfg.ttft_slo_ms:.0f} ms SLO; retry later",
-                status=503, err_type="ServiceUnavailableError")
+                status=503, err_type="ServiceUnavailableError", headers={"Retry-After": str(verdict.retry_after_s)})
         flow.notes.append(f"predicted_ttft_ms={verdict.predicted_ttft_s * 1000:.0f}")
 
     async def _prefill(self, flow: Flow, first: Choice, headers: dict[str, str]) -> dict[str, Any] | None:

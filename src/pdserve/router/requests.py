@@ -22,8 +22,10 @@ Kind = Literal["completions", "chat"]
 class RequestError(Exception):
     """A client error, rendered as an OpenAI-style error object."""
 
-    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None):
+    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
+        self.headers = headers or {}
         self.message = message
         self.status = status
         self.err_type = err_type

@@ -1,0 +1,57 @@
+"""``pdserve router`` as users run it: a real process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+
+import httpx
+
+from tests.router.conftest import MODEL, spawn
+from tests.router.test_resilience import dead_url
+
+
+def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pdserve.cli", "router", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_bad_arguments_exit_2_with_a_clear_message() -> None:
+    r = run_cli()
+    assert r.returncode == 2 and "no workers" in r.stderr
+    r = run_cli("--prefill", "http://127.0.0.1:1")
+    assert r.returncode == 2 and "--prefill needs at least one --decode" in r.stderr
+    r = run_cli("--decode", "ftp://x")
+    assert r.returncode == 2 and "http://host:port" in r.stderr
+    r = run_cli("--decode", "http://127.0.0.1:1", "--policy", "magic")
+    assert r.returncode == 2 and "invalid choice: 'magic'" in r.stderr
+
+
+def test_router_process_serves_and_stops_on_sigterm() -> None:
+    with ExitStack() as stack:
+        (w,) = spawn(stack, 1, speedup=200.0, pd=False, events=False)
+        port = int(dead_url().rsplit(":", 1)[1])
+        proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode", w.url,
+                                 "--policy", "least_loaded"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(url + "/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}, timeout=10)
+            assert r.status_code == 200 and "policy=least_loaded" in r.headers["x-pdserve-route"]
+            os.killpg(proc.pid, signal.SIGTERM)
+            assert proc.wait(10) == 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)

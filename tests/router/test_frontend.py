@@ -1,0 +1,150 @@
+"""The router's front door: endpoints, bad input, limits, admission, discovery reload."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pdserve.router.config import RouterConfig
+from tests.router.conftest import MODEL, metric_sum, read_sse, run_router, spawn, wait_for
+
+
+@pytest.fixture(scope="module")
+def colocated(request):
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        yield spawn(stack, 2, speedup=200.0, pd=False, events=False)
+
+
+async def test_models_health_and_metrics(colocated) -> None:
+    async with run_router(RouterConfig(decode=[w.url for w in colocated])) as r:
+        models = await (await r.session.get(r.url + "/v1/models")).json()
+        assert [m["id"] for m in models["data"]] == [MODEL]
+        health = await r.session.get(r.url + "/health")
+        assert health.status == 200 and (await health.json())["workers"] == {"prefill": 0, "decode": 2}
+        text = await (await r.session.get(r.url + "/metrics")).text()
+        assert metric_sum(text, "pdserve_router_worker_up") == 2
+        for name in ("time_to_first_token_seconds", "inter_token_latency_seconds", "routing_decision_seconds",
+                     "retries_total", "migrations_total", "pd_handoffs_total", "estimated_prefix_hit_ratio"):
+            assert f"# TYPE pdserve_router_{name.removesuffix('_total')}" in text
+        missing = await r.session.get(r.url + "/v2/nothing")
+        assert missing.status == 404 and "error" in await missing.json()
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "fragment"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b'{"model": "mock-llama", "prompt": 42}', 400, "prompt"),
+        (b'{"model": "mock-llama", "prompt": "x", "max_tokens": "lots"}', 400, "max_tokens"),
+        (b'{"model": "gpt-17", "prompt": "x"}', 404, "gpt-17"),
+    ],
+)
+async def test_bad_input_gets_openai_errors_and_the_router_keeps_serving(colocated, raw, status, fragment) -> None:
+    async with run_router(RouterConfig(decode=[w.url for w in colocated])) as r:
+        await wait_for(lambda: r.state.pool.known_models(), what="models from workers")
+        resp = await r.session.post(r.url + "/v1/completions", data=raw, headers={"Content-Type": "application/json"})
+        body = await resp.json()
+        assert resp.status == status and fragment in body["error"]["message"]
+        assert set(body["error"]) == {"message", "type", "param", "code"}
+        ok = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2})
+        assert ok.status == 200
+
+
+async def test_body_limit_is_413(colocated) -> None:
+    async with run_router(RouterConfig(decode=[w.url for w in colocated], max_body_bytes=1000)) as r:
+        resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x" * 5000})
+        assert resp.status == 413 and "exceeds the limit of 1000 bytes" in (await resp.json())["error"]["message"]
+        # Chunked upload without a Content-Length is limited too.
+        async def gen():
+            yield b'{"prompt": "'
+            yield b"y" * 3000
+            yield b'"}'
+        resp = await r.session.post(r.url + "/v1/completions", data=gen())
+        assert resp.status == 413
+
+
+async def test_concurrency_limit_is_429(colocated) -> None:
+    async with run_router(RouterConfig(decode=[w.url for w in colocated], max_concurrency=1)) as r:
+        slow = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 300, "ignore_eos": True,
+                                                "stream": True})
+        assert slow.status == 200
+        busy = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})
+        assert busy.status == 429 and busy.headers["Retry-After"] == "1"
+        assert (await read_sse(slow))[-1] == "[DONE]"
+        assert (await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})).status == 200
+
+
+async def test_admission_rejects_when_predicted_ttft_breaks_the_slo(colocated) -> None:
+    cfg = RouterConfig(decode=[w.url for w in colocated], ttft_slo_ms=50, admission_factor=2,
+                       prefill_tokens_per_s=1000)
+    async with run_router(cfg) as r:
+        short = await r.post("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1})
+        assert short.status == 200  # ~2 tokens: predicted 2 ms
+        long = await r.post("/v1/completions", {"model": MODEL, "prompt": "word " * 400, "max_tokens": 1})
+        body = await long.json()
+        assert long.status == 503 and int(long.headers["Retry-After"]) >= 1, body
+        assert "exceeds 2 x the 50 ms SLO" in body["error"]["message"]
+        assert await r.metric("pdserve_router_rejections_total") == 1
+
+
+async def test_discovery_file_is_reread_on_change(colocated, tmp_path) -> None:
+    path = tmp_path / "workers.json"
+    path.write_text(json.dumps({"decode": [colocated[0].url]}))
+    async with run_router(RouterConfig(discovery_file=path)) as r:
+        assert r.state.pool.urls("decode") == [colocated[0].url]
+        path.write_text(json.dumps({"decode": [w.url for w in colocated]}))
+        await wait_for(lambda: len(r.state.pool.urls("decode")) == 2, what="discovery reload")
+        path.write_text("{ half written")
+        await asyncio.sleep(1.0)
+        assert len(r.state.pool.urls("decode")) == 2  # a broken file keeps the last good set
+        path.write_text(json.dumps({"decode": [colocated[1].url]}))
+        await wait_for(lambda: r.state.pool.urls("decode") == [colocated[1].url], what="worker removal")
+        resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})
+        assert resp.status == 200 and f"decode={colocated[1].url}" in resp.headers["x-pdserve-route"]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+bodies = st.one_of(
+    st.binary(max_size=100),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries(
+        {"model": st.sampled_from([MODEL, "other", 3]), "prompt": json_values, "max_tokens": st.integers(-1, 3)},
+        optional={"stream": json_values, "n": json_values, "messages": json_values},
+    ).map(lambda v: json.dumps(v).encode()),
+)
+
+
+async def test_fuzz_front_end_never_breaks_the_router(colocated) -> None:
+    async with run_router(RouterConfig(decode=[w.url for w in colocated])) as r:
+        await wait_for(lambda: r.state.pool.known_models(), what="models from workers")
+        statuses: list[int] = []
+
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(raw=bodies, path=st.sampled_from(["/v1/completions", "/v1/chat/completions"]))
+        def check(raw: bytes, path: str) -> None:
+            async def one() -> None:
+                resp = await r.session.post(r.url + path, data=raw, headers={"Content-Type": "application/json"})
+                await resp.read()
+                statuses.append(resp.status)
+                assert resp.status < 500 or resp.status == 503, (raw, resp.status, await resp.text())
+                if resp.status >= 400:
+                    assert "error" in json.loads(await resp.read())
+
+            fut = asyncio.run_coroutine_threadsafe(one(), loop)
+            fut.result(timeout=30)
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, check)
+        assert any(400 <= s < 500 for s in statuses)
+        ok = await r.post("/v1/completions", {"model": MODEL, "prompt": "still alive", "max_tokens": 1})
+        assert ok.status == 200
