@@ -1,0 +1,89 @@
+"""Process lifecycle: load delay before listening, graceful SIGTERM drain, CLI errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from pdserve.worker.testing import start_worker
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_port_closed_until_startup_delay_passes() -> None:
+    port = _free_port()
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "worker", "m", "--host", "127.0.0.1", "--port",
+                             str(port), "--mock-startup-delay", "1.5"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.8)
+        assert not _listening(port)
+        while not _listening(port):
+            assert time.monotonic() - t0 < 20 and proc.poll() is None
+            time.sleep(0.05)
+        assert time.monotonic() - t0 >= 1.5
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_sigterm_drains_in_flight_requests() -> None:
+    with start_worker("m", speedup=1.0) as w:
+        result: dict[str, object] = {}
+
+        def long_request() -> None:
+            r = httpx.post(f"{w.url}/v1/completions", json={"prompt": "drain me", "max_tokens": 60,
+                                                             "ignore_eos": True}, timeout=30)
+            result["status"] = r.status_code
+            result["tokens"] = r.json()["usage"]["completion_tokens"]
+
+        t = threading.Thread(target=long_request)
+        t.start()
+        for _ in range(100):
+            if httpx.get(f"{w.url}/load").json()["server_load"] == 1:
+                break
+            time.sleep(0.01)
+        os.killpg(w.pid, signal.SIGTERM)
+        time.sleep(0.1)
+        refused = httpx.post(f"{w.url}/v1/completions", json={"prompt": "late", "max_tokens": 1})
+        assert refused.status_code == 503 and refused.json()["error"]["type"] == "ServiceUnavailableError"
+        assert httpx.get(f"{w.url}/health").status_code == 503
+        t.join(30)
+        assert result == {"status": 200, "tokens": 60}
+        assert w.proc.wait(10) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--kv-transfer-config", "{oops"], "--kv-transfer-config: not valid JSON"),
+        (["--kv-transfer-config", '{"kv_load_failure_policy": "maybe"}'], "kv_load_failure_policy"),
+        (["--kv-events-config", '{"endpointt": "x"}'], "endpointt"),
+        (["--max-num-seqs", "0"], "must be positive"),
+        (["--mock-profile", "gpt-9"], "unknown performance profile 'gpt-9'"),
+        (["--max-model-len", "100000000"], "less than max_model_len"),
+    ],
+)
+def test_cli_rejects_bad_arguments(args: list[str], fragment: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "pdserve.cli", "worker", "m", "--port", "0", "--host", "127.0.0.1",
+                        *args], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert fragment in r.stderr
