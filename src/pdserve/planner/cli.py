@@ -44,8 +44,8 @@ def _run_parser(sub) -> None:
     g.add_argument("--prefill-max", type=int, default=8)
     g.add_argument("--decode-min", type=int, default=1)
     g.add_argument("--decode-max", type=int, default=8)
-    g.add_argument("--prefill-tp", type=int, default=1)
-    g.add_argument("--decode-tp", type=int, default=1)
+    g.add_argument("--prefill-tp", type=int, help="default: the capacity profile's")
+    g.add_argument("--decode-tp", type=int, help="default: the capacity profile's")
     g.add_argument("--gpu-budget", type=int)
     g.add_argument("--stabilization-s", type=float, default=300.0)
     g.add_argument("--scale-to-zero", action="store_true")
@@ -161,17 +161,19 @@ async def _run_local(args, stopped, log) -> int:
     from pdserve.planner.source_scrape import ScrapeSource, parse_target
     from pdserve.planner.spec_config import rate_window
 
+    profile = (CapacityProfile.load(args.profile) if args.profile
+               else derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp))
     cfg = PolicyConfig(
         ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval or 30.0,
         predictor=args.predictor, prefill_min=args.prefill_min, prefill_max=args.prefill_max,
-        decode_min=args.decode_min, decode_max=args.decode_max, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
+        decode_min=args.decode_min, decode_max=args.decode_max,
+        prefill_tp=args.prefill_tp or profile.prefill.tensor_parallel_size,
+        decode_tp=args.decode_tp or profile.decode.tensor_parallel_size,
         gpu_budget=args.gpu_budget, scale_down_stabilization_s=args.stabilization_s,
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
-    profile = (CapacityProfile.load(args.profile) if args.profile
-               else derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp))
     service, ns = args.service or "local", (args.namespace or ["default"])[0]
     pool = None
     if args.actuator == "process-pool":

@@ -107,6 +107,23 @@ class CapacityProfile(BaseModel):
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.model_dump(by_alias=True), indent=2) + "\n")
 
+    def time_scaled(self, speedup: float) -> "CapacityProfile":
+        """The same hardware seen through a mock worker running ``speedup`` x real time:
+        throughput x speedup, latencies / speedup (what its wall-clock metrics report)."""
+        if speedup <= 0:
+            raise ValueError(f"speedup must be > 0, got {speedup}")
+        data = self.model_dump(by_alias=True)
+        for p in data["prefill"]["points"]:
+            p["throughputTokensPerS"] *= speedup
+            p["ttftMeanMs"] /= speedup
+            p["ttftTailMs"] /= speedup
+        for p in data["decode"]["points"]:
+            p["throughputTokensPerS"] *= speedup
+            p["itlMeanMs"] /= speedup
+            p["itlTailMs"] /= speedup
+        data["source"] = f"{self.source} (x{speedup:g} speed-up)"
+        return CapacityProfile.model_validate(data)
+
     # ---- queries -----------------------------------------------------------------
     def isl_range(self) -> tuple[float, float]:
         xs = [p.isl for p in self.prefill.points]

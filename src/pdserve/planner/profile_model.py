@@ -29,15 +29,15 @@ ITL_TAIL_MARGIN = 1.15
 def derive_profile(
     perf_profile: str,
     *,
-    prefill_tp: int = 1,
-    decode_tp: int = 1,
+    prefill_tp: int | None = None,
+    decode_tp: int | None = None,
     max_num_batched_tokens: int = 8192,
     block_size: int = 16,
     tail_quantile: float = 0.99,
 ) -> CapacityProfile:
     from pdserve.worker.perf import PerfModel, load_profile
 
-    pm_p = PerfModel(load_profile(perf_profile, tp=prefill_tp))
+    pm_p = PerfModel(load_profile(perf_profile, tp=prefill_tp))  # None: the profile's own TP
     pm_d = PerfModel(load_profile(perf_profile, tp=decode_tp))
     max_len = pm_p.profile.model.max_position_embeddings
     tail_k = math.log(1.0 / (1.0 - tail_quantile))
@@ -77,8 +77,8 @@ def derive_profile(
         "hardware": pm_p.profile.gpu.name,
         "source": f"sim:{perf_profile} (max_num_batched_tokens={max_num_batched_tokens})",
         "tailQuantile": tail_quantile,
-        "prefill": {"tensorParallelSize": prefill_tp, "points": pre},
-        "decode": {"tensorParallelSize": decode_tp, "points": dec},
+        "prefill": {"tensorParallelSize": pm_p.tp, "points": pre},
+        "decode": {"tensorParallelSize": pm_d.tp, "points": dec},
     })
 
 
