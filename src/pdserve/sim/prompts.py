@@ -21,8 +21,9 @@ _ROOT = 0x5EED
 
 
 def _unique_id(index: int) -> int:
-    # Negative ids never collide with a trace's own (non-negative) hash ids.
-    return -1 - index
+    # Negative ids never collide with a trace's own (non-negative) hash ids; -2 as
+    # the start also avoids CPython's hash(-1) == hash(-2).
+    return -2 - index
 
 
 def hash_id_of_token(req: TraceRequest, pos: int, hash_block_tokens: int) -> int:
@@ -42,12 +43,12 @@ def block_keys(req: TraceRequest, block_size: int, hash_block_tokens: int = 512)
             # A block that straddles two hash blocks depends on both ids.
             first = ids[(k * block_size) // hash_block_tokens]
             last = ids[((k + 1) * block_size - 1) // hash_block_tokens]
-            parent = hash((parent, first, last, k))
+            parent = hash((parent, 0, first, last, k))
             keys.append(parent)
     else:
         uid = _unique_id(req.index)
         for k in range(n_full):
-            parent = hash((parent, uid, uid, k))
+            parent = hash((parent, 1, uid, k))
             keys.append(parent)
     return keys
 

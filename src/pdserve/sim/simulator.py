@@ -292,10 +292,12 @@ class Simulation:
         rec = st.rec
         rid = str(rec.index)
         d.incoming -= 1
-        held = p.engine.get_held(rid) is not None
-        if held:
-            p.engine.release(rid)
-        else:
+        lease = p.engine.held.get(rid)
+        # The engine expires leases only when it steps; an idle prefill engine's
+        # timer would still fire in vLLM, so check the deadline here too.
+        held = lease is not None and lease.expires_at > self.now
+        p.engine.release(rid)
+        if not held:
             self.kv_recomputes += 1  # lease expired: decode recomputes the prompt
         try:
             d.add(rid, rec.input_tokens, rec.output_tokens, st.keys, self.now, remote_prefilled=held)

@@ -1,0 +1,124 @@
+"""Simulator core: conservation, prefix sharing, leases, rejections, bad configurations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdserve.sim.config import SimConfig, SimConfigError, parse_layout
+from pdserve.sim.goodput import search_goodput
+from pdserve.sim.simulator import run_simulation
+from pdserve.sim.traces import load_trace, synthetic_trace
+
+KV_8B = 131072  # llama-3.1-8b: 2 x 32 layers x 8 KV heads x 128 x 2 bytes per token
+
+
+def test_same_inputs_same_records() -> None:
+    trace = synthetic_trace(300, 20.0, (200, 3000), (5, 200), seed=2)
+    cfg = SimConfig(prefill_instances=2, decode_instances=2)
+    a, b = run_simulation(trace, cfg), run_simulation(trace, cfg)
+    assert a.records == b.records
+    assert a.summary.as_dict() == b.summary.as_dict()
+
+
+@pytest.mark.parametrize("layout", ["colocated:2", "chunked:2", "1p1d", "2p1d"])
+def test_every_request_finishes_with_its_tokens(layout: str) -> None:
+    trace = synthetic_trace(200, 10.0, (100, 2000), (1, 100), seed=4)
+    res = run_simulation(trace, SimConfig(**parse_layout(layout)))
+    s = res.summary
+    assert s.finished == s.requests == 200
+    generated = sum(int(i["generated_tokens"]) for i in res.instances if i["pool"] != "prefill")
+    assert generated == sum(r.output_tokens for r in trace.requests)
+    for r in res.records:
+        assert r.arrival_s < r.first_token_s <= r.finish_s
+        assert r.ttft > 0 and r.tpot >= 0
+    if layout.endswith("d"):
+        # Unique prompts: every prompt's KV crosses the link exactly once.
+        assert s.kv_bytes_moved == sum(r.input_tokens for r in trace.requests) * KV_8B
+        assert all(r.prefill_done_s <= r.first_token_s for r in res.records)
+    else:
+        assert s.kv_bytes_moved == 0
+    assert res.gpus == 2 if layout != "2p1d" else res.gpus == 3
+
+
+def _shared_prefix_trace(tmp_path: Path, n: int) -> Path:
+    # Every request starts with the same 8 blocks (4096 tokens) then 2 of its own.
+    rows = [
+        {"timestamp": i * 200, "input_length": 5000, "output_length": 20,
+         "hash_ids": list(range(8)) + [100 + 2 * i, 101 + 2 * i]}
+        for i in range(n)
+    ]
+    p = tmp_path / "shared.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def test_shared_hash_ids_hit_the_prefix_cache(tmp_path: Path) -> None:
+    trace = load_trace(_shared_prefix_trace(tmp_path, 40))
+    res = run_simulation(trace, SimConfig(topology="colocated", instances=2, policy="kv_aware"))
+    # After the first request per instance, 4096 of 5000 tokens hit.
+    assert res.summary.prefix_hit_ratio is not None and res.summary.prefix_hit_ratio > 0.7
+    assert sum(r.cached_tokens for r in res.records) >= 36 * 4096
+    no_cache = run_simulation(trace, SimConfig(topology="colocated", instances=2, enable_prefix_caching=False))
+    assert no_cache.summary.ttft["p50"] > 2 * res.summary.ttft["p50"]
+
+
+def test_decode_side_cache_hits_shrink_the_transfer(tmp_path: Path) -> None:
+    trace = load_trace(_shared_prefix_trace(tmp_path, 10))
+    res = run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1))
+    # Only the first request moves the shared 4096 tokens; later ones move the rest.
+    assert res.records[0].kv_bytes == 5000 * KV_8B
+    assert all(r.kv_bytes == (5000 - 4096) * KV_8B for r in res.records[1:])
+
+
+def test_expired_lease_makes_decode_recompute() -> None:
+    trace = synthetic_trace(6, 50.0, 4000, 4, seed=1)
+    # 4000 tokens x 128 KiB over 1 Gbit/s: ~4.2 s per transfer, lease 1 s.
+    res = run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1, kv_link_gbps=1.0, kv_lease_s=1.0))
+    assert res.kv_recomputes >= 1
+    assert res.summary.finished == 6
+
+
+def test_a_prompt_longer_than_max_model_len_is_rejected_not_fatal() -> None:
+    trace = synthetic_trace(20, 5.0, (100, 4000), 10, seed=3)
+    res = run_simulation(trace, SimConfig(topology="chunked", instances=1, max_model_len=2048))
+    too_long = [r for r in res.records if r.input_tokens >= 2048]
+    assert too_long and all("max_model_len=2048" in r.error for r in too_long)
+    assert res.rejected == len(too_long)
+    assert res.summary.finished == 20 - len(too_long)
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"profile": "opt-66b-a100", "tp": 1}, r"opt-66b needs 13\d GB of weights but NVIDIA A100.*TP1.*raise the tensor-parallel"),
+        ({"profile": "no-such-model"}, r"unknown performance profile 'no-such-model'"),
+        ({"policy": "fastest"}, r"unknown routing policy 'fastest'"),
+    ],
+)
+def test_impossible_configurations_name_the_problem(fields: dict[str, object], match: str) -> None:
+    with pytest.raises(SimConfigError, match=match):
+        run_simulation(synthetic_trace(3, 1.0, 100, 5), SimConfig(**fields))  # type: ignore[arg-type]
+
+
+def test_layout_strings() -> None:
+    assert parse_layout("3p1d") == {"topology": "disagg", "prefill_instances": 3, "decode_instances": 1}
+    assert parse_layout("chunked:4") == {"topology": "chunked", "instances": 4}
+    assert SimConfig(**parse_layout("colocated:2")).label == "colocated:2"
+    with pytest.raises(SimConfigError, match="bad configuration 'pd'"):
+        parse_layout("pd")
+    with pytest.raises(ValueError, match="needs >= 1 prefill"):
+        SimConfig(topology="disagg", prefill_instances=0)
+
+
+def test_goodput_search_brackets_and_bisects() -> None:
+    # Attainment is 1 up to scale 3.3, then 0: the search lands just below 3.3.
+    res = search_goodput(lambda s: 1.0 if s <= 3.3 else 0.0, base_rate_rps=2.0, target=0.9, rel_tol=0.01)
+    assert 3.2 <= res.rate_scale <= 3.3
+    assert res.goodput_rps == pytest.approx(2 * res.rate_scale)
+    low = search_goodput(lambda s: 1.0 if s <= 0.1 else 0.0, base_rate_rps=1.0, target=0.9, rel_tol=0.05)
+    assert 0.095 <= low.rate_scale <= 0.1
+    none = search_goodput(lambda s: 0.0, base_rate_rps=1.0, target=0.9)
+    assert none.goodput_rps == 0.0
