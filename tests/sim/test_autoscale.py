@@ -1,0 +1,96 @@
+"""The autoscaler hook: ticks, window metrics, start-up delay, draining, GPU-seconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from pdserve.sim.autoscale import Autoscaler, PoolSizes, WindowMetrics
+from pdserve.sim.config import SimConfig
+from pdserve.sim.simulator import run_simulation
+from pdserve.sim.traces import synthetic_trace
+
+
+@dataclass
+class Scripted:
+    """Returns a fixed plan of pool sizes by tick number; records what it saw."""
+
+    plan: dict[int, PoolSizes]
+    interval_s: float = 10.0
+    seen: list[tuple[float, WindowMetrics, PoolSizes]] = field(default_factory=list)
+
+    def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes:
+        self.seen.append((now, window, current))
+        return self.plan.get(len(self.seen), current)
+
+
+def test_scripted_scale_up_then_down() -> None:
+    trace = synthetic_trace(400, 5.0, (200, 800), (20, 60), seed=1)  # ~80 s of arrivals
+    auto = Scripted({1: PoolSizes(2, 3), 4: PoolSizes(1, 1)})
+    assert isinstance(auto, Autoscaler)
+    cfg = SimConfig(prefill_instances=1, decode_instances=1, startup_delay_s=5.0)
+    res = run_simulation(trace, cfg, autoscaler=auto)
+    assert res.summary.finished == 400
+    # Ticks every 10 s from the first arrival, windows of 10 s.
+    times = [t for t, _, _ in auto.seen]
+    assert times[:3] == [10.0, 20.0, 30.0]
+    first = auto.seen[0][1]
+    assert first.start_s == 0.0 and first.end_s == 10.0
+    assert first.arrivals == sum(1 for r in trace.requests if r.arrival_s <= 10.0)
+    assert first.request_rate == pytest.approx(first.arrivals / 10.0)
+    assert first.mean_isl is not None and 200 <= first.mean_isl <= 800
+    assert first.ttft_p50 is not None and first.ttft_p90 is not None and first.ttft_p50 <= first.ttft_p90
+    assert auto.seen[0][2] == PoolSizes(1, 1)
+    # Tick 2 sees the new instances ready (5 s start-up < 10 s interval).
+    w2, c2 = auto.seen[1][1], auto.seen[1][2]
+    assert c2 == PoolSizes(2, 3)
+    assert w2.prefill.ready == 2 and w2.decode.ready == 3 and w2.decode.starting == 0
+    # New instances took no request before they were ready.
+    by_id = {i["id"]: i for i in res.instances}
+    assert set(by_id) == {"P0", "P1", "D0", "D1", "D2"}
+    for r in res.records:
+        for iid in (r.prefill_instance, r.decode_instance):
+            if iid in ("P1", "D1", "D2"):
+                assert r.arrival_s >= 15.0 or r.prefill_done_s >= 15.0
+    # After tick 4 (t=40) the newest ones drain: nothing new is routed to them.
+    for r in res.records:
+        if r.arrival_s > 40.0:
+            assert r.prefill_instance == "P0"
+        if r.prefill_done_s > 40.0:
+            assert r.decode_instance == "D0"
+    for iid in ("P1", "D1", "D2"):
+        assert 40.0 <= by_id[iid]["released_at_s"] < 50.0
+        assert by_id[iid]["requested_at_s"] == 10.0
+    # GPU-seconds: each instance from its request to its release (start-up included).
+    end = res.end_time_s
+    expected = 2 * end + sum(by_id[i]["released_at_s"] - 10.0 for i in ("P1", "D1", "D2"))
+    assert res.gpu_seconds == pytest.approx(expected)
+    assert [e.after for e in res.scaling_events[:1]] == [PoolSizes(2, 3)]
+    assert "+P1 (ready at 15.0 s)" in res.scaling_events[0].note
+
+
+def test_scale_to_zero_queues_at_the_router_until_an_instance_is_ready() -> None:
+    trace = synthetic_trace(50, 2.0, 300, 10, seed=2)
+    # Tick 1 (t=10): colocated pool to 0; tick 2 (t=20): back to 1, ready at t=50.
+    auto = Scripted({1: PoolSizes(0, 0), 2: PoolSizes(0, 1)})
+    res = run_simulation(trace, SimConfig(topology="colocated", instances=1, startup_delay_s=30.0), autoscaler=auto)
+    assert res.summary.finished == 50
+    waited = [r for r in res.records if 10.0 < r.arrival_s < 50.0]
+    assert waited and all(r.first_token_s >= 50.0 for r in waited)
+    w3 = auto.seen[2][1]  # t=30: nothing ready, requests waiting at the router
+    assert w3.decode.ready == 0 and w3.decode.starting == 1 and w3.decode.waiting > 0
+    assert w3.prefill.ready == 0  # colocated: the prefill pool is empty
+
+
+def test_bad_autoscaler_is_reported() -> None:
+    class Broken:
+        interval_s = 5.0
+
+        def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> object:
+            return (1, 1)
+
+    with pytest.raises(TypeError, match="must return PoolSizes"):
+        run_simulation(synthetic_trace(20, 1.0, 100, 5), SimConfig(), autoscaler=Broken())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="PoolSizes.decode must be an int >= 0"):
+        PoolSizes(1, -1)
