@@ -62,10 +62,13 @@ step() {
   log "building $name ..."
   "$@" &
   local pid=$!
+  local next=$((SECONDS + 30))
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 30 &
-    wait $! || true
-    kill -0 "$pid" 2>/dev/null && log "  still building $name ($((SECONDS - t))s)"
+    sleep 1
+    if ((SECONDS >= next)) && kill -0 "$pid" 2>/dev/null; then
+      log "  still building $name ($((SECONDS - t))s)"
+      next=$((SECONDS + 30))
+    fi
   done
   if ! wait "$pid"; then
     log "FAILED building $name"

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from .kubeconfig import safe_stem, write_kubeconfig
+from .kubeconfig import safe_stem, write_kubeconfig, write_token_kubeconfig
 from .nodes import KWOK_SELECTOR, GpuNodeSpec, gpu_node_manifest
 from .pki import CertificateAuthority, CertPair, write_service_account_keys
 from .processes import Component, ComponentError, free_port, wait_until
@@ -35,6 +35,7 @@ KUBERNETES_SERVICE_IP = "10.96.0.1"
 # Pods on nodes without their own podCIDR still get loopback IPs.
 FALLBACK_POD_CIDR = "127.127.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
 
 
@@ -122,6 +123,24 @@ class LocalCluster:
         pair = ca.issue_client(f"user-{stem}", user, groups)
         return write_kubeconfig(self.workdir / "users" / f"{stem}.kubeconfig", self.server, ca.pair.cert, pair, user)
 
+    def kubeconfig_for_service_account(self, namespace: str, name: str, expiration_s: int = 86400) -> Path:
+        """A kubeconfig with a TokenRequest token of an existing ServiceAccount, so a
+        process runs exactly as it would in a pod under that account's RBAC bindings."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_s},
+        }
+        with self.http() as client:
+            resp = client.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", json=body)
+        if resp.status_code != 201:
+            raise ComponentError(
+                f"token request for ServiceAccount {namespace}/{name} failed: {resp.status_code} {resp.text}"
+            )
+        user = f"system:serviceaccount:{namespace}:{name}"
+        path = self.workdir / "users" / f"sa-{safe_stem(namespace)}-{safe_stem(name)}.kubeconfig"
+        return write_token_kubeconfig(path, self.server, self.ca_cert, resp.json()["status"]["token"], user)
+
     def _write_pki(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._ca = ca = CertificateAuthority(self.pki_dir)
@@ -142,7 +161,9 @@ class LocalCluster:
         # Controller-manager and scheduler use their built-in RBAC identities.
         self._kcm_kubeconfig = write_kubeconfig(
             self.workdir / "kube-controller-manager.kubeconfig", self.server, ca.pair.cert,
-            ca.issue_client("kube-controller-manager", "system:kube-controller-manager"),
+            # With --use-service-account-credentials off every controller acts as this
+            # one identity, which the built-in RBAC role does not cover: make it a master.
+            ca.issue_client("kube-controller-manager", "system:kube-controller-manager", ("system:masters",)),
             "system:kube-controller-manager",
         )
         self._sched_kubeconfig = write_kubeconfig(
@@ -167,7 +188,7 @@ class LocalCluster:
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
         peer_url = f"http://127.0.0.1:{peer}"
-        self.etcd_dir.mkdir(parents=True, exist_ok=True)
+        self.etcd_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         etcd = self._add("etcd", [
             "--name=pdserve",
             f"--data-dir={self.etcd_dir}",
@@ -303,5 +324,11 @@ class LocalCluster:
 
     def _node_ready(self, name: str) -> bool:
         resp = self.get(f"/api/v1/nodes/{name}")
-        conditions = resp.json().get("status", {}).get("conditions", []) if resp.status_code == 200 else []
-        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        if resp.status_code != 200:
+            return False
+        node = resp.json()
+        conditions = node.get("status", {}).get("conditions", [])
+        # The node-lifecycle controller lifts the not-ready taint a moment after
+        # Ready; until then nothing schedules there.
+        tainted = any(t.get("key") in NOT_READY_TAINTS for t in node.get("spec", {}).get("taints") or [])
+        return not tainted and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

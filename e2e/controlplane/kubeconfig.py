@@ -25,21 +25,25 @@ def write_kubeconfig(path: Path, server: str, ca_cert: Path, client: CertPair, u
 
     Paths are absolute so the file works from any working directory.
     """
+    credentials = {"client-certificate": str(client.cert.resolve()), "client-key": str(client.key.resolve())}
+    return _write(path, server, ca_cert, user, credentials)
+
+
+def write_token_kubeconfig(path: Path, server: str, ca_cert: Path, token: str, user: str) -> Path:
+    """Write a kubeconfig that authenticates with a bearer token (e.g. a ServiceAccount's)."""
+    if not token:
+        raise ValueError("a token kubeconfig needs a non-empty token")
+    return _write(path, server, ca_cert, user, {"token": token})
+
+
+def _write(path: Path, server: str, ca_cert: Path, user: str, credentials: dict[str, str]) -> Path:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority": str(ca_cert.resolve())}}
         ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate": str(client.cert.resolve()),
-                    "client-key": str(client.key.resolve()),
-                },
-            }
-        ],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": user}}],
         "current-context": CLUSTER_NAME,
     }
