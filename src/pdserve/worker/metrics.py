@@ -20,6 +20,7 @@ ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
 REQUEST_LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                            60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
 ITERATION_TOKENS_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+LOOP_LAG_BUCKETS = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0]
 FINISH_REASONS = ("stop", "length", "abort")
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 
@@ -104,6 +105,9 @@ class WorkerMetrics:
         self.kv_transfers = counter("pdserve_worker_kv_transfers", "Remote KV loads that succeeded.")
         self.kv_transfer_time = hist("pdserve_worker_kv_transfer_seconds",
                                      "Wall time of successful remote KV loads.", TTFT_BUCKETS)
+        self.loop_lag = hist("pdserve_worker_event_loop_lag_seconds",
+                             "How late a 5 ms asyncio timer fires: the serving loop's responsiveness.",
+                             LOOP_LAG_BUCKETS)
         self._last_stats: EngineStats | None = None
 
     def kv_load_failure(self, reason: str, policy: str) -> None:

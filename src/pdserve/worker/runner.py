@@ -53,6 +53,7 @@ class EngineRunner:
         self._reqs: dict[str, Tracked] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._lag_task: asyncio.Task[None] | None = None
         self.steps = 0
         self.max_lag_s = 0.0
 
@@ -65,9 +66,21 @@ class EngineRunner:
 
     # --- lifecycle -----------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine-loop")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._loop(), name="engine-loop")
+        self._lag_task = loop.create_task(self._watch_lag(), name="loop-lag")
+
+    async def _watch_lag(self, period: float = 0.005) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t = loop.time()
+            await asyncio.sleep(period)
+            self.metrics.loop_lag.observe(max(0.0, loop.time() - t - period))
 
     async def stop(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            self._lag_task = None
         if self._task is not None:
             self._task.cancel()
             try:
