@@ -1,0 +1,210 @@
+"""`pdserve demo`: mock workers, router, planner and a replayed public trace, locally."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.live import Live
+
+from pdserve.demo import live, observe, report, timeline, workload
+from pdserve.demo.replay import RequestResult, replay
+from pdserve.demo.stack import Stack, StackConfig
+from pdserve.sim.traces import TraceError
+
+WINDOW_S = 10.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pdserve demo",
+        description="Run the whole loop on this machine, no cluster: mock vLLM prefill and decode workers "
+        "(processes) that the planner starts and stops, the router, and an excerpt of the Azure LLM "
+        "inference trace replayed in compressed time. Writes a report folder at the end.",
+    )
+    p.add_argument("--duration", type=float, default=120.0, help="seconds of replay (default 120)")
+    p.add_argument("--out", type=Path, default=Path("report"), help="report folder (default ./report)")
+    p.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
+    p.add_argument("--trace", type=Path, help="another trace (Azure CSV or Mooncake JSONL) instead of the bundled excerpt")
+    p.add_argument("--rate", type=float, default=3.0, help="mean requests/s after thinning (default 3)")
+    p.add_argument("--token-scale", type=float, default=1.0, help="scale the trace's token counts (default 1.0)")
+    p.add_argument("--max-prompt-tokens", type=int, default=1536, help="cap (the default model, OPT-13B, has a 2048-token context)")
+    p.add_argument("--max-output-tokens", type=int, default=160)
+    p.add_argument("--ttft-slo-ms", type=float, default=400.0)
+    p.add_argument("--itl-slo-ms", type=float, default=28.0)
+    p.add_argument("--mock-profile", default="opt-13b-a100", help="the simulated model and GPU of the workers")
+    p.add_argument("--mock-speedup", type=float, default=1.0, help="run the simulated GPU this many times faster")
+    p.add_argument("--planner-interval", type=float, default=5.0, help="seconds between planner decisions")
+    p.add_argument("--max-replicas", type=int, default=4, help="upper bound per pool")
+    p.add_argument("--policy", default="kv_aware", help="router policy")
+    return p
+
+
+def _validate(args: argparse.Namespace) -> str | None:
+    if not 5 <= args.duration <= 1800:
+        return f"--duration must be between 5 and 1800 seconds, got {args.duration:g}"
+    if args.trace is not None and not args.trace.is_file():
+        return f"--trace {args.trace}: no such file"
+    if not args.max_replicas >= 1:
+        return "--max-replicas must be at least 1"
+    for name in ("ttft_slo_ms", "itl_slo_ms", "mock_speedup", "planner_interval"):
+        if not getattr(args, name) > 0:
+            return f"--{name.replace('_', '-')} must be positive"
+    return None
+
+
+class Run:
+    """The replay's live state, shared by the request callbacks and the sampler."""
+
+    def __init__(self, stack: Stack, slo: timeline.Slo) -> None:
+        self.stack = stack
+        self.slo = slo
+        self.t0 = time.monotonic()
+        self.sent_times: list[float] = []
+        self.finished: list[tuple[float, RequestResult]] = []
+        self.samples: list[timeline.Sample] = []
+        self._last_counters: timeline.Counters | None = None
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def on_sent(self, _req: workload.DemoRequest) -> None:
+        self.sent_times.append(self.now())
+
+    def on_result(self, res: RequestResult) -> None:
+        self.finished.append((self.now(), res))
+
+    async def sample(self, client: httpx.AsyncClient) -> timeline.Sample:
+        pools = observe.read_pools(self.stack.discovery_file)
+        counters = await observe.prefix_counters(client, pools["prefill"])
+        ratio = timeline.hit_ratio(self._last_counters, counters)
+        self._last_counters = counters
+        planner = await observe.scrape(client, self.stack.planner_metrics_url)
+        predicted = planner.get("pdserve_planner_predicted_request_rate") if planner else None
+        s = timeline.sample(
+            self.now(), WINDOW_S, self.sent_times, self.finished,
+            inflight=len(self.sent_times) - len(self.finished),
+            pools=(len(pools["prefill"]), len(pools["decode"])),
+            slo=self.slo, ratio=ratio, predicted_rps=predicted,
+        )  # fmt: skip
+        self.samples.append(s)
+        return s
+
+
+async def _drive(run: Run, requests: list[workload.DemoRequest], duration: float, show_live: bool, console: Console) -> list[RequestResult]:
+    model = run.stack.config.model
+    replay_task = asyncio.create_task(replay(run.stack.router_url, model, requests, run.on_result, run.on_sent))
+    async with httpx.AsyncClient() as client:
+        live_view = Live(live.render(None, run.slo, 0, duration, 0, len(requests)), console=console, refresh_per_second=4) if show_live else None
+        if live_view:
+            live_view.start()
+        try:
+            next_tick = 1.0
+            while not replay_task.done():
+                await asyncio.sleep(max(0.0, next_tick - run.now()))
+                next_tick += 1.0
+                s = await run.sample(client)
+                if live_view:
+                    live_view.update(live.render(s, run.slo, run.now(), duration, len(run.sent_times), len(requests)))
+                elif int(s.t) % 10 == 0:
+                    console.print(_line(s, run.slo, duration))
+                run.stack.check_alive()
+        finally:
+            if live_view:
+                live_view.stop()
+            if not replay_task.done():
+                replay_task.cancel()
+    return await replay_task
+
+
+def _line(s: timeline.Sample, slo: timeline.Slo, duration: float) -> str:
+    def ms(v: float | None) -> str:
+        return "   –  " if v is None else f"{v * 1000:5.0f}ms"
+
+    att = "–" if s.attainment is None else f"{s.attainment * 100:.0f}%"
+    return (
+        f"[{s.t:4.0f}/{duration:.0f}s] {s.sent_rps:4.1f} req/s  inflight {s.inflight:3d}  "
+        f"TTFT p90 {ms(s.ttft_p90)} (SLO {slo.ttft_s * 1000:.0f})  ITL p90 {ms(s.itl_p90)} (SLO {slo.itl_s * 1000:.0f})  "
+        f"SLO met {att}  prefill {s.prefill_replicas} decode {s.decode_replicas}  errors {s.errors}"
+    )
+
+
+def _error(message: str) -> None:
+    print(f"pdserve demo: error: {message}", file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    console = Console()
+    if (problem := _validate(args)) is not None:
+        _error(problem)
+        return 2
+    try:
+        config = workload.WorkloadConfig(
+            duration_s=args.duration, mean_rate=args.rate, token_scale=args.token_scale,
+            max_prompt_tokens=args.max_prompt_tokens, max_output_tokens=args.max_output_tokens,
+        )  # fmt: skip
+        trace, requests = workload.load(args.trace, config)
+    except (ValueError, TraceError) as e:
+        _error(str(e))
+        return 2
+    out: Path = args.out
+    run_dir = out / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    stack_config = StackConfig(
+        run_dir=run_dir, mock_profile=args.mock_profile, mock_speedup=args.mock_speedup,
+        ttft_slo_ms=args.ttft_slo_ms, itl_slo_ms=args.itl_slo_ms, interval_s=args.planner_interval,
+        prefill_max=args.max_replicas, decode_max=args.max_replicas, policy=args.policy,
+    )  # fmt: skip
+    slo = timeline.Slo(args.ttft_slo_ms / 1000, args.itl_slo_ms / 1000)
+    console.print(
+        f"[bold]pdserve demo[/]: {len(requests)} requests from {Path(trace.source).name} "
+        f"({trace.duration_s / 60:.0f} min of trace in {args.duration:.0f} s), workers simulate {args.mock_profile}"
+    )
+    t_start = time.monotonic()
+    try:
+        with console.status("starting the planner, its worker pool and the router..."):
+            stack = Stack(stack_config)
+            stack.start()
+    except (RuntimeError, TimeoutError) as e:
+        _error(str(e))
+        return 1
+    try:
+        run = Run(stack, slo)
+        results = asyncio.run(_drive(run, requests, args.duration, not args.no_live and console.is_terminal, console))
+    except KeyboardInterrupt:
+        console.print("interrupted; stopping", style="yellow")
+        return 130
+    except RuntimeError as e:
+        _error(str(e))
+        return 1
+    finally:
+        with console.status("stopping the router, planner and workers..."):
+            stack.stop()
+    summary = timeline.summarize(results, run.samples, slo)
+    settings = {
+        "trace": f"{Path(trace.source).name} (sha256 {trace.sha256[:12]})",
+        "duration_s": args.duration, "requests": len(requests), "mean_rate_rps": args.rate,
+        "token_scale": args.token_scale, "max_prompt_tokens": args.max_prompt_tokens,
+        "max_output_tokens": args.max_output_tokens, "mock_profile": args.mock_profile,
+        "mock_speedup": args.mock_speedup, "planner_interval_s": args.planner_interval,
+        "max_replicas_per_pool": args.max_replicas, "router_policy": args.policy,
+        "wall_time_s": round(time.monotonic() - t_start, 1),
+    }  # fmt: skip
+    files = report.write(out, summary, run.samples, results, slo, settings)
+    console.print(f"[bold green]done[/]: {summary.succeeded}/{summary.requests} requests succeeded; report in {out}/")
+    for key, value in asdict(summary).items():
+        console.print(f"  {key}: {value}")
+    console.print("  files: " + ", ".join(f.name for f in files))
+    return 0 if summary.requests and summary.failed == 0 else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))
