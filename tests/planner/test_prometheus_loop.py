@@ -1,0 +1,180 @@
+"""The whole live loop: a real Prometheus scraping real `pdserve worker` processes behind a
+real `pdserve router`, the planner reading PromQL and driving a local process pool.
+
+The capacity profile here is chosen (not measured) so that the load ramp needs 3 prefill
+and 2 decode replicas at its peak and 1 + 1 otherwise; latency correction is off because
+the fast mock workers are far quicker than that profile says. The test checks the control
+loop: scale up, scale down after the window, hold when Prometheus dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pdserve.planner.actuator_process_pool import ProcessPool, free_port
+from pdserve.planner.decision import HOLD_ERROR
+from pdserve.planner.loop import run_loop
+from pdserve.planner.policy import PlannerPolicy, PolicyConfig
+from pdserve.planner.profile import CapacityProfile
+from pdserve.planner.source_prometheus import PrometheusSource, PromQL
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs Debian's prometheus binary"),
+]
+
+ISL, OSL = 256, 16
+LOW, HIGH = 0.5, 4.0  # req/s
+
+
+def flat_profile() -> CapacityProfile:
+    """600 prompt tok/s per prefill replica within TTFT, 60 generated tok/s per decode replica."""
+    pre = [{"isl": isl, "throughputTokensPerS": thr, "ttftMeanMs": lat, "ttftTailMs": lat}
+           for isl in (16, 4096) for thr, lat in ((300, 100), (600, 900), (900, 5000))]
+    dec = [{"context": c, "concurrency": n, "throughputTokensPerS": thr, "itlMeanMs": lat, "itlTailMs": lat}
+           for c in (16, 4096) for n, thr, lat in ((1, 30, 10), (2, 60, 40), (4, 90, 200))]
+    return CapacityProfile.model_validate({"prefill": {"points": pre}, "decode": {"points": dec}})
+
+
+def start(cmd: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "wb") as f:
+        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(10)
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(url)
+
+
+def write_targets(pool: ProcessPool, path: Path) -> None:
+    groups = [{"targets": [f"127.0.0.1:{w.port}" for w in pool.workers[role]],
+               "labels": {"namespace": "test", "pdserve_service": "svc", "pdserve_role": role}}
+              for role in ("prefill", "decode")]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(groups))
+    os.replace(tmp, path)
+
+
+async def load(router: str, schedule: list[tuple[float, float]], stopped: asyncio.Event) -> int:
+    """Open-loop arrivals at each (rate, seconds) phase; returns successful requests."""
+    ok = 0
+    async with httpx.AsyncClient(timeout=30) as client:
+        async def one(i: int) -> None:
+            nonlocal ok
+            prompt = f"r{i} " + " ".join(f"t{j}" for j in range(ISL - 1))
+            r = await client.post(router + "/v1/completions", json={
+                "model": "mock", "prompt": prompt, "max_tokens": OSL, "ignore_eos": True})
+            ok += r.status_code == 200
+
+        tasks, i = [], 0
+        for rate, seconds in schedule:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end and not stopped.is_set():
+                tasks.append(asyncio.create_task(one(i)))
+                i += 1
+                await asyncio.sleep(1.0 / rate)
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return ok
+
+
+async def test_planner_scales_with_prometheus(tmp_path: Path):
+    worker_args = ["--mock-profile", "opt-13b-a100", "--mock-speedup", "20", "--mock-side-channel-port", "0",
+                   "--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})]
+    discovery = tmp_path / "discovery.json"
+    pool = ProcessPool(model="mock", worker_args=worker_args, discovery_file=discovery, log_dir=tmp_path)
+    targets = tmp_path / "targets.json"
+    prom_port, router_port = free_port(), free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: workers\n"
+        f"    file_sd_configs: [{{files: ['{targets}'], refresh_interval: 1s}}]\n")
+    procs: list[subprocess.Popen] = []
+    try:
+        pool.scale("prefill", 1)
+        pool.scale("decode", 1)
+        write_targets(pool, targets)
+        assert pool.wait_ready(40), "workers did not start"
+        prom = start(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                      f"--storage.tsdb.path={tmp_path / 'tsdb'}", "--storage.tsdb.retention.time=1h",
+                      f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log")
+        procs.append(prom)
+        procs.append(start([sys.executable, "-m", "pdserve.cli", "router", "--host", "127.0.0.1", "--port",
+                            str(router_port), "--discovery-file", str(discovery)], tmp_path / "router.log"))
+        prom_url, router = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{router_port}"
+        wait_http(prom_url + "/-/ready")
+        wait_http(router + "/health")
+
+        cfg = PolicyConfig(ttft_slo_ms=1000, itl_slo_ms=50, interval_s=2.0, predictor="constant",
+                           prefill_min=1, prefill_max=4, decode_min=1, decode_max=4,
+                           scale_down_stabilization_s=6.0, correction=False, stale_after_s=10)
+        policy = PlannerPolicy(cfg, flat_profile())
+        source = PrometheusSource(prom_url, PromQL('namespace="test",pdserve_service="svc"', window="6s"),
+                                  timeout_s=2)
+        log: list[tuple[float, str, object]] = []  # (time, phase, decision)
+        phase = ["warm"]
+
+        def on_decision(obs, d) -> None:
+            write_targets(pool, targets)
+            log.append((time.monotonic(), phase[0], d))
+
+        stopped = asyncio.Event()
+        planner = asyncio.create_task(run_loop(policy, source, pool, stopped=stopped, on_decision=on_decision))
+        gen_stop = asyncio.Event()
+        loader = asyncio.create_task(load(router, [(LOW, 8), (HIGH, 22), (LOW, 22)], gen_stop))
+
+        async def phase_marks() -> None:
+            for name, after in (("low", 0), ("high", 8), ("falling", 22), ("end", 22)):
+                await asyncio.sleep(after)
+                phase[0] = name
+
+        await asyncio.gather(phase_marks(), return_exceptions=True)
+        ok = await asyncio.wait_for(loader, 60)
+        peak = max(((d.prefill, d.decode) for _, p, d in log if p in ("high", "falling")), default=(0, 0))
+        assert peak[0] >= 2 and peak[1] >= 2, [(p, d.reason) for _, p, d in log]
+        last = log[-1][2]
+        assert (last.prefill, last.decode) == (1, 1), [(p, d.reason) for _, p, d in log]
+        assert any("stabilised" in d.reason for _, p, d in log if p == "falling")
+        assert ok >= 0.8 * (LOW * 30 + HIGH * 22)  # the router kept serving while pools changed
+
+        stop(prom)  # Prometheus dies: the planner must hold, not scale down or up
+        phase[0] = "no-prometheus"
+        sizes = (len(pool.workers["prefill"]), len(pool.workers["decode"]))
+        await asyncio.sleep(3 * cfg.interval_s + 1)
+        stopped.set()
+        await asyncio.wait_for(planner, 30)
+        dead = [d for _, p, d in log if p == "no-prometheus"]
+        assert dead and all(d.held and d.hold_key == HOLD_ERROR for d in dead), [d.reason for d in dead]
+        assert (len(pool.workers["prefill"]), len(pool.workers["decode"])) == sizes
+    finally:
+        for p in procs:
+            stop(p)
+        pool.close()
