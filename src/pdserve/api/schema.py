@@ -25,9 +25,10 @@ class _Generator(GenerateJsonSchema):
         if factory is None:
             return super().default_schema(schema)
         value = factory()  # type: ignore[call-arg]
-        # A nested object defaults to {} so the API server fills in its own defaults.
+        # A nested object defaults to its full default value: the API server checks
+        # defaults against the CEL rules before it would fill in the inner defaults.
         if isinstance(value, BaseModel):
-            return {**inner, "default": {}}
+            return {**inner, "default": value.model_dump(by_alias=True, exclude_none=True, mode="json")}
         return inner
 
 

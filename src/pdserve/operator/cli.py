@@ -32,8 +32,9 @@ def main(argv: list[str]) -> int:
         raise SystemExit("pdserve operator: --resync-seconds must be > 0")
     level = getattr(logging, args.log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("kubernetes", "urllib3", "aiohttp.access"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    # kopf logs every handled child event at INFO; keep that for --log-level debug.
+    for noisy in ("kubernetes", "urllib3", "aiohttp.access", "kopf.objects"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING) if level > logging.DEBUG else level)
     if args.kubeconfig:
         # kopf's login reads the same file through the kubernetes client.
         os.environ["KUBECONFIG"] = args.kubeconfig

@@ -35,13 +35,13 @@ def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
 def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: Any = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return kopf.login_via_client(**kwargs)
 
-    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
+    @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
+    @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
+    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
     async def reconcile(name: str, namespace: str, logger: kopf.Logger, **_: Any) -> None:
         try:
             outcome = await reconciler.sync(namespace, name, full=True, logger=logger)
@@ -49,7 +49,7 @@ def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: An
             raise kopf.TemporaryError(str(e), delay=RETRY_DELAY_S) from e
         _raise_for(outcome)
 
-    @kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, initial_delay=config.resync_seconds, registry=registry)
+    @kopf.timer(GROUP, VERSION, PLURAL, id="resync", interval=config.resync_seconds, initial_delay=config.resync_seconds, registry=registry)
     async def resync(name: str, namespace: str, logger: kopf.Logger, **_: Any) -> None:
         try:
             outcome = await reconciler.sync(namespace, name, full=True, logger=logger)
@@ -59,7 +59,7 @@ def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: An
         if outcome is not None and outcome.error:
             logger.warning("resync failed, next try in %ss: %s", config.resync_seconds, outcome.error)
 
-    @kopf.on.event("apps", "v1", "deployments", labels={SERVICE_LABEL: kopf.PRESENT}, registry=registry)
+    @kopf.on.event("apps", "v1", "deployments", id="child", labels={SERVICE_LABEL: kopf.PRESENT}, registry=registry)
     async def child_changed(meta: kopf.Meta, namespace: str, logger: kopf.Logger, **_: Any) -> None:
         owner = meta.get("labels", {}).get(SERVICE_LABEL)
         if not owner:
@@ -72,7 +72,7 @@ def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: An
 
     if config.hosted_planner:
 
-        @kopf.daemon(GROUP, VERSION, PLURAL, when=_autoscaled, cancellation_timeout=10.0, registry=registry)
+        @kopf.daemon(GROUP, VERSION, PLURAL, id="planner", when=_autoscaled, cancellation_timeout=10.0, registry=registry)
         async def planner(name: str, namespace: str, stopped: kopf.DaemonStopped, logger: kopf.Logger, **_: Any) -> None:
             try:
                 from pdserve.planner.hosted import run_hosted

@@ -77,8 +77,8 @@ class Kube:
         _, url, headers, _, _ = self.api.param_serialize(
             method, path, query_params=list((query or {}).items()), header_params=headers, auth_settings=["BearerToken"]
         )
-        data = json.dumps(body) if body is not None else None
-        resp = self.api.call_api(method, url, header_params=headers, body=data, _request_timeout=self.timeout)
+        # The REST layer JSON-encodes dicts for JSON and apply-patch+yaml content types alike.
+        resp = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=self.timeout)
         raw = resp.read()
         if resp.status >= 400:
             try:

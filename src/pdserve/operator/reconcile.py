@@ -93,7 +93,8 @@ class Reconciler:
             if kind == "Deployment":
                 live[child] = result
         for child, paths in outcome.repaired.items():
-            logger.info("repaired drift in Deployment/%s: %s", child, ", ".join(paths[:5]))
+            # A warning on purpose: kopf posts it as an Event on the resource.
+            logger.warning("repaired drift in Deployment/%s: %s", child, ", ".join(paths[:5]))
         pods = await self.kube.list("v1", "Pod", namespace, f"{SERVICE_LABEL}={name},{ROLE_LABEL} in (prefill,decode)")
         children = {role: ChildState.from_deployment(live[child_name(svc, role)]) if child_name(svc, role) in live else None for role in ROLES}
         result = compute_status(svc, children, pods, endpoint_url(svc, self.options), self.clock(), outcome.error)
