@@ -7,14 +7,28 @@ start quotes back to the user.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it when its parent goes away, so a
+    test runner killed hard (timeout, OOM) does not leave etcd and friends behind."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class ComponentError(RuntimeError):
@@ -59,6 +73,9 @@ class Component:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
+                # The death signal fires when the *thread* that forked exits, so it is
+                # only safe to arm from the main thread.
+                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
 
     def check_alive(self) -> None:

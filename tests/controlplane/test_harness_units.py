@@ -136,3 +136,26 @@ def test_cli_without_binaries_exits_nonzero_with_hint(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "make k8s-bins" in proc.stderr and "kube-apiserver" in proc.stderr
+
+
+def test_components_die_when_their_parent_is_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "component.pid"
+    # A parent Python that starts a long-running component, then gets SIGKILLed.
+    code = (
+        "import sys, time; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "from controlplane.processes import Component;"
+        "c = Component('sleep', ['/bin/sleep', '300'], Path(sys.argv[2]) / 'sleep.log'); c.start();"
+        "Path(sys.argv[2], 'component.pid').write_text(str(c.process.pid)); time.sleep(300)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code, str(REPO / "e2e"), str(tmp_path)])
+    try:
+        wait_until("component pid", lambda: pidfile.exists() and pidfile.read_text() != "", 30)
+        component = int(pidfile.read_text())
+        assert _alive(component)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 5
+    while _alive(component) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(component)
