@@ -30,6 +30,7 @@ from .pki import CertificateAuthority, CertPair, write_service_account_keys
 from .processes import Component, ComponentError, free_port, wait_until
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+START_ATTEMPTS = 3
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 # Pods on nodes without their own podCIDR still get loopback IPs.
@@ -77,26 +78,46 @@ class LocalCluster:
                 f"missing control-plane binaries in {self.bin_dir}: {', '.join(missing)} (run `make k8s-bins`)"
             )
         t0 = time.monotonic()
-        try:
-            self._write_pki()
-            self._start_etcd()
-            self._mark("etcd", t0)
-            self._start_apiserver()
-            self._mark("kube-apiserver", t0)
-            self._start_controllers()
-            self._wait_cluster_usable()
-            self._mark("ready", t0)
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._write_pki()
+                self._start_etcd()
+                self._mark("etcd", t0)
+                self._start_apiserver()
+                self._mark("kube-apiserver", t0)
+                self._start_controllers()
+                self._wait_cluster_usable()
+                self._mark("ready", t0)
+                return
+            except ComponentError:
+                self._stop_components()
+                # Ports are picked free, then bound by the child: another process on
+                # this shared machine may win that race. Only that is worth a retry.
+                if attempt < START_ATTEMPTS and self._lost_port_race():
+                    self.log_dir.rename(self.workdir / f"logs-attempt{attempt}")
+                    continue
+                self.stop()
+                raise
+            except BaseException:
+                self.stop()
+                raise
 
     def stop(self) -> None:
+        self._stop_components()
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _stop_components(self) -> None:
         for comp in reversed(self.components):
             comp.stop()
         self.components.clear()
         shutil.rmtree(self.etcd_dir, ignore_errors=True)
-        if self._owns_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _lost_port_race(self) -> bool:
+        return any(
+            "address already in use" in log.read_text(errors="replace")
+            for log in self.log_dir.glob("*.log")
+        )
 
     def _mark(self, phase: str, t0: float) -> None:
         self.startup_seconds[phase] = round(time.monotonic() - t0, 2)
