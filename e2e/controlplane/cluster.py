@@ -324,6 +324,12 @@ class LocalCluster:
         """An httpx client for the apiserver, authenticated as the admin."""
         return httpx.Client(base_url=self.server, verify=self._admin_ssl(), timeout=10)
 
+    def api_client(self, kubeconfig: Path | None = None) -> Any:
+        """A `kubernetes.client.ApiClient` for the admin, or for the given kubeconfig."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(kubeconfig or self.kubeconfig))
+
     def get(self, path: str) -> httpx.Response:
         with self.http() as client:
             return client.get(path)

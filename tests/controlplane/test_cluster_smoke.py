@@ -7,11 +7,10 @@ import ipaddress
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controlplane.cluster import LocalCluster
@@ -22,10 +21,6 @@ pytestmark = pytest.mark.controlplane
 
 T = TypeVar("T")
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-
-
-def api_client(kubeconfig: Path) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(kubeconfig))
 
 
 def eventually(what: str, fn: Callable[[], T | None], timeout_s: float = 60) -> T:
@@ -41,7 +36,7 @@ def eventually(what: str, fn: Callable[[], T | None], timeout_s: float = 60) -> 
 
 @pytest.fixture
 def admin(kube_cluster: LocalCluster) -> Iterator[client.ApiClient]:
-    with api_client(kube_cluster.kubeconfig) as api:
+    with kube_cluster.api_client() as api:
         yield api
 
 
@@ -141,7 +136,7 @@ def test_gpu_deployment_is_scheduled_and_ready_with_loopback_pod_ips(
 
 
 def test_rbac_denies_until_a_role_binding_grants(kube_cluster: LocalCluster, admin: client.ApiClient, namespace: str) -> None:
-    with api_client(kube_cluster.kubeconfig_for("alice", ["pdserve-testers"])) as alice_api:
+    with kube_cluster.api_client(kube_cluster.kubeconfig_for("alice", ["pdserve-testers"])) as alice_api:
         alice = client.CoreV1Api(alice_api)
         with pytest.raises(ApiException) as denied:
             alice.list_namespaced_pod(namespace)
@@ -214,7 +209,7 @@ def test_service_account_token_kubeconfig_acts_as_the_account(
 ) -> None:
     core = client.CoreV1Api(admin)
     core.create_namespaced_service_account(namespace, {"metadata": {"name": "operator"}})
-    with api_client(kube_cluster.kubeconfig_for_service_account(namespace, "operator")) as sa_api:
+    with kube_cluster.api_client(kube_cluster.kubeconfig_for_service_account(namespace, "operator")) as sa_api:
         review = client.AuthenticationV1Api(sa_api).create_self_subject_review({})
         assert review.status.user_info.username == f"system:serviceaccount:{namespace}:operator"
         assert "system:serviceaccounts" in review.status.user_info.groups
