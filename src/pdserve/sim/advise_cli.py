@@ -32,6 +32,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--tp-choices", type=int, nargs="+", default=None,
                     help="tensor-parallel sizes to consider (default: powers of two that fit)")
     ap.add_argument("--mixed-tp", action="store_true", help="also try different TP for prefill and decode")
+    ap.add_argument("--window", type=float, default=60.0,
+                    help="refinement probes replay the first S seconds at each rate; coarse ones S/3 (default 60)")
+    ap.add_argument("--max-requests", type=int, default=1500,
+                    help="cap on requests per refinement probe; coarse probes use a quarter (default 1500)")
     add_engine_args(ap)
     ap.add_argument("--name", default="my-model", help="metadata.name for the emitted DisaggregatedService")
     ap.add_argument("--manifest", type=Path, default=None, help="write a DisaggregatedService YAML snippet here")
@@ -97,11 +101,13 @@ def main(argv: list[str]) -> int:
                       disable=args.quiet, transient=True) as prog:
             task = prog.add_task("advising", total=None)
             advice = advise(trace, base, args.gpus, tps=args.tp_choices, mixed_tp=args.mixed_tp,
+                            coarse_window_s=args.window / 3, fine_window_s=args.window,
+                            coarse_max_requests=max(100, args.max_requests // 4), fine_max_requests=args.max_requests,
                             on_step=lambda s: prog.update(task, description=s))
             seed = None
             if args.capacity_profile is not None:
                 prog.update(task, description="measuring the capacity-profile seed")
-                seed = capacity_seed(trace, advice.best.compared.config)
+                seed = capacity_seed(trace, advice.best.compared.config, requests_per_point=100)
     except (TraceError, SimConfigError) as e:
         err.print(f"[red]pdserve advise: {e}[/red]")
         return 2
