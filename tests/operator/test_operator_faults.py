@@ -60,7 +60,7 @@ def _condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
 async def test_conflict_on_apply_is_transient_and_reported(kmock: kmock.RawHandler) -> None:
     _cluster(kmock)
     kmock[f"patch /api/v1/namespaces/{NS}/serviceaccounts/s-router"] << 409 << {"kind": "Status", "code": 409, "message": "Apply failed with 1 conflict: conflict with \"kubectl\""}
-    outcome = await _reconciler(kmock).sync(NS, NAME, full=True, logger=LOG)
+    outcome = await _reconciler(kmock).sync(NS, NAME, cause="spec", logger=LOG)
     assert outcome is not None and outcome.transient
     assert outcome.error == 'ServiceAccount/s-router: Apply failed with 1 conflict: conflict with "kubectl"'
     degraded = _condition(_status_patch(kmock), "Degraded")
@@ -82,7 +82,7 @@ async def test_server_error_while_listing_raises_transient(kmock: kmock.RawHandl
     kmock[f"get {BASE}"] << BODY
     kmock[f"get /apis/apps/v1/namespaces/{NS}/deployments"] << 503 << {"kind": "Status", "code": 503, "message": "etcdserver: leader changed"}
     with pytest.raises(KubeError) as err:
-        await _reconciler(kmock).sync(NS, NAME, full=True, logger=LOG)
+        await _reconciler(kmock).sync(NS, NAME, cause="spec", logger=LOG)
     assert err.value.status == 503 and err.value.transient
     assert "leader changed" in str(err.value)
     assert len(kmock[f"patch {BASE}/status"]) == 0
@@ -93,7 +93,7 @@ async def test_forbidden_apply_is_permanent_and_named(kmock: kmock.RawHandler) -
     msg = 'roles.rbac.authorization.k8s.io "s-router" is forbidden: user "op" is attempting to grant RBAC permissions not currently held'
     kmock[f"patch /apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles/s-router"] << 403 << {"kind": "Status", "code": 403, "message": msg}
     kmock[f"patch /api/v1/namespaces/{NS}/serviceaccounts/s-router"] << {}
-    outcome = await _reconciler(kmock).sync(NS, NAME, full=True, logger=LOG)
+    outcome = await _reconciler(kmock).sync(NS, NAME, cause="spec", logger=LOG)
     assert outcome is not None and not outcome.transient
     assert outcome.applied == ["ServiceAccount/s-router"]
     assert "attempting to grant RBAC permissions" in _condition(_status_patch(kmock), "Degraded")["message"]
@@ -101,14 +101,14 @@ async def test_forbidden_apply_is_permanent_and_named(kmock: kmock.RawHandler) -
 
 async def test_vanished_resource_is_left_alone(kmock: kmock.RawHandler) -> None:
     _cluster(kmock, body=None)
-    assert await _reconciler(kmock).sync(NS, NAME, full=True, logger=LOG) is None
+    assert await _reconciler(kmock).sync(NS, NAME, cause="spec", logger=LOG) is None
     assert len(kmock["patch"]) == 0 and len(kmock["post"]) == 0
 
 
 async def test_children_created_when_missing_and_status_written(kmock: kmock.RawHandler) -> None:
     _cluster(kmock)
     kmock["patch"] << (lambda req: _json(req))  # SSA echoes the object back
-    outcome = await _reconciler(kmock).sync(NS, NAME, full=True, logger=LOG)
+    outcome = await _reconciler(kmock).sync(NS, NAME, cause="spec", logger=LOG)
     assert outcome is not None and outcome.error is None
     assert outcome.applied == [
         "ServiceAccount/s-router", "Role/s-router", "RoleBinding/s-router",
@@ -118,3 +118,15 @@ async def test_children_created_when_missing_and_status_written(kmock: kmock.Raw
     assert status["observedGeneration"] == 2
     assert status["endpoint"] == "http://s.ns.svc.cluster.local:8000/v1"
     assert _condition(status, "Progressing")["status"] == "True"
+
+
+async def test_burst_of_triggers_coalesces(kmock: kmock.RawHandler) -> None:
+    import asyncio
+
+    _cluster(kmock)
+    kmock["patch"] << (lambda req: _json(req))
+    reconciler = _reconciler(kmock)
+    outcomes = await asyncio.gather(*(reconciler.sync(NS, NAME, cause="child", logger=LOG) for _ in range(10)))
+    ran = [o for o in outcomes if o is not None]
+    # One sync runs, one is queued behind it; the other eight fold into the queued one.
+    assert len(ran) == 2 and len(kmock[f"get {BASE}"]) == 2

@@ -145,11 +145,11 @@ def test_router_deployment_service_and_rbac() -> None:
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["command"] == ["pdserve", "router"]
     assert c["args"] == [
-        "--port", "8000", "--served-model-name", "llama-8b",
-        "--k8s-service", "llama-8b", "--k8s-namespace", "llm",
-        "--policy", "kv_aware", "--kv-events", "zmq:5557",
-        "--weight", "overlap=1", "--weight", "load=0.5",
+        "--host", "0.0.0.0", "--port", "8000",
+        "--k8s-service", "llama-8b", "--k8s-namespace", "llm", "--worker-port", "8000",
+        "--policy", "kv_aware", "--kv-events", "--kv-events-port", "5557",
     ]  # fmt: skip
+    assert c["env"] == [{"name": "PDSERVE_ROUTER_WEIGHTS", "value": '{"overlap_weight":2.0,"request_tokens":64.0}'}]
     assert dep["spec"]["replicas"] == 2
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "llama-8b-router"
     svc = _by(out, "Service", "llama-8b")
@@ -159,6 +159,20 @@ def test_router_deployment_service_and_rbac() -> None:
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     binding = _by(out, "RoleBinding", "llama-8b-router")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llama-8b-router", "namespace": "llm"}]
+
+
+def test_router_args_parse_with_the_real_router_cli() -> None:
+    router_cli = pytest.importorskip("pdserve.router.cli")
+    c = _engine(render(_svc()), "llama-8b-router")
+    args = router_cli.build_parser().parse_args(c["args"])
+    assert (args.k8s_service, args.k8s_namespace, args.policy, args.kv_events, args.port) == ("llama-8b", "llm", "kv_aware", True, 8000)
+
+
+def test_worker_args_parse_with_the_mock_worker_cli() -> None:
+    worker_cli = pytest.importorskip("pdserve.worker.cli")
+    c = _engine(render(_svc("examples/mock-disagg.yaml")), "mock-llama-prefill")
+    args = worker_cli.build_parser().parse_args(c["args"])
+    assert args.model == "meta-llama/Llama-3.1-8B-Instruct" and args.mock_speedup == 10
 
 
 def test_render_is_pure_and_deterministic() -> None:

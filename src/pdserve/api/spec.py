@@ -20,7 +20,7 @@ from pdserve.api.cel import CelRule
 GPU_RESOURCE = "nvidia.com/gpu"
 ENGINE_KINDS = ("vllm", "mock")
 KV_CONNECTORS = ("NixlConnector", "LMCacheConnectorV1", "MooncakeConnector")
-ROUTER_POLICIES = ("round_robin", "least_loaded", "power_of_two", "prefix_approx", "kv_aware")
+ROUTER_POLICIES = ("round_robin", "least_loaded", "power_of_two", "prefix_approx", "kv_aware", "cache_aware")
 PREDICTORS = ("constant", "moving_average", "holt_winters", "arima")
 
 # Kubernetes quantity syntax (resource.Quantity), e.g. 500m, 16Gi, 1.5, 2e3.
@@ -98,17 +98,20 @@ class PoolSpec(ApiModel):
 
 
 class RouterWeights(ApiModel):
-    """Scoring weights; an unset weight keeps the router's default."""
+    """Cost weights of the prefix-aware policies; an unset weight keeps the router's default.
 
-    overlap: float | None = Field(None, ge=0, le=1000, description="Weight of prefix-cache overlap (cached blocks).")
-    load: float | None = Field(None, ge=0, le=1000, description="Weight of running + waiting requests.")
-    prefill_tokens: float | None = Field(None, ge=0, le=1000, description="Weight of in-flight prefill tokens.")
-    kv_usage: float | None = Field(None, ge=0, le=1000, description="Weight of KV-cache usage.")
+    Passed to the router as JSON in PDSERVE_ROUTER_WEIGHTS, keyed by the router's
+    CostWeights field names (overlap_weight, request_tokens, kv_tokens, balance_factor)."""
+
+    overlap: float | None = Field(None, ge=0, le=1000, description="Worth of one cached prompt token, in tokens of prefill compute (router default 2).")
+    request_tokens: float | None = Field(None, ge=0, le=1e6, description="Load charge per running or waiting request, in tokens (router default 64).")
+    kv_tokens: float | None = Field(None, ge=0, le=1e7, description="Load charge at full KV-cache usage, in tokens (router default 2048).")
+    balance_factor: float | None = Field(None, ge=1, le=100, description="Herding guard: a worker above this multiple of the mean request count is avoided (router default 1.5).")
 
 
 class RouterSpec(ApiModel):
     replicas: int = Field(1, ge=0, le=64, description="Router replicas.")
-    policy: Literal["round_robin", "least_loaded", "power_of_two", "prefix_approx", "kv_aware"] = Field("kv_aware", description="Worker selection policy.")
+    policy: Literal["round_robin", "least_loaded", "power_of_two", "prefix_approx", "kv_aware", "cache_aware"] = Field("kv_aware", description="Worker selection policy (`pdserve router --policy`).")
     weights: RouterWeights = Field(default_factory=RouterWeights, description="Scoring weights for the prefix-aware policies.")
     image: str | None = Field(None, min_length=1, description="Router image; defaults to the pdserve image.")
 

@@ -44,7 +44,7 @@ def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: An
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
     async def reconcile(name: str, namespace: str, logger: kopf.Logger, **_: Any) -> None:
         try:
-            outcome = await reconciler.sync(namespace, name, full=True, logger=logger)
+            outcome = await reconciler.sync(namespace, name, cause="spec", logger=logger)
         except KubeError as e:
             raise kopf.TemporaryError(str(e), delay=RETRY_DELAY_S) from e
         _raise_for(outcome)
@@ -52,7 +52,7 @@ def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: An
     @kopf.timer(GROUP, VERSION, PLURAL, id="resync", interval=config.resync_seconds, initial_delay=config.resync_seconds, registry=registry)
     async def resync(name: str, namespace: str, logger: kopf.Logger, **_: Any) -> None:
         try:
-            outcome = await reconciler.sync(namespace, name, full=True, logger=logger)
+            outcome = await reconciler.sync(namespace, name, cause="resync", logger=logger)
         except KubeError as e:
             logger.warning("resync failed, next try in %ss: %s", config.resync_seconds, e)
             return
@@ -65,7 +65,7 @@ def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: An
         if not owner:
             return
         try:
-            await reconciler.sync(namespace, owner, full=False, logger=logger)
+            await reconciler.sync(namespace, owner, cause="child", logger=logger)
         except KubeError as e:
             # The resync timer repairs whatever this event could not.
             logger.warning("sync of %s/%s after a child event failed: %s", namespace, owner, e)

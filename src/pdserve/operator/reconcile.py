@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -23,6 +23,9 @@ from pdserve.operator.render import render
 from pdserve.operator.status import ChildState, compute_status, status_changed
 
 Key = tuple[str, str]
+# Why a sync runs; a queued sync keeps the strongest cause folded into it.
+Cause = Literal["child", "resync", "spec"]
+_RANK = {"child": 0, "resync": 1, "spec": 2}
 
 
 def _utcnow() -> datetime:
@@ -44,24 +47,27 @@ class Reconciler:
         self.options = options or RenderOptions()
         self.clock = clock
         self._locks: dict[Key, asyncio.Lock] = {}
-        self._queued: dict[Key, bool] = {}  # key -> whether the queued sync must re-apply everything
+        self._queued: dict[Key, Cause] = {}
 
-    async def sync(self, namespace: str, name: str, *, full: bool, logger: logging.Logger | logging.LoggerAdapter[Any]) -> SyncOutcome | None:
-        """Sync now, or fold into the sync already queued for this resource (then returns None)."""
+    async def sync(self, namespace: str, name: str, *, cause: Cause, logger: logging.Logger | logging.LoggerAdapter[Any]) -> SyncOutcome | None:
+        """Sync now, or fold into the sync already queued for this resource (then returns None).
+
+        Deployments are compared with the render on every cause and re-applied when they
+        differ; the other children are re-applied only for spec changes and resyncs."""
         key = (namespace, name)
         lock = self._locks.setdefault(key, asyncio.Lock())
         if key in self._queued:
-            self._queued[key] = self._queued[key] or full
+            self._queued[key] = max(self._queued[key], cause, key=_RANK.__getitem__)
             return None
-        self._queued[key] = full
+        self._queued[key] = cause
         async with lock:
-            full = self._queued.pop(key)
-            outcome = await self._sync_once(namespace, name, full, logger)
+            cause = self._queued.pop(key)
+            outcome = await self._sync_once(namespace, name, cause, logger)
             if outcome is None:
                 self._locks.pop(key, None)
             return outcome
 
-    async def _sync_once(self, namespace: str, name: str, full: bool, logger: logging.Logger | logging.LoggerAdapter[Any]) -> SyncOutcome | None:
+    async def _sync_once(self, namespace: str, name: str, cause: Cause, logger: logging.Logger | logging.LoggerAdapter[Any]) -> SyncOutcome | None:
         body = await self.kube.get_service(namespace, name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return None  # gone or going: garbage collection removes the children
@@ -81,7 +87,7 @@ class Reconciler:
                     continue
                 if child in live:
                     outcome.repaired[child] = paths
-            elif not full:
+            elif cause == "child":
                 continue
             try:
                 result = await self.kube.apply(manifest)
@@ -93,8 +99,11 @@ class Reconciler:
             if kind == "Deployment":
                 live[child] = result
         for child, paths in outcome.repaired.items():
-            # A warning on purpose: kopf posts it as an Event on the resource.
-            logger.warning("repaired drift in Deployment/%s: %s", child, ", ".join(paths[:5]))
+            if cause == "spec":
+                logger.info("rolled out the spec change to Deployment/%s: %s", child, ", ".join(paths[:5]))
+            else:
+                # A warning on purpose: kopf posts it as an Event on the resource.
+                logger.warning("repaired drift in Deployment/%s: %s", child, ", ".join(paths[:5]))
         pods = await self.kube.list("v1", "Pod", namespace, f"{SERVICE_LABEL}={name},{ROLE_LABEL} in (prefill,decode)")
         children = {role: ChildState.from_deployment(live[child_name(svc, role)]) if child_name(svc, role) in live else None for role in ROLES}
         result = compute_status(svc, children, pods, endpoint_url(svc, self.options), self.clock(), outcome.error)

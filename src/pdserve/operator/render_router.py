@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pdserve.api import DisaggregatedService
@@ -14,21 +15,30 @@ def _meta(svc: DisaggregatedService, name: str) -> dict[str, Any]:
     return {"name": name, "namespace": svc.metadata.namespace, "labels": labels(svc, "router"), "ownerReferences": [owner_reference(svc)]}
 
 
+# CRD weight name -> the router's CostWeights field.
+WEIGHT_FIELDS = {"overlap": "overlap_weight", "requestTokens": "request_tokens", "kvTokens": "kv_tokens", "balanceFactor": "balance_factor"}
+
+
 def router_command(svc: DisaggregatedService) -> list[str]:
-    spec = svc.spec
-    args = [
+    return [
         "pdserve", "router",
+        "--host", "0.0.0.0",
         "--port", str(HTTP_PORT),
-        "--served-model-name", spec.served_name,
         "--k8s-service", svc.metadata.name,
         "--k8s-namespace", svc.metadata.namespace,
-        "--policy", spec.router.policy,
-        "--kv-events", f"zmq:{KV_EVENTS_PORT}",
+        "--worker-port", str(HTTP_PORT),
+        "--policy", svc.spec.router.policy,
+        "--kv-events",
+        "--kv-events-port", str(KV_EVENTS_PORT),
     ]  # fmt: skip
-    weights = spec.router.weights.model_dump(by_alias=True, exclude_none=True)
-    for name, value in weights.items():
-        args += ["--weight", f"{name}={value:g}"]
-    return args
+
+
+def router_env(svc: DisaggregatedService) -> list[dict[str, Any]]:
+    weights = svc.spec.router.weights.model_dump(by_alias=True, exclude_none=True)
+    if not weights:
+        return []
+    payload = {WEIGHT_FIELDS[k]: v for k, v in weights.items()}
+    return [{"name": "PDSERVE_ROUTER_WEIGHTS", "value": json.dumps(payload, separators=(",", ":"), sort_keys=True)}]
 
 
 def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict[str, Any]:
@@ -39,6 +49,7 @@ def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict
         "image": svc.spec.router.image or options.pdserve_image,
         "command": command[:2],
         "args": command[2:],
+        "env": router_env(svc),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
