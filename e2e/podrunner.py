@@ -39,6 +39,7 @@ class ContainerRun:
     argv: list[str]  # after the `pdserve` executable
     env: dict[str, str]
     service_account: str | None  # run with this ServiceAccount's token, or no API access
+    labels: dict[str, str] = field(default_factory=dict)  # the pod's
 
     @property
     def key(self) -> str:
@@ -112,7 +113,7 @@ def plan_pod(pod: dict[str, Any]) -> tuple[list[ContainerRun], list[Skipped]]:
         argv = [_bind_to(a, ip) for a in argv]
         if argv[0] in BINDS_HOST and "--host" not in argv:
             argv += ["--host", ip]
-        runs.append(ContainerRun(ns, name, meta.get("uid", ""), c["name"], ip, argv, _env(pod, c), sa))
+        runs.append(ContainerRun(ns, name, meta.get("uid", ""), c["name"], ip, argv, _env(pod, c), sa, dict(meta.get("labels") or {})))
     return runs, skipped
 
 
@@ -188,6 +189,11 @@ class PodRunner:
     def _start(self, run: ContainerRun) -> None:
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env.update(run.env)
+        if "VLLM_NIXL_SIDE_CHANNEL_PORT" in env:
+            # Every pod has its own IP, but a side channel listening on all interfaces
+            # would collide between pods on one machine: let each pick a free port (the
+            # worker advertises the port it got in its kv_transfer_params).
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = "0"
         # The container's HOME/caches point at pod volumes that do not exist here.
         env["HOME"] = str(self.log_dir)
         env.pop("HF_HOME", None)

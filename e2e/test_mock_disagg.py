@@ -1,0 +1,283 @@
+"""e2e: the chart on a real control plane, a mock DisaggregatedService serving real
+HTTP through its router, the planner scaling both pools up under load and down after,
+every dashboard query answered by Prometheus, and clean deletion.
+
+Runs on the local control plane (kwok GPU nodes; the PodRunner starts each pod's
+processes). Marked `controlplane`.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import httpx
+import pytest
+from kubernetes import client
+from openai import OpenAI
+
+from pdserve.common import tokenizer
+
+import dashboard_queries
+import e2e_env
+from podrunner import PodRunner
+from prometheus_server import PrometheusServer, available
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.prometheus, pytest.mark.timeout(600)]
+
+NS = "e2e"
+SERVICE = "mock-llama"
+GROUP, VERSION, PLURAL = "pdserve.io", "v1alpha1", "disaggregatedservices"
+
+
+@dataclass
+class Env:
+    kubeconfig: Path
+    core: client.CoreV1Api
+    apps: client.AppsV1Api
+    custom: client.CustomObjectsApi
+    runner: PodRunner
+    prom: PrometheusServer
+    helm_config: helm.Config
+    planner_port: int
+    log_dir: Path
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def dsvc(self) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE)
+        return obj
+
+    def replicas(self, role: str) -> tuple[int, int]:
+        """(desired, ready) of the role's Deployment; (0, 0) before the operator created it."""
+        try:
+            d = self.apps.read_namespaced_deployment(f"{SERVICE}-{role}", NS)
+        except client.ApiException as e:
+            if e.status == 404:
+                return 0, 0
+            raise
+        return d.spec.replicas or 0, d.status.ready_replicas or 0
+
+    def router_url(self) -> str:
+        runs = [r for r in self.runner.processes("router") if r.namespace == NS]
+        assert runs, self.runner.describe()
+        return f"http://{runs[0].pod_ip}:{e2e_env.HTTP_PORT}"
+
+    def diagnostics(self) -> str:
+        logs = sorted(self.log_dir.glob("*.log"))
+        tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-800:]}" for p in logs[-6:])
+        return f"\n{self.runner.describe()}\n{tails}"
+
+
+@pytest.fixture(scope="module")
+def env(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    if not available():
+        pytest.fail("Debian's prometheus binary is needed (make system-deps)", pytrace=False)
+    work = tmp_path_factory.mktemp("e2e")
+    kubeconfig = Path(kube_cluster.kubeconfig)
+    api = e2e_env.api_client(kubeconfig)
+    core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+    targets = work / "targets.json"
+    targets.write_text("[]")
+    tokens: dict[tuple[str, str], Path] = {}
+
+    def kubeconfig_for(ns: str, sa: str) -> Path:
+        if (ns, sa) not in tokens:
+            tokens[(ns, sa)] = kube_cluster.kubeconfig_for_service_account(ns, sa)
+        return tokens[(ns, sa)]
+
+    planner_port = e2e_env.free_port()
+    with PrometheusServer(e2e_env.scrape_configs(targets)) as prom, helm.Config(kubeconfig_path=str(kubeconfig), namespace=e2e_env.SYSTEM_NS) as hc:
+        runner = PodRunner(e2e_env.pod_lister(core, [e2e_env.SYSTEM_NS, NS]), kubeconfig_for, work / "pods")
+        with runner:
+            e = Env(kubeconfig, core, apps, custom, runner, prom, hc, planner_port, work / "pods")
+
+            def keep_targets() -> None:
+                while not e.stop.is_set():
+                    e2e_env.write_targets(runner, targets, planner_port)
+                    e.stop.wait(0.5)
+
+            t = threading.Thread(target=keep_targets, daemon=True)
+            t.start()
+            try:
+                yield e
+            finally:
+                e.stop.set()
+                t.join(timeout=5)
+                try:
+                    hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
+                except helm.HelmError:
+                    pass
+
+
+def test_chart_installs_and_the_operator_runs_under_its_own_rbac(env: Env) -> None:
+    values = {
+        "planner": {"prometheusUrl": env.prom.url, "intervalSeconds": 5, "metricsPort": env.planner_port},
+        "monitoring": {"podMonitors": False, "prometheusRule": False},
+    }
+    release = env.helm_config.install(str(e2e_env.CHART), e2e_env.RELEASE, values, namespace=e2e_env.SYSTEM_NS, create_namespace=True, timeout=120)
+    assert release["name"] == e2e_env.RELEASE
+    # The CRD came with the chart and is served.
+    crd = client.ApiextensionsV1Api(env.core.api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+    assert any(v.name == VERSION and v.served for v in crd.spec.versions)
+    env.runner.wait_for(lambda r: {p.subcommand for p in r.processes()} >= {"operator", "planner"}, 90, "the operator pod's processes")
+    op = next(p for p in env.runner.processes("operator"))
+    assert op.service_account == "pdserve", "the operator runs with the chart's ServiceAccount token, not as admin"
+    health = op.argv[1].split("=", 1)[1]
+    e2e_env.wait_for("kopf liveness", lambda: _ok(health), 60, describe=env.diagnostics)
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_the_example_service_is_reconciled_and_serves(env: Env) -> None:
+    try:
+        env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, e2e_env.example_service(NS, env.prom.url))
+    for role in ("prefill", "decode", "router"):
+        e2e_env.wait_for(f"{role} Deployment ready", lambda role=role: env.replicas(role)[1] >= 1, 120, describe=env.diagnostics)
+    env.runner.wait_for(lambda r: len([p for p in r.processes() if p.namespace == NS]) >= 3, 60, "worker and router processes")
+    url = env.router_url()
+    e2e_env.wait_for("router health", lambda: _ok(f"{url}/health"), 60, describe=env.diagnostics)
+    oai = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=5)
+    served = env.dsvc()["spec"]["model"]["servedName"]
+    e2e_env.wait_for("a completion", lambda: _complete(oai, served, 8), 60, interval_s=1, describe=env.diagnostics)
+
+
+def _complete(oai: OpenAI, model: str, n: int, prompt_words: int = 20, seed: int = 0) -> bool:
+    # Distinct random words per seed: prompts share no prefix, so prefill really works.
+    rng = random.Random(seed)
+    prompt = tokenizer.decode(rng.choice(tokenizer.WORD_IDS) for _ in range(prompt_words))
+    try:
+        stream = oai.completions.create(model=model, prompt=prompt, max_tokens=n, stream=True, extra_body={"ignore_eos": True})
+        text = "".join(c.choices[0].text for c in stream if c.choices)
+        return bool(text)
+    except Exception:
+        return False
+
+
+def _metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name) and not line.startswith("#"))
+
+
+def test_requests_take_the_prefill_decode_handoff(env: Env) -> None:
+    prefill = [p for p in env.runner.processes("worker") if p.namespace == NS and p.env.get("PDSERVE_ROLE") == "prefill"]
+    decode = [p for p in env.runner.processes("worker") if p.namespace == NS and p.env.get("PDSERVE_ROLE") == "decode"]
+    assert prefill and decode
+    p_url, d_url = (f"http://{p.pod_ip}:{e2e_env.HTTP_PORT}" for p in (prefill[0], decode[0]))
+    before_p = _metric(p_url, "vllm:request_success_total")
+    oai = OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused")
+    served = env.dsvc()["spec"]["model"]["servedName"]
+    for i in range(4):
+        assert _complete(oai, served, 16, prompt_words=200, seed=100 + i)
+    # The prefill worker answered the max_tokens=1 prefill step; the decode worker fetched
+    # the KV and produced the tokens: both count the requests.
+    assert _metric(p_url, "vllm:request_success_total") >= before_p + 4
+    assert _metric(d_url, "vllm:generation_tokens_total") >= 4 * 16
+    assert _metric(env.router_url(), 'pdserve_router_pd_handoffs_total{outcome="ok"}') >= 4
+
+
+def _load(env: Env, seconds: float, concurrency: int, max_tokens: int, prompt_words: int) -> int:
+    oai = OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused", max_retries=2, timeout=60)
+    served = env.dsvc()["spec"]["model"]["servedName"]
+    deadline = time.monotonic() + seconds
+    done = [0]
+
+    def worker(k: int) -> None:
+        i = 0
+        while time.monotonic() < deadline:
+            if _complete(oai, served, max_tokens, prompt_words, seed=k * 10_000 + i):
+                done[0] += 1
+            i += 1
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(worker, range(concurrency)))
+    return done[0]
+
+
+def test_planner_scales_both_pools_up_under_load(env: Env) -> None:
+    start = {role: env.replicas(role)[0] for role in ("prefill", "decode")}
+    result: dict[str, Any] = {}
+    loader = threading.Thread(target=lambda: result.update(n=_load(env, 120, 12, 200, 900)))
+    loader.start()
+    try:
+        e2e_env.wait_for(
+            "prefill and decode scaled up",
+            lambda: env.replicas("prefill")[0] > start["prefill"] and env.replicas("decode")[0] > start["decode"],
+            150,
+            interval_s=2,
+            describe=lambda: f"{env.dsvc().get('status', {}).get('planner')} {env.diagnostics()}",
+        )
+    finally:
+        loader.join()
+    assert result.get("n", 0) > 50
+    spec = env.dsvc()["spec"]
+    assert spec["prefill"]["replicas"] == env.replicas("prefill")[0]
+    assert spec["decode"]["replicas"] == env.replicas("decode")[0]
+    # Every planned replica got a running process (kwok + the PodRunner).
+    e2e_env.wait_for("new workers running", lambda: len([p for p in env.runner.processes("worker") if p.namespace == NS]) > 2, 60, describe=env.diagnostics)
+
+
+def test_every_dashboard_query_returns_data(env: Env) -> None:
+    missing = []
+    for q in dashboard_queries.queries(dashboard_queries.load()):
+        expr = dashboard_queries.substitute(q.expr, {"service": SERVICE})
+        body = env.prom.query(expr)
+        if not body["data"]["result"]:
+            missing.append(f"{q.panel}/{q.ref}: {expr}")
+    assert not missing, "queries without data:\n" + "\n".join(missing)
+
+
+def test_planner_scales_down_after_the_load(env: Env) -> None:
+    peak = {role: env.replicas(role)[0] for role in ("prefill", "decode")}
+    # A trickle keeps the metrics flowing: the planner never scales down on missing data.
+    stop = threading.Event()
+
+    def trickle() -> None:
+        oai = OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused", max_retries=2, timeout=60)
+        served = env.dsvc()["spec"]["model"]["servedName"]
+        i = 0
+        while not stop.is_set():
+            _complete(oai, served, 8, 50, seed=500_000 + i)
+            i += 1
+            stop.wait(1.0)
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        e2e_env.wait_for(
+            "both pools scaled down",
+            lambda: env.replicas("prefill")[0] < peak["prefill"] and env.replicas("decode")[0] < peak["decode"],
+            180,
+            interval_s=2,
+            describe=lambda: f"{env.dsvc().get('status', {}).get('planner')} {env.diagnostics()}",
+        )
+    finally:
+        stop.set()
+        t.join(timeout=70)
+
+
+def test_deleting_the_service_cleans_up(env: Env) -> None:
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE)
+
+    def gone() -> bool:
+        deployments = env.apps.list_namespaced_deployment(NS, label_selector=f"pdserve.io/service={SERVICE}").items
+        pods = env.core.list_namespaced_pod(NS, label_selector=f"pdserve.io/service={SERVICE}").items
+        return not deployments and not pods
+
+    e2e_env.wait_for("Deployments and pods deleted", gone, 120, interval_s=1, describe=env.diagnostics)
+    env.runner.wait_for(lambda r: not [p for p in r.processes() if p.namespace == NS], 60, "worker and router processes stopped")
