@@ -68,3 +68,37 @@ def test_overlaps_match_a_naive_model(records, prompt, ttl) -> None:
         if n:
             expected[w] = n
     assert idx.overlaps(prompt, "abc", now) == expected
+
+
+def test_recent_routes_tracks_the_latest_worker_per_block() -> None:
+    from pdserve.router.approx_index import RecentRoutes
+
+    r = RecentRoutes(ttl_s=5, max_blocks=10)
+    r.record("w1", [1, 2, 3], now=0)
+    assert r.overlap([1, 2, 3, 4], now=1) == ("w1", 3)
+    r.record("w2", [1, 2], now=2)  # the prefix went elsewhere later: the latest wins
+    assert r.overlap([1, 2, 3], now=3) == ("w2", 2)
+    assert r.overlap([1, 2, 3], now=8) == (None, 0)  # expired
+    r.record("w3", range(100, 120), now=10)  # outgrows the bound: stale entries purged
+    assert len(r) <= 10 or r.overlap([100], now=10) == ("w3", 1)
+    r.forget_worker("w3")
+    assert r.overlap([100], now=10) == (None, 0)
+    with pytest.raises(ValueError):
+        RecentRoutes(ttl_s=0)
+
+
+def test_kv_aware_counts_just_routed_prompts_before_their_events_arrive() -> None:
+    from pdserve.router.policies import RouteRequest, WorkerView, make_policy
+
+    p = make_policy("kv_aware")
+    ws = [WorkerView(f"w{i}") for i in range(4)]
+    hashes = list(range(50))
+    first = RouteRequest("a", (), hashes, 800)
+    d1 = p.select(first, ws, 0.0)
+    p.on_routed(d1, first, 0.0)
+    d2 = p.select(RouteRequest("b", (), hashes + [99], 816), ws, 0.1)
+    assert d2.worker_id == d1.worker_id and d2.overlap_blocks == 50
+    off = make_policy("kv_aware", speculative_ttl_s=0)
+    d1 = off.select(first, ws, 0.0)
+    off.on_routed(d1, first, 0.0)
+    assert off.select(RouteRequest("b", (), hashes, 800), ws, 0.1).overlap_blocks == 0

@@ -47,15 +47,14 @@ class ApproxPrefixIndex:
         active = set(worker_ids)
         result: dict[str, int] = {}
         horizon = now - self.ttl_s if math.isfinite(self.ttl_s) else -math.inf
+        blocks = self._blocks
         depth = 0
         for h in hashes:
-            if not active:
-                break
-            entry = self._blocks.get(h)
+            entry = blocks.get(h)
             if entry is None:
-                alive: set[str] = set()
-            else:
-                alive = {w for w in active if w in entry and entry[w] >= horizon}
+                break
+            # Iterate the (usually 1-3) holders of this block, not all candidates.
+            alive = {w for w, t in entry.items() if t >= horizon and w in active}
             if len(alive) != len(active):
                 if depth:
                     for w in active - alive:
@@ -80,3 +79,51 @@ class ApproxPrefixIndex:
 
     def __len__(self) -> int:
         return len(self._blocks)
+
+
+class RecentRoutes:
+    """Which worker each block hash was last routed to, and when: a cheap,
+    short-lived stand-in for KV events that have not arrived yet.
+
+    One worker per block (the latest), plain dict, no LRU bookkeeping: recording a
+    prompt costs one dict store per block. Stale entries are purged in bulk when
+    the table outgrows ``max_blocks``.
+    """
+
+    def __init__(self, ttl_s: float = 10.0, max_blocks: int = 200_000) -> None:
+        if ttl_s <= 0 or max_blocks <= 0:
+            raise ValueError(f"ttl_s and max_blocks must be positive, got {ttl_s}, {max_blocks}")
+        self.ttl_s = ttl_s
+        self.max_blocks = max_blocks
+        self._last: dict[Hashable, tuple[str, float]] = {}
+
+    def record(self, worker_id: str, hashes: Iterable[Hashable], now: float) -> None:
+        last = self._last
+        mark = (worker_id, now)
+        for h in hashes:
+            last[h] = mark
+        if len(last) > self.max_blocks:
+            horizon = now - self.ttl_s
+            self._last = {h: m for h, m in last.items() if m[1] >= horizon}
+            if len(self._last) > self.max_blocks:
+                self._last = {}
+
+    def overlap(self, hashes: Sequence[Hashable], now: float) -> tuple[str | None, int]:
+        """(worker, leading blocks) last routed together, or (None, 0)."""
+        last = self._last
+        horizon = now - self.ttl_s
+        worker: str | None = None
+        depth = 0
+        for h in hashes:
+            m = last.get(h)
+            if m is None or m[1] < horizon or (worker is not None and m[0] != worker):
+                break
+            worker = m[0]
+            depth += 1
+        return worker, depth
+
+    def forget_worker(self, worker_id: str) -> None:
+        self._last = {h: m for h, m in self._last.items() if m[0] != worker_id}
+
+    def __len__(self) -> int:
+        return len(self._last)

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pdserve.router.approx_index import RecentRoutes
 from pdserve.router.kv_index import KvIndex
 from pdserve.router.policies.cost import CostWeights, pick, raw_scores
 from pdserve.router.policies.types import Decision, Policy, RouteRequest, WorkerView
 
 
 class KvAwarePolicy(Policy):
+    """Overlap from KV events, plus speculative entries for what was just routed.
+
+    Events arrive only after the worker has computed (and cached) a prompt, so a
+    burst of requests sharing a new prefix would otherwise scatter before the first
+    one's events land. Like llm-d's speculative indexing, each routed prompt counts
+    as cached on its worker for ``speculative_ttl_s`` seconds (0 disables it).
+    """
+
     name = "kv_aware"
 
     def __init__(
@@ -19,14 +28,28 @@ class KvAwarePolicy(Policy):
         weights: CostWeights | None = None,
         block_size: int = 16,
         ledger_ttl_s: float = 600.0,
+        speculative_ttl_s: float = 10.0,
+        speculative_max_blocks: int = 200_000,
     ) -> None:
         super().__init__(block_size=block_size, ledger_ttl_s=ledger_ttl_s)
         self.index = index if index is not None else KvIndex()
         self.weights = weights or CostWeights()
         self._rotation = 0
+        self.speculative = RecentRoutes(speculative_ttl_s, speculative_max_blocks) if speculative_ttl_s > 0 else None
 
     def overlaps(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> dict[str, int]:
-        return self.index.overlaps(req.block_hashes, [w.worker_id for w in workers])
+        ids = [w.worker_id for w in workers]
+        found = self.index.overlaps(req.block_hashes, ids)
+        if self.speculative is not None:
+            w, n = self.speculative.overlap(req.block_hashes, now)
+            if w is not None and n > found.get(w, 0) and w in ids:
+                found[w] = n
+        return found
+
+    def on_routed(self, decision: Decision, req: RouteRequest, now: float) -> None:
+        super().on_routed(decision, req, now)
+        if self.speculative is not None:
+            self.speculative.record(decision.worker_id, req.block_hashes, now)
 
     def _choose(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> Decision:
         overlaps = self.overlaps(req, workers, now)
@@ -51,3 +74,5 @@ class KvAwarePolicy(Policy):
     def forget_worker(self, worker_id: str) -> None:
         super().forget_worker(worker_id)
         self.index.remove_worker(worker_id)
+        if self.speculative is not None:
+            self.speculative.forget_worker(worker_id)

@@ -24,14 +24,15 @@ class PrefixApproxPolicy(KvAwarePolicy):
         block_size: int = 16,
         ledger_ttl_s: float = 600.0,
     ) -> None:
-        super().__init__(weights=weights, block_size=block_size, ledger_ttl_s=ledger_ttl_s)
+        # Its whole index is "speculative": no separate short-lived layer.
+        super().__init__(weights=weights, block_size=block_size, ledger_ttl_s=ledger_ttl_s, speculative_ttl_s=0)
         self.approx = ApproxPrefixIndex(ttl_s=ttl_s, max_blocks=max_blocks)
 
     def overlaps(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> dict[str, int]:
         return self.approx.overlaps(req.block_hashes, [w.worker_id for w in workers], now)
 
     def on_routed(self, decision: Decision, req: RouteRequest, now: float) -> None:
-        super().on_routed(decision, req, now)
+        super().on_routed(decision, req, now)  # the ledger
         self.approx.record(decision.worker_id, req.block_hashes, now)
 
     def forget_worker(self, worker_id: str) -> None:
