@@ -159,3 +159,16 @@ def test_components_die_when_their_parent_is_killed(tmp_path: Path) -> None:
     while _alive(component) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(component)
+
+
+def test_fixture_fails_with_a_hint_when_binaries_are_missing(tmp_path: Path) -> None:
+    (tmp_path / "test_uses_cluster.py").write_text("def test_it(kube_cluster):\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "e2e"), "PDSERVE_K8S_BIN": str(tmp_path / "nothing-here")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "controlplane.fixtures", "-q", "-p", "no:cacheprovider",
+         "--rootdir", str(tmp_path), str(tmp_path / "test_uses_cluster.py")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout
+    assert "make k8s-bins" in proc.stdout and "PDSERVE_K8S_BIN" in proc.stdout
+    assert "1 error" in proc.stdout
