@@ -69,16 +69,18 @@ def _hashed_id(piece: str) -> int:
     return VOCAB_BASE + int.from_bytes(digest, "big") % HASHED_SPACE
 
 
+# piece -> id for every piece seen (special and fixed pieces pre-filled); bounded like _reverse.
+_ids: dict[str, int] = {**SPECIAL_TOKENS, **_FIXED_PIECES}
+
+
 def _piece_id(piece: str) -> int:
-    tid = SPECIAL_TOKENS.get(piece)
-    if tid is not None:
-        return tid
-    tid = _FIXED_PIECES.get(piece)
+    tid = _ids.get(piece)
     if tid is not None:
         return tid
     tid = _hashed_id(piece)
     if len(_reverse) < _REVERSE_LIMIT:
         _reverse.setdefault(tid, piece)
+        _ids[piece] = tid
     return tid
 
 
@@ -86,7 +88,8 @@ def encode(text: str) -> list[int]:
     """Token ids of ``text``; the same text gives the same ids in every process."""
     if not isinstance(text, str):
         raise TypeError(f"encode expects str, got {type(text).__name__}")
-    return [_piece_id(m.group(0)) for m in _PIECE_RE.finditer(text)]
+    ids = _ids
+    return [ids.get(p) or _piece_id(p) for p in _PIECE_RE.findall(text)]
 
 
 def id_to_piece(tid: int) -> str:

@@ -108,6 +108,9 @@ class WorkerMetrics:
         self.loop_lag = hist("pdserve_worker_event_loop_lag_seconds",
                              "How late a 5 ms asyncio timer fires: the serving loop's responsiveness.",
                              LOOP_LAG_BUCKETS)
+        self.loop_cpu_lag = hist("pdserve_worker_event_loop_cpu_lag_seconds",
+                                 "The part of the loop lag this thread spent running callbacks (excludes time the "
+                                 "OS ran other processes): the lag the worker causes itself.", LOOP_LAG_BUCKETS)
         self._last_stats: EngineStats | None = None
 
     def kv_load_failure(self, reason: str, policy: str) -> None:

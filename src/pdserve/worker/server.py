@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -48,6 +49,7 @@ class WorkerServer:
         self.active = 0
         self.started = int(time.time())
         self._session: aiohttp.ClientSession | None = None
+        self._pacer = _Pacer()
 
     def app(self, max_body_bytes: int) -> web.Application:
         app = web.Application(client_max_size=max_body_bytes, middlewares=[self._errors])
@@ -122,6 +124,7 @@ class WorkerServer:
     async def _json(self, request: web.Request) -> Any:
         if self.draining:
             raise ApiError(503, "the server is shutting down")
+        await self._pacer.wait()
         raw = await request.read()
         try:
             return json.loads(raw)
@@ -223,13 +226,20 @@ class WorkerServer:
         if chat:
             first = protocol.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None, None)
             await resp.write(_sse(first))
+        # Mid-stream chunks differ only in their text: splice it into pre-encoded bytes (same JSON as
+        # json.dumps of the full chunk) and serialize the whole object only for the final one.
+        if chat:
+            head, tail = _split_template(protocol.chat_chunk(rid, model, created, {"content": _MARK}, None, None))
+        else:
+            head, tail = _split_template(protocol.completion_chunk(rid, model, created, _MARK, None, None))
         async for piece in gen.pieces():
-            finish = gen.finish if gen.finished else None
-            stop_reason = gen.stop_reason if gen.finished else None
+            if not gen.finished:
+                await resp.write(head + json.dumps(piece).encode() + tail)
+                continue
             if chat:
-                chunk = protocol.chat_chunk(rid, model, created, {"content": piece}, finish, stop_reason)
+                chunk = protocol.chat_chunk(rid, model, created, {"content": piece}, gen.finish, gen.stop_reason)
             else:
-                chunk = protocol.completion_chunk(rid, model, created, piece, finish, stop_reason)
+                chunk = protocol.completion_chunk(rid, model, created, piece, gen.finish, gen.stop_reason)
             await resp.write(_sse(chunk))
         if opts is not None and opts.include_usage:
             obj = "chat.completion.chunk" if chat else "text_completion"
@@ -270,6 +280,32 @@ class WorkerServer:
         self.runner.metrics.kv_transfers.inc()
         self.runner.metrics.kv_transfer_time.observe(time.monotonic() - t0)
         return result.num_tokens
+
+
+class _Pacer:
+    """Admits at most ``per_tick`` request handlers per event-loop iteration.
+
+    Closed-loop clients finish together and send their next requests together; parsing and tokenizing
+    256 prompts in one loop iteration would stall every stream (and /health) for tens of ms. Spreading
+    the burst over iterations bounds that stall without refusing anything.
+    """
+
+    def __init__(self, per_tick: int = 32) -> None:
+        self.per_tick = per_tick
+        self._used = 0
+        self._reset_pending = False
+
+    async def wait(self) -> None:
+        while self._used >= self.per_tick:
+            await asyncio.sleep(0)
+        self._used += 1
+        if not self._reset_pending:
+            self._reset_pending = True
+            asyncio.get_running_loop().call_soon(self._reset)
+
+    def _reset(self) -> None:
+        self._used = 0
+        self._reset_pending = False
 
 
 class _TextStream:
@@ -322,5 +358,13 @@ class _TextStream:
         return False
 
 
+_MARK = "\x00pdserve-text\x00"
+
+
 def _sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _split_template(obj: dict[str, Any]) -> tuple[bytes, bytes]:
+    head, tail = _sse(obj).split(json.dumps(_MARK).encode())
+    return head, tail
