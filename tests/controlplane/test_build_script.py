@@ -1,0 +1,72 @@
+"""build-binaries.sh decisions that need no compiler: usage, idempotence, stale binaries."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "e2e" / "controlplane" / "build-binaries.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+VERSIONS = {"K8S_VERSION": "v1.99.0", "ETCD_VERSION": "v3.99.0", "KWOK_VERSION": "v0.99.0"}
+
+
+def _stamp() -> str:
+    recipe = re.search(r"^RECIPE=(\d+)$", SCRIPT.read_text(), re.M)
+    assert recipe, "RECIPE= line not found in build-binaries.sh"
+    return f"k8s=v1.99.0 etcd=v3.99.0 kwok=v0.99.0 recipe={recipe.group(1)}"
+
+
+def _fake_tools(tmp_path: Path, go_exit: int) -> dict[str, str]:
+    """PATH with python3, bash and a `go` that only fails (or reports a version)."""
+    bin_dir = tmp_path / "tools"
+    bin_dir.mkdir()
+    go = bin_dir / "go"
+    go.write_text(f"#!/bin/sh\n[ \"$1\" = version ] && echo 'go version fake' && exit 0\nexit {go_exit}\n")
+    go.chmod(0o755)
+    return {**os.environ, **VERSIONS, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def _outdir_with_stubs(tmp_path: Path, stamp: str | None) -> Path:
+    out = tmp_path / "bin"
+    out.mkdir()
+    for name in BINARIES:
+        (out / name).write_text("#!/bin/sh\n")
+        (out / name).chmod(0o755)
+    if stamp is not None:
+        (out / "VERSION").write_text(stamp + "\n")
+    return out
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_usage_error_without_outdir(tmp_path: Path) -> None:
+    proc = _run([], _fake_tools(tmp_path, 1))
+    assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+def test_missing_go_is_named(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": "/nonexistent"}
+    proc = subprocess.run(["/bin/bash", str(SCRIPT), str(tmp_path / "out")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "Go toolchain" in proc.stderr
+
+
+def test_matching_stamp_skips_the_build(tmp_path: Path) -> None:
+    out = _outdir_with_stubs(tmp_path, _stamp())
+    proc = _run([str(out)], _fake_tools(tmp_path, 1))  # any go build would fail
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "up to date" in proc.stdout
+    assert all((out / b).exists() for b in BINARIES)
+
+
+def test_stale_binaries_are_removed_before_rebuilding(tmp_path: Path) -> None:
+    out = _outdir_with_stubs(tmp_path, "k8s=v1.0.0 etcd=v3.0.0 kwok=v0.0.1 recipe=0")
+    proc = _run([str(out)], _fake_tools(tmp_path, 1))
+    assert proc.returncode != 0
+    assert not any((out / b).exists() for b in BINARIES)
+    assert not (out / "VERSION").exists()
+    assert (out / ".partial").read_text().strip() == _stamp()
