@@ -42,3 +42,19 @@ def test_reframe_produces_the_clients_format() -> None:
     assert obj["choices"][0]["text"] == "more" and obj["choices"][0]["finish_reason"] == "length"
     err = json.loads(sse.error_event("bad", code=503)[6:])
     assert err["error"]["code"] == 503 and err["error"]["type"] == "ServiceUnavailableError"
+
+
+def test_passthrough_tracker_agrees_with_the_full_parser() -> None:
+    for kind in ("completions", "chat"):
+        role = sse.frame({"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        stream = (role if kind == "chat" else b"") + chunk(kind, "Hello") + b": ping\n\n" + chunk(kind, " there") + \
+            chunk(kind, "", "length") + sse.frame({"id": "c", "choices": [], "usage": {"x": 1}}) + sse.DONE
+        for cut in (1, 7, len(stream) // 2, len(stream) - 1):
+            t = sse.PassThroughTracker(kind)
+            n = t.feed(stream[:cut]) + t.feed(stream[cut:])
+            assert n == 2 and t.done and t.finished
+            full = t.parsed()
+            assert full.text_of(0) == "Hello there" and full.stream_id in ("c", "cmpl-1")
+    t = sse.PassThroughTracker("completions", keep=False)
+    t.feed(chunk("completions", "x"))
+    assert t.chunks == 1 and t.parsed().text_of(0) == ""

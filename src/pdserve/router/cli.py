@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--scrape-interval", type=float, default=0.5, help="seconds between worker /metrics scrapes")
     p.add_argument("--no-debug-header", action="store_true", help="omit the x-pdserve-route header")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                   help="auto = uvloop when installed")
     return p
 
 
@@ -83,5 +86,18 @@ def main(argv: list[str]) -> int:
         print(f"pdserve router: {e}", file=sys.stderr)
         return 2
     web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, print=lambda *_: None,
-                handle_signals=True)
+                handle_signals=True, shutdown_timeout=10.0, loop=_new_loop(args.event_loop))
     return 0
+
+
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    # uvloop roughly halves the proxy's per-chunk CPU (bench/router/overhead.py).
+    if kind in ("auto", "uvloop"):
+        try:
+            import uvloop
+
+            return uvloop.new_event_loop()
+        except ImportError:
+            if kind == "uvloop":
+                raise SystemExit("pdserve router: --event-loop uvloop requested but uvloop is not installed") from None
+    return asyncio.new_event_loop()

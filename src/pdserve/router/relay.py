@@ -56,7 +56,8 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
     resp = web.StreamResponse(status=200, headers={**headers, "Content-Type": "text/event-stream",
                                                    "Cache-Control": "no-cache"})
     await resp.prepare(request)
-    tracker = sse.StreamTracker(flow.parsed.kind)
+    # Raw payloads are kept only when a migration could use them.
+    tracker = sse.PassThroughTracker(flow.parsed.kind, keep=state.cfg.migrate and flow.parsed.n == 1)
     clock = _Clock(state, flow)
     try:
         try:
@@ -79,7 +80,7 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
     return resp
 
 
-async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, tracker: sse.StreamTracker,
+async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, passthrough: sse.PassThroughTracker,
                    clock: _Clock, failed: str, why: str) -> None:
     m = state.metrics
     state.pool.mark_failed(failed)
@@ -87,6 +88,7 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, tra
         m.migrations.labels("unsupported").inc()
         await _fail(resp, f"decode worker {failed} was lost mid-stream ({why}) and the stream cannot be resumed")
         return
+    tracker = passthrough.parsed()
     model = tracker.model or flow.parsed.model or ""
     generated = tokenizer.encode(tracker.text_of(0))
     tried = {failed}

@@ -124,3 +124,55 @@ def usage_event(kind: str, tracker: StreamTracker, model: str, usage: dict[str, 
         "usage": usage,
     }
     return frame(obj)
+
+
+class PassThroughTracker:
+    """The cheap tracker for the normal relay path: splits SSE events and classifies
+    them with byte tests (no JSON parsing per token), keeping the raw payloads so
+    the text can be rebuilt with a full parse only if the stream must migrate."""
+
+    def __init__(self, kind: str, keep: bool = True) -> None:
+        self.kind = kind
+        self.keep = keep
+        self._buf = b""
+        self._payloads: list[bytes] = []
+        self.done = False
+        self.finished = False
+        self.chunks = 0
+        self._full: StreamTracker | None = None
+        self._marks = (b'"text":"', b'"text":""') if kind == "completions" else (b'"content":"', b'"content":""')
+
+    def feed(self, data: bytes) -> int:
+        buf = self._buf + data if self._buf else data
+        parts = buf.split(b"\n\n")
+        self._buf = parts.pop()
+        content = 0
+        has, empty = self._marks
+        for ev in parts:
+            if not ev.startswith(b"data:"):
+                continue
+            payload = ev[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            if self.keep:
+                self._payloads.append(payload)
+            if has in payload and empty not in payload:
+                content += 1
+            if b'"finish_reason":"' in payload:
+                self.finished = True
+        self.chunks += content
+        return content
+
+    def parsed(self) -> StreamTracker:
+        """A full StreamTracker over everything seen so far (parsed once, on demand)."""
+        if self._full is None:
+            full = StreamTracker(self.kind)
+            for p in self._payloads:
+                full._on_data(p)
+            self._full = full
+        return self._full
+
+    @property
+    def complete(self) -> bool:
+        return self.done

@@ -1,0 +1,273 @@
+"""Router overhead: TTFT and ITL added over going direct to a worker, and router CPU.
+
+Starts one mock vLLM worker with an effectively infinite speed-up (the simulated GPU
+takes no time, so any latency is serving overhead), then drives N concurrent
+streaming completions against (a) the worker directly, (b) ``pdserve router`` (with
+uvloop, and with the stock asyncio loop), and,
+if installed in ``--bench-venv``, (c) ``vllm-router`` and (d) ``sglang-router``
+(PyPI), all side by side in one run. Reports client-side TTFT/ITL p50/p99 per
+concurrency level, the p99 added over direct, and the router's CPU time per 1000
+streamed tokens (from /proc). Everything shares this machine's cores, so compare
+ratios within one run, not absolute numbers across machines.
+
+    .venv/bin/python bench/router/overhead.py --out bench/router/results/overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import aiohttp
+from rich.console import Console
+from rich.table import Table
+
+from pdserve.worker.testing import start_worker
+
+ROOT = Path(__file__).resolve().parents[2]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and its threads (children are not counted)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def one_stream(session: aiohttp.ClientSession, url: str, model: str, max_tokens: int,
+                     ttfts: list[float], itls: list[float]) -> int:
+    body = {"model": model, "prompt": "benchmark the router overhead please", "max_tokens": max_tokens,
+            "ignore_eos": True, "stream": True}
+    t0 = time.perf_counter()
+    last = None
+    tokens = 0
+    buf = b""
+    async with session.post(url + "/v1/completions", json=body) as r:
+        if r.status != 200:
+            raise RuntimeError(f"{url}: HTTP {r.status}: {await r.text()}")
+        async for chunk in r.content.iter_any():
+            now = time.perf_counter()
+            buf += chunk
+            while b"\n\n" in buf:
+                ev, buf = buf.split(b"\n\n", 1)
+                if ev.startswith(b"data: {") and b'"text":"' in ev.replace(b'": "', b'":"'):
+                    tokens += 1
+                    if last is None:
+                        ttfts.append(now - t0)
+                    else:
+                        itls.append(now - last)
+                    last = now
+    return tokens
+
+
+async def drive(url: str, model: str, concurrency: int, requests: int, max_tokens: int) -> dict:
+    ttfts: list[float] = []
+    itls: list[float] = []
+    queue = list(range(requests))
+    tokens = 0
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
+        async def worker() -> None:
+            nonlocal tokens
+            while queue:
+                queue.pop()
+                n = await one_stream(s, url, model, max_tokens, ttfts, itls)
+                tokens += n  # not `tokens += await ...`: that reads tokens before awaiting
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return {"ttft": ttfts, "itl": itls, "tokens": tokens, "requests": requests, "wall_s": wall}
+
+
+def summarise(runs: list[dict]) -> dict:
+    ttfts = [x for r in runs for x in r["ttft"]]
+    itls = [x for r in runs for x in r["itl"]]
+    ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
+    return {"ttft_p50_ms": ms(pct(ttfts, 0.5)), "ttft_p99_ms": ms(pct(ttfts, 0.99)),
+            "itl_p50_ms": ms(pct(itls, 0.5)), "itl_p99_ms": ms(pct(itls, 0.99)),
+            "tokens": sum(r["tokens"] for r in runs), "requests": sum(r["requests"] for r in runs),
+            "wall_s": round(sum(r["wall_s"] for r in runs), 3)}
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not come up")
+
+
+def start_proc(stack: ExitStack, cmd: list[str], health: str) -> subprocess.Popen:
+    log = open(f"/tmp/pdserve-bench-{Path(cmd[0]).name}-{os.getpid()}.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop() -> None:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        log.close()
+
+    stack.callback(stop)
+    try:
+        wait_http(health)
+    except TimeoutError:
+        stop()
+        raise RuntimeError(f"{' '.join(cmd)} did not start; see {log.name}") from None
+    return proc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
+    ap.add_argument("--requests-per-stream", type=int, default=3, help="requests = concurrency x this (min 30)")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds per level (targets alternate, so load drift hits all alike)")
+    ap.add_argument("--bench-venv", type=Path, default=ROOT / ".cache" / "bench-venv",
+                    help="venv with vllm-router / sglang-router installed (skipped if missing)")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None, help="PNG of TTFT p99 vs concurrency")
+    args = ap.parse_args()
+    console = Console()
+    results: dict[str, dict] = {}
+    errors: dict[str, str] = {}
+    model = "mock-llama"
+    with ExitStack() as stack:
+        w = stack.enter_context(start_worker(model, speedup=1e9, args=["--max-num-seqs", "1024",
+                                                                       "--max-num-batched-tokens", "65536"]))
+        targets: dict[str, tuple[str, int | None]] = {"direct": (w.url, None)}
+        port = free_port()
+        proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
+                                  w.url, "--policy", "kv_aware", "--log-level", "WARNING"],
+                          f"http://127.0.0.1:{port}/health")
+        targets["pdserve"] = (f"http://127.0.0.1:{port}", proc.pid)
+        port = free_port()
+        proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
+                                  w.url, "--policy", "kv_aware", "--log-level", "WARNING", "--event-loop", "asyncio"],
+                          f"http://127.0.0.1:{port}/health")
+        targets["pdserve-asyncio"] = (f"http://127.0.0.1:{port}", proc.pid)
+        for name, cmd in (
+            ("vllm-router", ["vllm-router", "--worker-urls", w.url, "--policy", "round_robin", "--log-level", "warning"]),
+            ("sglang-router", ["sglang-router", "launch", "--worker-urls", w.url, "--policy", "round_robin",
+                               "--log-level", "warn"]),
+        ):
+            exe = args.bench_venv / "bin" / cmd[0]
+            if not exe.exists():
+                errors[name] = f"not installed in {args.bench_venv}"
+                continue
+            port = free_port()
+            try:
+                # Both default their metrics exporter to port 29000: give each its own.
+                proc = start_proc(stack, [str(exe), *cmd[1:], "--host", "127.0.0.1", "--port", str(port),
+                                          "--prometheus-port", str(free_port())],
+                                  f"http://127.0.0.1:{port}/health")
+                targets[name] = (f"http://127.0.0.1:{port}", proc.pid)
+            except RuntimeError as e:
+                errors[name] = str(e)
+        for c in args.concurrency:
+            n = max(30, c * args.requests_per_stream)
+            runs: dict[str, list[dict]] = {name: [] for name in targets}
+            cpu: dict[str, float] = {name: 0.0 for name in targets}
+            for rnd in range(args.rounds):
+                for name, (url, pid) in targets.items():
+                    if f"{name}@{c}" in errors:
+                        continue
+                    console.print(f"[bold]{name}[/] concurrency {c}, round {rnd + 1}/{args.rounds}: "
+                                  f"{n} streams x {args.max_tokens} tokens")
+                    try:
+                        asyncio.run(drive(url, model, min(c, 4), 8, args.max_tokens))  # warm-up
+                        cpu0 = cpu_seconds(pid) if pid else 0.0
+                        runs[name].append(asyncio.run(drive(url, model, c, n, args.max_tokens)))
+                        if pid:
+                            cpu[name] += cpu_seconds(pid) - cpu0
+                    except Exception as e:  # record and go on with the others
+                        errors[f"{name}@{c}"] = f"{type(e).__name__}: {e}"[:300]
+            for name, rs in runs.items():
+                if not rs:
+                    continue
+                r = summarise(rs)
+                if targets[name][1]:
+                    r["router_cpu_ms_per_1k_tokens"] = round(cpu[name] * 1e6 / max(r["tokens"], 1), 2)
+                results.setdefault(name, {})[str(c)] = r
+    for name, levels in results.items():
+        for c, r in levels.items():
+            d = results.get("direct", {}).get(c)
+            if d and name != "direct" and r["ttft_p99_ms"] is not None:
+                r["added_ttft_p50_ms"] = round(r["ttft_p50_ms"] - d["ttft_p50_ms"], 3)
+                r["added_ttft_p99_ms"] = round(r["ttft_p99_ms"] - d["ttft_p99_ms"], 3)
+                r["added_itl_p99_ms"] = round(r["itl_p99_ms"] - d["itl_p99_ms"], 3)
+    table = Table(title="client-side latency (ms) by concurrency; added = minus direct")
+    for col in ("target", "conc", "TTFT p50", "TTFT p99", "added TTFT p99", "ITL p50", "ITL p99", "CPU ms/1k tok"):
+        table.add_column(col)
+    for name, levels in results.items():
+        for c, r in levels.items():
+            table.add_row(name, c, str(r["ttft_p50_ms"]), str(r["ttft_p99_ms"]), str(r.get("added_ttft_p99_ms", "-")),
+                          str(r["itl_p50_ms"]), str(r["itl_p99_ms"]), str(r.get("router_cpu_ms_per_1k_tokens", "-")))
+    console.print(table)
+    for k, v in errors.items():
+        console.print(f"[red]{k}[/]: {v}")
+    doc = {"bench": "router_overhead", "max_tokens": args.max_tokens, "rounds": args.rounds,
+           "load_average_1m_at_end": round(os.getloadavg()[0], 2), "worker": "pdserve worker, --mock-speedup 1e9",
+           "http_stack": "aiohttp client + server in pdserve router (httpx was not measured as a replacement)",
+           "cpus": os.cpu_count(), "results": results, "errors": errors}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+        for name, levels in results.items():
+            cs = sorted(levels, key=int)
+            ax[0].plot([int(c) for c in cs], [levels[c]["ttft_p99_ms"] for c in cs], marker="o", label=name)
+            ax[1].plot([int(c) for c in cs], [levels[c]["itl_p99_ms"] for c in cs], marker="o", label=name)
+        for a, t in zip(ax, ("TTFT p99 (ms)", "ITL p99 (ms)")):
+            a.set_xscale("log", base=2)
+            a.set_xlabel("concurrent streams")
+            a.set_title(t)
+            a.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=110)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
