@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from collections.abc import Callable
@@ -13,7 +12,6 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from podrunner import PodRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "pdserve"
@@ -74,41 +72,86 @@ def pod_lister(core: client.CoreV1Api, namespaces: list[str]) -> Callable[[], li
     return list_pods
 
 
-def write_targets(runner: PodRunner, path: Path, planner_port: int | None) -> None:
-    """Prometheus file_sd targets with the labels the chart's PodMonitors produce."""
+def _label(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def kubernetes_sd_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What Prometheus's Kubernetes SD (role: pod) would discover, as file_sd groups:
+    one target per container port, with the same __meta_kubernetes_* labels.
+
+    Debian's prometheus is built without Kubernetes SD, so the e2e lists pods itself;
+    the relabelings of the chart's PodMonitors then apply unchanged."""
     groups: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for run in runner.processes():
-        role = run.env.get("PDSERVE_ROLE")
-        if run.subcommand == "router":
-            role = "router"
-        if run.subcommand not in ("worker", "router") or run.pod in seen:
+    for pod in pods:
+        meta, status = pod["metadata"], pod.get("status", {})
+        ip = status.get("podIP")
+        if not ip:
             continue
-        seen.add(run.pod)
-        labels = run.labels
-        groups.append(
-            {
-                "targets": [f"{run.pod_ip}:{HTTP_PORT}"],
-                "labels": {
-                    "namespace": run.namespace,
-                    "pod": run.pod,
-                    "pdserve_service": labels.get("pdserve.io/service", ""),
-                    "pdserve_role": labels.get("pdserve.io/role", role or ""),
-                },
-            }
-        )
-    if planner_port:
-        groups.append({"targets": [f"127.0.0.1:{planner_port}"], "labels": {"job": "pdserve-planner", "namespace": SYSTEM_NS}})
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(groups))
-    os.replace(tmp, path)
-
-
-def scrape_configs(targets_file: Path) -> list[dict[str, Any]]:
-    return [
-        {
-            "job_name": "pdserve",
-            "scrape_interval": "1s",
-            "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "1s"}],
+        base = {
+            "__meta_kubernetes_namespace": meta["namespace"],
+            "__meta_kubernetes_pod_name": meta["name"],
+            "__meta_kubernetes_pod_ip": ip,
+            "__meta_kubernetes_pod_phase": status.get("phase", ""),
+            "__meta_kubernetes_pod_node_name": pod.get("spec", {}).get("nodeName", ""),
         }
-    ]
+        for key, value in (meta.get("labels") or {}).items():
+            base[f"__meta_kubernetes_pod_label_{_label(key)}"] = value
+            base[f"__meta_kubernetes_pod_labelpresent_{_label(key)}"] = "true"
+        for c in pod.get("spec", {}).get("containers", []):
+            for port in c.get("ports", []) or []:
+                labels = {
+                    **base,
+                    "__meta_kubernetes_pod_container_name": c["name"],
+                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                    "__meta_kubernetes_pod_container_port_number": str(port["containerPort"]),
+                }
+                groups.append({"targets": [f"{ip}:{port['containerPort']}"], "labels": labels})
+    return groups
+
+
+def write_sd_file(path: Path, pods: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(kubernetes_sd_targets(pods)))
+    tmp.replace(path)
+
+
+def podmonitor_scrape_configs(sd_file: Path, release_namespace: str, planner: bool = True) -> list[dict[str, Any]]:
+    """Prometheus scrape configs equivalent to the chart's PodMonitors, as the Prometheus
+    Operator would generate them: the e2e Prometheus then scrapes exactly what a
+    cluster's Prometheus would, with the same relabelings (so the same labels)."""
+    import helm_python as helm
+
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render({"monitoring": {"podMonitors": True}, "planner": {"enabled": planner}}, name=RELEASE, namespace=release_namespace)
+    configs: list[dict[str, Any]] = []
+    for doc in yaml.safe_load_all(rendered[f"{CHART.name}/templates/podmonitors.yaml"]):
+        if not doc:
+            continue
+        spec = doc["spec"]
+        keep: list[dict[str, Any]] = []
+        ns_sel = spec.get("namespaceSelector", {})
+        if not ns_sel.get("any"):
+            names = ns_sel.get("matchNames") or [doc["metadata"]["namespace"]]
+            keep.append({"action": "keep", "source_labels": ["__meta_kubernetes_namespace"], "regex": "|".join(names)})
+        for key, value in spec["selector"].get("matchLabels", {}).items():
+            keep.append({"action": "keep", "source_labels": [f"__meta_kubernetes_pod_label_{_label(key)}"], "regex": value})
+        for expr in spec["selector"].get("matchExpressions", []):
+            assert expr["operator"] == "Exists", expr
+            keep.append({"action": "keep", "source_labels": [f"__meta_kubernetes_pod_labelpresent_{_label(expr['key'])}"], "regex": "true"})
+        for i, ep in enumerate(spec["podMetricsEndpoints"]):
+            relabel = keep + [
+                {"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": ep["port"]},
+                {"action": "keep", "source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Running"},
+            ]
+            relabel += [{"source_labels": r["sourceLabels"], "target_label": r["targetLabel"]} for r in ep.get("relabelings", [])]
+            configs.append(
+                {
+                    "job_name": f"{doc['metadata']['name']}-{i}",
+                    "scrape_interval": "1s",
+                    "metrics_path": ep.get("path", "/metrics"),
+                    "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
+                    "relabel_configs": relabel,
+                }
+            )
+    return configs

@@ -23,16 +23,18 @@ def available() -> bool:
     return Path(BINARY).is_file() and os.access(BINARY, os.X_OK)
 
 
-def _free_port() -> int:
+def _free_port(host: str) -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 class PrometheusServer:
     """`with PrometheusServer(scrape_configs) as prom: prom.query("up")`."""
 
-    def __init__(self, scrape_configs: list[dict[str, Any]] | None = None, scrape_interval: str = "1s") -> None:
+    def __init__(self, scrape_configs: list[dict[str, Any]] | None = None, scrape_interval: str = "1s", host: str = "127.0.0.1") -> None:
+        # host: loopback by default; the kind e2e binds the Docker network's gateway so pods reach it.
+        self.host = host
         self.scrape_configs = scrape_configs or []
         self.scrape_interval = scrape_interval
         self.port = 0
@@ -41,7 +43,7 @@ class PrometheusServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def write_config(self) -> None:
         assert self._dir is not None
@@ -64,14 +66,14 @@ class PrometheusServer:
         self.write_config()
         last_error = ""
         for _ in range(3):  # another process may grab the port between probe and bind
-            self.port = _free_port()
+            self.port = _free_port(self.host)
             log = open(Path(self._dir.name, "prometheus.log"), "wb")
             self._proc = subprocess.Popen(
                 [
                     BINARY,
                     f"--config.file={self._dir.name}/prometheus.yml",
                     f"--storage.tsdb.path={self._dir.name}/data",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    f"--web.listen-address={self.host}:{self.port}",
                     "--web.enable-lifecycle",
                     "--log.level=warn",
                 ],

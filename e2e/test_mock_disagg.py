@@ -2,13 +2,17 @@
 HTTP through its router, the planner scaling both pools up under load and down after,
 every dashboard query answered by Prometheus, and clean deletion.
 
-Runs on the local control plane (kwok GPU nodes; the PodRunner starts each pod's
-processes). Marked `controlplane`.
+By default it runs on the local control plane (kwok GPU nodes; the PodRunner starts
+each pod's processes). With PDSERVE_E2E_KUBECONFIG it runs unchanged against that
+cluster instead, where the pods really run the image PDSERVE_E2E_IMAGE (see
+e2e/kind/run.sh); pod IPs must then be routable from this machine. Marked `controlplane`.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +36,9 @@ from prometheus_server import PrometheusServer, available
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.prometheus, pytest.mark.timeout(600)]
 
+EXTERNAL_KUBECONFIG = os.environ.get("PDSERVE_E2E_KUBECONFIG")
+IMAGE = os.environ.get("PDSERVE_E2E_IMAGE", "")
+PROMETHEUS_HOST = os.environ.get("PDSERVE_E2E_PROMETHEUS_HOST", "127.0.0.1")
 NS = "e2e"
 SERVICE = "mock-llama"
 GROUP, VERSION, PLURAL = "pdserve.io", "v1alpha1", "disaggregatedservices"
@@ -43,12 +50,11 @@ class Env:
     core: client.CoreV1Api
     apps: client.AppsV1Api
     custom: client.CustomObjectsApi
-    runner: PodRunner
+    runner: PodRunner | None  # None on a real cluster: the kubelet runs the pods
     prom: PrometheusServer
     helm_config: helm.Config
     planner_port: int
     log_dir: Path
-    stop: threading.Event = field(default_factory=threading.Event)
 
     def dsvc(self) -> dict[str, Any]:
         obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE)
@@ -64,27 +70,36 @@ class Env:
             raise
         return d.spec.replicas or 0, d.status.ready_replicas or 0
 
+    def pod_urls(self, role: str) -> list[str]:
+        pods = self.core.list_namespaced_pod(NS, label_selector=f"pdserve.io/service={SERVICE},pdserve.io/role={role}").items
+        return [f"http://{p.status.pod_ip}:{e2e_env.HTTP_PORT}" for p in pods if p.status.phase == "Running" and p.status.pod_ip and not p.metadata.deletion_timestamp]
+
     def router_url(self) -> str:
-        runs = [r for r in self.runner.processes("router") if r.namespace == NS]
-        assert runs, self.runner.describe()
-        return f"http://{runs[0].pod_ip}:{e2e_env.HTTP_PORT}"
+        urls = self.pod_urls("router")
+        assert urls, self.diagnostics()
+        return urls[0]
+
+    def serving(self, role: str, at_least: int) -> bool:
+        """At least this many pods of the role answer /health."""
+        return sum(1 for u in self.pod_urls(role) if _ok(f"{u}/health")) >= at_least
 
     def diagnostics(self) -> str:
+        if self.runner is None:
+            return ""
         logs = sorted(self.log_dir.glob("*.log"))
         tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-800:]}" for p in logs[-6:])
         return f"\n{self.runner.describe()}\n{tails}"
 
 
 @pytest.fixture(scope="module")
-def env(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     if not available():
         pytest.fail("Debian's prometheus binary is needed (make system-deps)", pytrace=False)
     work = tmp_path_factory.mktemp("e2e")
-    kubeconfig = Path(kube_cluster.kubeconfig)
+    kube_cluster = None if EXTERNAL_KUBECONFIG else request.getfixturevalue("kube_cluster")
+    kubeconfig = Path(EXTERNAL_KUBECONFIG or kube_cluster.kubeconfig)
     api = e2e_env.api_client(kubeconfig)
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
-    targets = work / "targets.json"
-    targets.write_text("[]")
     tokens: dict[tuple[str, str], Path] = {}
 
     def kubeconfig_for(ns: str, sa: str) -> Path:
@@ -93,27 +108,38 @@ def env(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         return tokens[(ns, sa)]
 
     planner_port = e2e_env.free_port()
-    with PrometheusServer(e2e_env.scrape_configs(targets)) as prom, helm.Config(kubeconfig_path=str(kubeconfig), namespace=e2e_env.SYSTEM_NS) as hc:
-        runner = PodRunner(e2e_env.pod_lister(core, [e2e_env.SYSTEM_NS, NS]), kubeconfig_for, work / "pods")
-        with runner:
-            e = Env(kubeconfig, core, apps, custom, runner, prom, hc, planner_port, work / "pods")
+    sd_file = work / "kubernetes_sd.json"
+    list_pods = e2e_env.pod_lister(core, [e2e_env.SYSTEM_NS, NS])
+    e2e_env.write_sd_file(sd_file, [])
+    scrape = e2e_env.podmonitor_scrape_configs(sd_file, e2e_env.SYSTEM_NS)
+    with contextlib.ExitStack() as stack:
+        prom = stack.enter_context(PrometheusServer(scrape, host=PROMETHEUS_HOST))
+        hc = stack.enter_context(helm.Config(kubeconfig_path=str(kubeconfig), namespace=e2e_env.SYSTEM_NS))
+        runner = None
+        if kube_cluster is not None:
+            runner = stack.enter_context(PodRunner(list_pods, kubeconfig_for, work / "pods"))
+        e = Env(kubeconfig, core, apps, custom, runner, prom, hc, planner_port, work / "pods")
+        stop = threading.Event()
 
-            def keep_targets() -> None:
-                while not e.stop.is_set():
-                    e2e_env.write_targets(runner, targets, planner_port)
-                    e.stop.wait(0.5)
-
-            t = threading.Thread(target=keep_targets, daemon=True)
-            t.start()
-            try:
-                yield e
-            finally:
-                e.stop.set()
-                t.join(timeout=5)
+        def discover() -> None:
+            while not stop.is_set():
                 try:
-                    hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
-                except helm.HelmError:
+                    e2e_env.write_sd_file(sd_file, list_pods())
+                except Exception:  # the API server may be briefly unavailable; keep going
                     pass
+                stop.wait(0.5)
+
+        discovery = threading.Thread(target=discover, name="kubernetes-sd", daemon=True)
+        discovery.start()
+        try:
+            yield e
+        finally:
+            stop.set()
+            discovery.join(timeout=5)
+            try:
+                hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
+            except helm.HelmError:
+                pass
 
 
 def test_chart_installs_and_the_operator_runs_under_its_own_rbac(env: Env) -> None:
@@ -121,16 +147,22 @@ def test_chart_installs_and_the_operator_runs_under_its_own_rbac(env: Env) -> No
         "planner": {"prometheusUrl": env.prom.url, "intervalSeconds": 5, "metricsPort": env.planner_port},
         "monitoring": {"podMonitors": False, "prometheusRule": False},
     }
+    if IMAGE:
+        repository, _, tag = IMAGE.rpartition(":")
+        values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
     release = env.helm_config.install(str(e2e_env.CHART), e2e_env.RELEASE, values, namespace=e2e_env.SYSTEM_NS, create_namespace=True, timeout=120)
     assert release["name"] == e2e_env.RELEASE
     # The CRD came with the chart and is served.
     crd = client.ApiextensionsV1Api(env.core.api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
     assert any(v.name == VERSION and v.served for v in crd.spec.versions)
-    env.runner.wait_for(lambda r: {p.subcommand for p in r.processes()} >= {"operator", "planner"}, 90, "the operator pod's processes")
-    op = next(p for p in env.runner.processes("operator"))
-    assert op.service_account == "pdserve", "the operator runs with the chart's ServiceAccount token, not as admin"
-    health = op.argv[1].split("=", 1)[1]
-    e2e_env.wait_for("kopf liveness", lambda: _ok(health), 60, describe=env.diagnostics)
+    if env.runner is not None:
+        env.runner.wait_for(lambda r: {p.subcommand for p in r.processes()} >= {"operator", "planner"}, 90, "the operator pod's processes")
+        op = next(p for p in env.runner.processes("operator"))
+        assert op.service_account == "pdserve", "the operator runs with the chart's ServiceAccount token, not as admin"
+    # Ready means kopf's liveness endpoint (the readiness probe) answered: on kwok through
+    # the check below, on a real cluster through the kubelet.
+    (pod,) = [p for p in env.core.list_namespaced_pod(e2e_env.SYSTEM_NS).items if p.metadata.labels.get("app.kubernetes.io/component") == "operator"]
+    e2e_env.wait_for("kopf liveness", lambda: _ok(f"http://{env.core.read_namespaced_pod(pod.metadata.name, e2e_env.SYSTEM_NS).status.pod_ip}:8080/healthz"), 120, describe=env.diagnostics)
 
 
 def _ok(url: str) -> bool:
@@ -149,9 +181,9 @@ def test_the_example_service_is_reconciled_and_serves(env: Env) -> None:
     env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, e2e_env.example_service(NS, env.prom.url))
     for role in ("prefill", "decode", "router"):
         e2e_env.wait_for(f"{role} Deployment ready", lambda role=role: env.replicas(role)[1] >= 1, 120, describe=env.diagnostics)
-    env.runner.wait_for(lambda r: len([p for p in r.processes() if p.namespace == NS]) >= 3, 60, "worker and router processes")
+    for role in ("prefill", "decode", "router"):
+        e2e_env.wait_for(f"{role} serving", lambda role=role: env.serving(role, 1), 90, describe=env.diagnostics)
     url = env.router_url()
-    e2e_env.wait_for("router health", lambda: _ok(f"{url}/health"), 60, describe=env.diagnostics)
     oai = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=5)
     served = env.dsvc()["spec"]["model"]["servedName"]
     e2e_env.wait_for("a completion", lambda: _complete(oai, served, 8), 60, interval_s=1, describe=env.diagnostics)
@@ -175,10 +207,7 @@ def _metric(url: str, name: str) -> float:
 
 
 def test_requests_take_the_prefill_decode_handoff(env: Env) -> None:
-    prefill = [p for p in env.runner.processes("worker") if p.namespace == NS and p.env.get("PDSERVE_ROLE") == "prefill"]
-    decode = [p for p in env.runner.processes("worker") if p.namespace == NS and p.env.get("PDSERVE_ROLE") == "decode"]
-    assert prefill and decode
-    p_url, d_url = (f"http://{p.pod_ip}:{e2e_env.HTTP_PORT}" for p in (prefill[0], decode[0]))
+    (p_url,), (d_url,) = env.pod_urls("prefill"), env.pod_urls("decode")
     before_p = _metric(p_url, "vllm:request_success_total")
     oai = OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused")
     served = env.dsvc()["spec"]["model"]["servedName"]
@@ -228,8 +257,8 @@ def test_planner_scales_both_pools_up_under_load(env: Env) -> None:
     spec = env.dsvc()["spec"]
     assert spec["prefill"]["replicas"] == env.replicas("prefill")[0]
     assert spec["decode"]["replicas"] == env.replicas("decode")[0]
-    # Every planned replica got a running process (kwok + the PodRunner).
-    e2e_env.wait_for("new workers running", lambda: len([p for p in env.runner.processes("worker") if p.namespace == NS]) > 2, 60, describe=env.diagnostics)
+    # The new replicas serve, and the router routes to them.
+    e2e_env.wait_for("new workers serving", lambda: env.serving("prefill", 2) and env.serving("decode", 2), 90, describe=env.diagnostics)
 
 
 def test_every_dashboard_query_returns_data(env: Env) -> None:
@@ -280,4 +309,5 @@ def test_deleting_the_service_cleans_up(env: Env) -> None:
         return not deployments and not pods
 
     e2e_env.wait_for("Deployments and pods deleted", gone, 120, interval_s=1, describe=env.diagnostics)
-    env.runner.wait_for(lambda r: not [p for p in r.processes() if p.namespace == NS], 60, "worker and router processes stopped")
+    if env.runner is not None:
+        env.runner.wait_for(lambda r: not [p for p in r.processes() if p.namespace == NS], 60, "worker and router processes stopped")
