@@ -31,7 +31,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STAMP="k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION recipe=$RECIPE"
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
+export GOTOOLCHAIN=local GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
 
 all_present() {
   local b

@@ -94,7 +94,9 @@ class LocalCluster:
                 # Ports are picked free, then bound by the child: another process on
                 # this shared machine may win that race. Only that is worth a retry.
                 if attempt < START_ATTEMPTS and self._lost_port_race():
-                    self.log_dir.rename(self.workdir / f"logs-attempt{attempt}")
+                    kept = self.workdir / f"logs-attempt{attempt}"
+                    shutil.rmtree(kept, ignore_errors=True)
+                    self.log_dir.rename(kept)
                     continue
                 self.stop()
                 raise
