@@ -55,8 +55,17 @@ fi
 T0=$SECONDS
 log() { printf '[k8s-bins %4ds] %s\n' "$((SECONDS - T0))" "$*"; }
 
-# Runs a build step with a heartbeat so long compiles visibly make progress.
+# Runs a build step with a heartbeat so long compiles visibly make progress; a
+# failed step is retried once, since a cold build downloads hundreds of modules
+# and one flaky fetch should not cost CI the run (the retry reuses the caches).
 step() {
+  if ! step_once "$@"; then
+    log "retrying $1 once"
+    step_once "$@" || { log "FAILED building $1"; exit 1; }
+  fi
+}
+
+step_once() {
   local name="$1"; shift
   local t=$SECONDS
   log "building $name ..."
@@ -70,10 +79,7 @@ step() {
       next=$((SECONDS + 30))
     fi
   done
-  if ! wait "$pid"; then
-    log "FAILED building $name"
-    exit 1
-  fi
+  wait "$pid" || return 1
   log "built $name in $((SECONDS - t))s"
 }
 
