@@ -26,6 +26,10 @@ def test_pool_membership_roles_and_health() -> None:
     assert [v.worker_id for v in pool.views("decode", now=0)] == ["http://b:1", "http://c:1"]
     pool.mark_failed("http://b:1", now=10)
     assert [v.worker_id for v in pool.views("decode", now=11)] == ["http://c:1"]
+    pool.mark_failed("http://c:1", now=10)
+    # Everyone cooling down: fail open (try them) unless asked not to.
+    assert len(pool.views("decode", now=11)) == 2 and pool.views("decode", now=11, fail_open=False) == []
+    pool.mark_ok("http://c:1")
     assert [v.worker_id for v in pool.views("decode", now=16)] == ["http://b:1", "http://c:1"]
     # A worker that changes role is removed and re-added.
     added, removed = pool.update(parse_discovery({"prefill": ["http://b:1"], "decode": ["http://c:1"]}))

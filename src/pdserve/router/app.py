@@ -48,7 +48,7 @@ def build_app(cfg: RouterConfig) -> web.Application:
 
     async def health(request: web.Request) -> web.Response:
         now = time.monotonic()
-        up = {role: sum(1 for v in state.pool.views(role, now)) for role in ("prefill", "decode")}
+        up = {role: len(state.pool.views(role, now, fail_open=False)) for role in ("prefill", "decode")}
         ok = up["decode"] > 0
         body = {"status": "ok" if ok else "no decode worker available", "workers": up,
                 "disaggregated": state.disaggregated, "policy": cfg.policy, "inflight": state.active}

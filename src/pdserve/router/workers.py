@@ -54,6 +54,7 @@ class WorkerState:
     scraped_at: float = 0.0
     failures: int = 0
     down_until: float = 0.0
+    scrape_timeouts: int = 0
     models: list[str] = field(default_factory=list)
 
     @property
@@ -95,14 +96,16 @@ class WorkerPool:
     def urls(self, role: str) -> list[str]:
         return [u for u, w in self.workers.items() if w.role == role]
 
-    def views(self, role: str, now: float | None = None, exclude: Iterable[str] = ()) -> list[WorkerView]:
+    def views(self, role: str, now: float | None = None, exclude: Iterable[str] = (),
+              fail_open: bool = True) -> list[WorkerView]:
+        """Healthy workers of ``role``. With ``fail_open``, when every one is cooling
+        down after a failure, all of them (a try beats a certain 503)."""
         now = time.monotonic() if now is None else now
         skip = set(exclude)
-        return [
-            WorkerView(u, w.running, w.waiting, 0, w.kv_usage)
-            for u, w in self.workers.items()
-            if w.role == role and u not in skip and w.healthy(now)
-        ]
+        pool = [(u, w) for u, w in self.workers.items() if w.role == role and u not in skip]
+        healthy = [(u, w) for u, w in pool if w.healthy(now)]
+        chosen = healthy if healthy or not fail_open else pool
+        return [WorkerView(u, w.running, w.waiting, 0, w.kv_usage) for u, w in chosen]
 
     def mark_failed(self, url: str, now: float | None = None) -> None:
         w = self.workers.get(url)
@@ -123,7 +126,11 @@ class WorkerPool:
                     if r.status != 200:
                         raise aiohttp.ClientResponseError(r.request_info, (), status=r.status)
                     load = parse_load(await r.text())
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except asyncio.TimeoutError:
+                # A busy worker answers /metrics slowly: that is load, not death.
+                w.scrape_timeouts += 1
+                return
+            except (aiohttp.ClientError, OSError):
                 self.mark_failed(w.url)
                 return
             w.running = int(load.get("running", 0))
