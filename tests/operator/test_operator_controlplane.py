@@ -192,3 +192,19 @@ def test_gpu_shortage_reports_scaling_limited(admin: client.ApiClient, operator:
     obj = _get(admin, namespace, "greedy")
     assert _condition(obj, "Ready")["status"] == "False"
     assert any(e.reason == "InsufficientGPU" and e.type == "Warning" for e in _events(admin, namespace, "greedy"))
+
+
+def test_changes_missed_while_operator_is_down_are_caught_up(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:
+    # What a dropped watch amounts to: events the operator never saw. Level-based
+    # reconciliation on resume must converge anyway.
+    _create(admin, load_example(MOCK_EXAMPLE, namespace, "missed"))
+    _ready(admin, namespace, "missed")
+    operator.stop(signal.SIGKILL)
+    try:
+        _patch_spec(admin, namespace, "missed", {"decode": {"replicas": 2}})
+        client.AppsV1Api(admin).delete_namespaced_deployment("missed-router", namespace)
+    finally:
+        operator.start()
+    obj = _ready(admin, namespace, "missed")
+    assert obj["status"]["decode"]["summary"] == "2/2"
+    assert sorted(_deployments(admin, namespace, "missed")) == ["missed-decode", "missed-prefill", "missed-router"]

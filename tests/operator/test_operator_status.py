@@ -108,3 +108,12 @@ def test_differences_scalars() -> None:
     assert differences({"a": "1"}, {"a": 1}) == []
     assert differences({"a": True}, {"a": 1}) == [".a"]
     assert differences(["x", "y"], ["y", "x"]) == [""]
+
+
+def test_pods_matter_only_while_unsettled() -> None:
+    from pdserve.operator.status import pods_matter
+
+    settled = {"prefill": _child(2, 2), "decode": _child(1, 1), "router": _child(1, 1)}
+    assert not pods_matter(_svc(), settled)
+    assert pods_matter(_svc(), {**settled, "decode": _child(1, 0)})
+    assert pods_matter(_svc(), {**settled, "router": None})

@@ -47,7 +47,8 @@ def main(argv: list[str]) -> int:
 
     api = load_api_client(args.kubeconfig)
     options = RenderOptions(pdserve_image=args.pdserve_image, vllm_image=args.vllm_image, cluster_domain=args.cluster_domain)
-    reconciler = Reconciler(Kube(api), options)
+    kube = Kube(api)
+    reconciler = Reconciler(kube, options)
     registry = build_registry(reconciler, HandlerConfig(args.resync_seconds, args.hosted_planner), api_client=api)
     clusterwide = not args.namespace
     try:
@@ -64,5 +65,5 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        api.close()
+        kube.close()
     return 0

@@ -32,12 +32,15 @@ def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
     return bool((spec.get("autoscaling") or {}).get("enabled"))
 
 
-def build_registry(reconciler: Reconciler, config: HandlerConfig, api_client: Any = None) -> kopf.OperatorRegistry:
+def build_registry(
+    reconciler: Reconciler, config: HandlerConfig, api_client: Any = None, connection: kopf.ConnectionInfo | None = None
+) -> kopf.OperatorRegistry:
+    """``connection`` overrides the login (kubeconfig or in-cluster) with fixed credentials."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_via_client(**kwargs)
+        return connection or kopf.login_via_client(**kwargs)
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)

@@ -20,7 +20,7 @@ from pdserve.operator.drift import drift
 from pdserve.operator.kube import Kube, KubeError
 from pdserve.operator.names import ROLE_LABEL, ROLES, SERVICE_LABEL, RenderOptions, child_name, endpoint_url
 from pdserve.operator.render import render
-from pdserve.operator.status import ChildState, compute_status, status_changed
+from pdserve.operator.status import ChildState, compute_status, pods_matter, status_changed
 
 Key = tuple[str, str]
 # Why a sync runs; a queued sync keeps the strongest cause folded into it.
@@ -104,8 +104,8 @@ class Reconciler:
             else:
                 # A warning on purpose: kopf posts it as an Event on the resource.
                 logger.warning("repaired drift in Deployment/%s: %s", child, ", ".join(paths[:5]))
-        pods = await self.kube.list("v1", "Pod", namespace, f"{SERVICE_LABEL}={name},{ROLE_LABEL} in (prefill,decode)")
         children = {role: ChildState.from_deployment(live[child_name(svc, role)]) if child_name(svc, role) in live else None for role in ROLES}
+        pods = await self.kube.list("v1", "Pod", namespace, f"{SERVICE_LABEL}={name},{ROLE_LABEL} in (prefill,decode)") if pods_matter(svc, children) else []
         result = compute_status(svc, children, pods, endpoint_url(svc, self.options), self.clock(), outcome.error)
         if status_changed(body.get("status"), result.status):
             await self.kube.patch_status(namespace, name, result.status)

@@ -95,6 +95,12 @@ def _settled(child: ChildState | None, want: int) -> bool:
     )
 
 
+def pods_matter(svc: DisaggregatedService, children: Mapping[Role, ChildState | None]) -> bool:
+    """Pod details (pending, crash-looping) can only matter while some pool is not settled;
+    skipping the pod listing otherwise keeps steady-state resyncs cheap."""
+    return any(not _settled(children.get(r), _desired(svc, r)) for r in ROLES)
+
+
 def _count(problems: Sequence[PodProblem]) -> str:
     by_role: dict[str, int] = {}
     for p in problems:
