@@ -61,7 +61,7 @@ def capacity_seed(trace: Trace, config: SimConfig, *, requests_per_point: int = 
     dec = []
     for ctx in ctxs:
         for n in CONCURRENCY:
-            if n * (ctx + config.block_size) > kv_tokens or n > config.max_num_seqs:
+            if n * (ctx + dspec.engine_config.block_size) > kv_tokens or n > config.max_num_seqs:
                 break
             itl = dspec.perf.step_time([], [ctx] * n)
             dec.append({"context": ctx, "concurrency": n, "throughputTokensPerS": n / itl,

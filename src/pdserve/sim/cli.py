@@ -42,6 +42,8 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--token-budget", type=int, default=512, help="chunked prefill token budget")
     g.add_argument("--max-model-len", type=int, default=131072)
     g.add_argument("--no-prefix-caching", action="store_true")
+    g.add_argument("--block-size", type=int, default=None,
+                   help="KV block size (default: 16, or 512 for traces with Mooncake hash_ids)")
     g.add_argument("--kv-link-gbps", type=float, default=100.0, help="KV link per instance, Gbit/s")
     g.add_argument("--kv-transfer", choices=("serial", "layerwise"), default="serial")
     s = ap.add_argument_group("SLOs")
@@ -58,6 +60,7 @@ def engine_fields(args: argparse.Namespace) -> dict[str, object]:
         "token_budget": args.token_budget,
         "max_model_len": args.max_model_len,
         "enable_prefix_caching": not args.no_prefix_caching,
+        "block_size": args.block_size,
         "kv_link_gbps": args.kv_link_gbps,
         "kv_transfer": args.kv_transfer,
         "slo": Slo(ttft_s=args.ttft_slo_ms / 1000, tpot_s=args.itl_slo_ms / 1000, target=args.target),

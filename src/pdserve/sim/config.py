@@ -49,7 +49,11 @@ class SimConfig(BaseModel):
     max_num_seqs: int = Field(256, ge=1)
     token_budget: int = Field(512, ge=16, description="chunked prefill: max_num_batched_tokens")
     max_model_len: int = Field(131072, ge=16)
-    block_size: int = Field(16, ge=1)
+    block_size: int | None = Field(
+        None, ge=1,
+        description="KV block size in tokens; None = 16 (vLLM's default), or the trace's own prefix-block size "
+        "(512 for Mooncake hash_ids): finer blocks add per-block work without adding prefix information",
+    )
     enable_prefix_caching: bool = True
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     kv_link_gbps: float = Field(100.0, gt=0, description="KV link bandwidth per instance, Gbit/s")

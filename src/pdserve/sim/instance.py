@@ -57,7 +57,7 @@ def pool_spec(config: SimConfig, pool: str) -> PoolSpec:
     profile = resolve_profile(name, tp)
     perf = PerfModel(profile)
     try:
-        num_blocks = perf.num_kv_blocks(config.block_size, config.gpu_memory_utilization)
+        num_blocks = perf.num_kv_blocks(config.block_size or 16, config.gpu_memory_utilization)
     except ValueError as e:
         weights_gb = perf.weight_bytes / 1e9
         mem_gb = profile.gpu.memory_bytes * config.gpu_memory_utilization * profile.tp / 1e9
@@ -77,7 +77,7 @@ def pool_spec(config: SimConfig, pool: str) -> PoolSpec:
         budget = max(PD_BATCHED_TOKENS, config.token_budget)
     ecfg = EngineConfig(
         num_blocks=num_blocks,
-        block_size=config.block_size,
+        block_size=config.block_size or 16,
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=budget,
         max_model_len=config.max_model_len,

@@ -467,6 +467,11 @@ class Simulation:
         )
 
 
+def default_block_size(trace: Trace) -> int:
+    """16 like vLLM, or the trace's prefix-block size when it carries hash ids."""
+    return trace.hash_block_tokens if any(r.hash_ids for r in trace.requests[:1000]) else 16
+
+
 def run_simulation(
     trace: Trace,
     config: SimConfig,
@@ -483,4 +488,6 @@ def run_simulation(
     """
     if not trace.requests:
         raise SimConfigError("the trace has no requests")
+    if config.block_size is None:
+        config = config.model_copy(update={"block_size": default_block_size(trace)})
     return Simulation(trace.scaled(rate_scale), config, autoscaler=autoscaler, progress=progress).run()
