@@ -176,3 +176,11 @@ def test_property_never_scale_down_on_missing_data(history, bad, start):
           "error": dict(error="down"), "stale": dict()}[bad]
     d = pol.decide(obs(t - (1000 if bad == "stale" else 0), *cur, **kw), t)
     assert d.held and d.prefill >= cur[0] and d.decode >= cur[1]
+
+
+def test_correction_waits_until_latency_nears_the_slo():
+    relaxed = make(correction=True)
+    for t in range(0, 50, 10):  # 3x slower than the profile, but the tail is far below the 50 ms SLO
+        d = relaxed.decide(obs(t, p=8, d=8, rate=40.0, itl_mean_s=0.02, itl_tail_s=0.025), t)
+    cap = d.explanation["capacity"]
+    assert cap["decodeLatencyRatio"] > 1.3 and cap["decodeCorrection"] == 1.0

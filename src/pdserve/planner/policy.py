@@ -29,7 +29,8 @@ class PolicyConfig:
     itl_slo_ms: float = 50.0
     attainment: float = 0.99
     interval_s: float = 30.0
-    predictor: str = "holt-winters"
+    predictor: str = "holt-winters"  # for the request rate, which trends
+    length_predictor: str = "moving-average"  # for ISL / OSL: level series, and 3 fits per tick cost
     seasonal_periods: int | None = None
     prefill_min: int = 1
     prefill_max: int = 8
@@ -50,6 +51,9 @@ class PolicyConfig:
     floor_on_observed: bool = True
     correction: bool = True
     correction_bounds: tuple[float, float] = (0.67, 1.5)
+    # A slower-than-profile pool only gets more replicas once its tail latency nears the
+    # SLO: below that the SLO holds anyway and the extra replicas would be waste.
+    correction_engage: float = 0.8
     explode_ratio: float = 4.0
     history_len: int = 240
 
@@ -87,6 +91,7 @@ class PlannerPolicy:
         self.predictor = predictor or make_predictor(
             config.predictor, seasonal_periods=config.seasonal_periods, explode_ratio=config.explode_ratio
         )
+        self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
 
     @property
@@ -131,8 +136,8 @@ class PlannerPolicy:
             s.hit = min(max(obs.prefix_hit_ratio, 0.0), 0.95)
 
         f_rate = self.predictor.predict(list(s.rate))
-        f_isl = self.predictor.predict(list(s.isl))
-        f_osl = self.predictor.predict(list(s.osl))
+        f_isl = self.length_predictor.predict(list(s.isl))
+        f_osl = self.length_predictor.predict(list(s.osl))
         expl["forecast"] = {
             "requestRate": f_rate.value, "isl": f_isl.value, "osl": f_osl.value,
             "method": f_rate.method, "rawRequestRate": f_rate.raw,
@@ -181,14 +186,17 @@ class PlannerPolicy:
 
         if cfg.correction:
             self._update_correction(obs)
-        eff_p = cap_p * cfg.target_utilization / s.corr_prefill
-        eff_d = cap_d * cfg.target_utilization / s.corr_decode
+        corr_p = s.corr_prefill if s.corr_prefill < 1 or self._near_slo(obs.ttft_tail_s, cfg.ttft_slo_ms) else 1.0
+        corr_d = s.corr_decode if s.corr_decode < 1 or self._near_slo(obs.itl_tail_s, cfg.itl_slo_ms) else 1.0
+        eff_p = cap_p * cfg.target_utilization / corr_p
+        eff_d = cap_d * cfg.target_utilization / corr_d
         demand_p = rate * isl * (1.0 - s.hit)
         demand_d = rate * osl
         want = (math.ceil(demand_p / eff_p - 1e-9), math.ceil(demand_d / eff_d - 1e-9))
         expl["capacity"] = {
             "prefillTokensPerSPerReplica": cap_p, "decodeTokensPerSPerReplica": cap_d,
-            "prefillCorrection": s.corr_prefill, "decodeCorrection": s.corr_decode,
+            "prefillCorrection": corr_p, "decodeCorrection": corr_d,
+            "prefillLatencyRatio": s.corr_prefill, "decodeLatencyRatio": s.corr_decode,
             "targetUtilization": cfg.target_utilization, "decodeContext": context,
         }
         expl["demand"] = {
@@ -197,6 +205,10 @@ class PlannerPolicy:
             "prefillReplicas": want[0], "decodeReplicas": want[1],
         }
         return want
+
+    def _near_slo(self, tail_s: float, slo_ms: float) -> bool:
+        """Unknown tail latency counts as near: then trust the measured ratio."""
+        return not _finite(tail_s) or tail_s * 1000 >= self.config.correction_engage * slo_ms
 
     def _update_correction(self, obs: Observation) -> None:
         """Ratio of observed to profile-expected mean latency at the observed load, smoothed."""

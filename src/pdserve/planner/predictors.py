@@ -138,7 +138,7 @@ class ArimaPredictor:
 
     order: tuple[int, int, int] = (2, 1, 1)
     seasonal_periods: int | None = None
-    max_history: int = 120
+    max_history: int = 60  # fit cost grows fast with length; older points add little
     explode_ratio: float = 4.0
     name: str = "arima"
 
