@@ -45,6 +45,7 @@ def test_short_demo_runs_the_loop_and_writes_the_report(tmp_path: Path) -> None:
     assert any(s["hit_ratio"] is not None for s in samples), "prefix-cache counters were read from the workers"
     md = (out / "summary.md").read_text()
     assert "| succeeded / failed |" in md and "![load and replicas](load_replicas.png)" in md
+    assert "## Planner" in md and "- decisions: " in md
 
     # The planner decided at least once, and the P/D path was used (the router log names both pools).
     decisions = (out / "run" / "decisions.jsonl").read_text().splitlines()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import sys
 import time
@@ -136,6 +137,24 @@ def _line(s: timeline.Sample, slo: timeline.Slo, duration: float) -> str:
     )
 
 
+def _planner_stats(path: Path) -> dict[str, object]:
+    """What the planner did, from the decisions it appended (one JSON object a line)."""
+    try:
+        decisions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError):
+        return {}
+    changes = [
+        f"{d['previousPrefillReplicas']}P{d['previousDecodeReplicas']}D -> {d['prefillReplicas']}P{d['decodeReplicas']}D"
+        for d in decisions
+        if (d.get("prefillReplicas"), d.get("decodeReplicas")) != (d.get("previousPrefillReplicas"), d.get("previousDecodeReplicas"))
+    ]
+    return {
+        "decisions": len(decisions),
+        "held": sum(1 for d in decisions if d.get("held")),
+        "replica changes": ", ".join(changes) if changes else "none",
+    }
+
+
 def _error(message: str) -> None:
     print(f"pdserve demo: error: {message}", file=sys.stderr)
 
@@ -198,7 +217,7 @@ def main(argv: list[str]) -> int:
         "max_replicas_per_pool": args.max_replicas, "router_policy": args.policy,
         "wall_time_s": round(time.monotonic() - t_start, 1),
     }  # fmt: skip
-    files = report.write(out, summary, run.samples, results, slo, settings)
+    files = report.write(out, summary, run.samples, results, slo, settings, _planner_stats(run_dir / "decisions.jsonl"))
     console.print(f"[bold green]done[/]: {summary.succeeded}/{summary.requests} requests succeeded; report in {out}/")
     for key, value in asdict(summary).items():
         console.print(f"  {key}: {value}")

@@ -73,6 +73,7 @@ def write(
     results: Sequence[RequestResult],
     slo: Slo,
     settings: dict[str, object],
+    planner: dict[str, object] | None = None,
 ) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "load_replicas.png", out / "latency.png", out / "timeline.json", out / "requests.csv", out / "summary.md"]
@@ -111,6 +112,7 @@ def write(
         f"| decode replicas min / max | {s.min_decode} / {s.max_decode} |",
         f"| prefix-cache hit ratio (mean over windows) | {_pct(s.mean_hit_ratio)} |",
         "",
+        *(["## Planner", "", *[f"- {k}: {v}" for k, v in planner.items()], ""] if planner else []),
         "## Plots",
         "",
         "![load and replicas](load_replicas.png)",
