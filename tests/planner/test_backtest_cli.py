@@ -71,3 +71,11 @@ def test_cli_run_static_against_a_metrics_endpoint(tmp_path):
         assert not rows[-1]["held"]  # idle but healthy: a real decision (rate 0)
     finally:
         fake.close()
+
+
+def test_worker_speedup_is_read_from_worker_flags():
+    from pdserve.planner.cli import _worker_speedup
+
+    assert _worker_speedup(["--host=x", "--mock-speedup=25"]) == 25.0
+    assert _worker_speedup(["--mock-speedup", "4"]) == 4.0
+    assert _worker_speedup([]) == 1.0

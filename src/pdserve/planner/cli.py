@@ -36,6 +36,9 @@ def _run_parser(sub) -> None:
     g = p.add_argument_group("policy (local actuators; kubernetes reads these from the resource)")
     g.add_argument("--profile", type=Path, help="capacity profile JSON (from `pdserve profile`)")
     g.add_argument("--model-profile", default="llama-3.1-8b-h100", help="derive the profile from this engine model")
+    g.add_argument("--mock-speedup", type=float,
+                   help="the derived profile in the wall time of mock workers at this speed-up "
+                        "(default: the --mock-speedup among --worker-arg, else 1)")
     g.add_argument("--interval", type=float, help="seconds between decisions")
     g.add_argument("--predictor", choices=[*PREDICTORS, "moving_average", "holt_winters"], default="holt-winters")
     g.add_argument("--ttft-ms", type=float, default=2000.0)
@@ -110,6 +113,16 @@ def _backtest(args) -> int:
     return 0
 
 
+def _worker_speedup(worker_args: list[str]) -> float:
+    """``--mock-speedup X`` / ``--mock-speedup=X`` among the worker flags, else 1."""
+    for i, a in enumerate(worker_args):
+        if a.startswith("--mock-speedup="):
+            return float(a.split("=", 1)[1])
+        if a == "--mock-speedup" and i + 1 < len(worker_args):
+            return float(worker_args[i + 1])
+    return 1.0
+
+
 async def _run(args, parser) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     log = logging.getLogger("pdserve.planner")
@@ -161,8 +174,13 @@ async def _run_local(args, stopped, log) -> int:
     from pdserve.planner.source_scrape import ScrapeSource, parse_target
     from pdserve.planner.spec_config import rate_window
 
-    profile = (CapacityProfile.load(args.profile) if args.profile
-               else derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp))
+    if args.profile:
+        profile = CapacityProfile.load(args.profile)
+    else:
+        profile = derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp)
+        speedup = args.mock_speedup or _worker_speedup(args.worker_arg)
+        if speedup != 1.0:
+            profile = profile.time_scaled(speedup)
     cfg = PolicyConfig(
         ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval or 30.0,
         predictor=args.predictor, prefill_min=args.prefill_min, prefill_max=args.prefill_max,
