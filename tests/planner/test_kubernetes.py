@@ -96,3 +96,19 @@ async def test_hosted_stops_when_the_resource_is_gone(kmock):
     api = client.ApiClient(client.Configuration(host=str(kmock.url)))
     await asyncio.wait_for(run_hosted("ns", "nope", stopped=asyncio.Event(), logger=logging.getLogger("t"),
                                       api_client=api), 10)
+
+
+async def test_manager_runs_one_planner_per_resource(api):
+    from pdserve.planner.manager import run_manager
+
+    stopped = asyncio.Event()
+    task = asyncio.create_task(run_manager(["ns"], stopped=stopped, logger=logging.getLogger("t"), api_client=api,
+                                           resync_s=0.2, default_prometheus_url="http://127.0.0.1:9"))
+    for _ in range(200):
+        obj = await asyncio.to_thread(read, api)
+        if "status" in obj:
+            break
+        await asyncio.sleep(0.05)
+    stopped.set()
+    await asyncio.wait_for(task, 15)
+    assert obj["status"]["planner"]["holdReason"] == "metrics-unavailable"
