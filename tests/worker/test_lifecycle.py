@@ -50,7 +50,7 @@ def test_sigterm_drains_in_flight_requests() -> None:
         result: dict[str, object] = {}
 
         def long_request() -> None:
-            r = httpx.post(f"{w.url}/v1/completions", json={"prompt": "drain me", "max_tokens": 60,
+            r = httpx.post(f"{w.url}/v1/completions", json={"prompt": "drain me", "max_tokens": 400,
                                                              "ignore_eos": True}, timeout=30)
             result["status"] = r.status_code
             result["tokens"] = r.json()["usage"]["completion_tokens"]
@@ -67,7 +67,7 @@ def test_sigterm_drains_in_flight_requests() -> None:
         assert refused.status_code == 503 and refused.json()["error"]["type"] == "ServiceUnavailableError"
         assert httpx.get(f"{w.url}/health").status_code == 503
         t.join(30)
-        assert result == {"status": 200, "tokens": 60}
+        assert result == {"status": 200, "tokens": 400}
         assert w.proc.wait(10) == 0
 
 

@@ -17,125 +17,28 @@ recomputed (vLLM recomputes it to get logits), once ``kv_ready_time`` has passed
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 from pdserve.common import hashing
 from pdserve.common.tokenizer import EOS_ID, WORD_IDS
-from pdserve.worker.kvcache import BlockPool, KvEvents
+from pdserve.worker.engine_types import (
+    FINISH_ABORT,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    EngineConfig,
+    EngineRequest,
+    EngineStats,
+    HeldKv,
+    StepOutput,
+    TokenEvent,
+)
+from pdserve.worker.kvcache import BlockPool
 from pdserve.worker.perf import PerfModel
 
-FINISH_STOP = "stop"
-FINISH_LENGTH = "length"
-FINISH_ABORT = "abort"
+__all__ = [
+    "FINISH_ABORT", "FINISH_LENGTH", "FINISH_STOP", "Engine", "EngineConfig", "EngineRequest", "EngineStats",
+    "StepOutput", "TokenEvent",
+]
 _N_WORDS = len(WORD_IDS)
-
-
-@dataclass(slots=True)
-class EngineConfig:
-    num_blocks: int
-    block_size: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    max_model_len: int = 131072
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0  # 0 = no per-request cap on a chunk
-    kv_lease_s: float = 480.0  # vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT default
-
-    def __post_init__(self) -> None:
-        for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError("without chunked prefill, max_num_batched_tokens must be >= max_model_len")
-
-
-@dataclass(slots=True)
-class EngineRequest:
-    request_id: str
-    prompt_token_ids: list[int]
-    max_tokens: int
-    min_tokens: int = 0
-    ignore_eos: bool = False
-    eos_after: int | None = None  # the model "naturally" ends after this many tokens (None: never)
-    stop_token_ids: tuple[int, ...] = ()
-    seed: int = 0
-    hold_kv: bool = False  # prefill for a remote decode: keep blocks until release()
-    remote_prefilled: bool = False  # prompt KV came from a prefill worker
-    kv_ready_time: float | None = None  # remote KV usable from this time (None: already there)
-    extra_keys: tuple[object, ...] | None = None
-    # --- engine state (not set by callers) ---
-    arrival_time: float = 0.0
-    output_token_ids: list[int] = field(default_factory=list)
-    num_computed: int = 0
-    block_ids: list[int] = field(default_factory=list)
-    block_hashes: list[bytes] = field(default_factory=list)
-    num_cached_blocks: int = 0
-    started: bool = False
-    looked_up: bool = False  # prefix lookup done for the current (re)start
-    counted: bool = False  # prefix-cache query stats recorded
-    num_cached_prompt_tokens: int = 0  # prompt tokens served from the local prefix cache at admission
-    rng: int = 0
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
-
-    def all_token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
-
-    def token_range(self, start: int, end: int) -> list[int]:
-        """Tokens ``start..end-1`` of prompt + output without concatenating the whole sequence."""
-        n_prompt = len(self.prompt_token_ids)
-        if end <= n_prompt:
-            return self.prompt_token_ids[start:end]
-        if start >= n_prompt:
-            return self.output_token_ids[start - n_prompt : end - n_prompt]
-        return self.prompt_token_ids[start:] + self.output_token_ids[: end - n_prompt]
-
-
-@dataclass(slots=True)
-class TokenEvent:
-    request_id: str
-    token_id: int
-    index: int  # position in the output (0 = first token)
-    finished: bool = False
-    finish_reason: str | None = None
-    held_block_ids: list[int] | None = None  # for hold_kv requests on finish
-
-
-@dataclass(slots=True)
-class StepOutput:
-    duration: float
-    tokens: list[TokenEvent] = field(default_factory=list)
-    started: list[str] = field(default_factory=list)  # first scheduled in this step
-    preempted: list[str] = field(default_factory=list)
-    expired: list[str] = field(default_factory=list)  # held KV leases that ran out
-    num_prefill_tokens: int = 0  # prompt tokens computed (excludes prefix hits and transferred KV)
-    num_decode_tokens: int = 0
-    num_scheduled: int = 0
-    kv_events: KvEvents = field(default_factory=KvEvents)
-
-
-@dataclass(slots=True)
-class EngineStats:
-    running: int
-    waiting: int
-    held: int
-    kv_usage: float
-    num_blocks: int
-    free_blocks: int
-    prefix_queries: int
-    prefix_hits: int
-    preemptions: int
-    computed_prompt_tokens: int
-    generated_tokens: int
-
-
-@dataclass(slots=True)
-class HeldKv:
-    request: EngineRequest
-    expires_at: float
 
 
 class Engine:
@@ -168,6 +71,8 @@ class Engine:
         if -(-n_prompt // cfg.block_size) > cfg.num_blocks:
             raise ValueError(f"prompt of {n_prompt} tokens needs more KV blocks than the engine has")
         req.arrival_time = now
+        req.num_prompt_tokens = n_prompt
+        req.num_tokens = n_prompt + len(req.output_token_ids)
         req.rng = (req.seed * 0x9E3779B1 + 0x7F4A7C15) & 0xFFFFFFFF
         self._requests[req.request_id] = req
         self.waiting.append(req)
@@ -231,71 +136,79 @@ class Engine:
     # --- the step ------------------------------------------------------------
     def step(self, now: float) -> StepOutput:
         out = StepOutput(duration=0.0)
-        self._expire_leases(now, out)
+        if self.held:
+            self._expire_leases(now, out)
         budget = self.config.max_num_batched_tokens
+        bs = self.config.block_size
+        thr = self.config.long_prefill_token_threshold
         scheduled: list[tuple[EngineRequest, int]] = []
         preempted_any = False
 
-        # 1. running requests, oldest first
+        # 1. running requests, oldest first (the decode fast path avoids helper calls)
+        running = self.running
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = self._num_new_tokens(req, budget)
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.num_tokens - req.num_computed
+            if thr and n > thr:
+                n = thr
+            if n > budget:
+                n = budget
             if n <= 0:
                 i += 1
                 continue
-            while not self._ensure_blocks(req, req.num_computed + n):
-                victim = self.running.pop()
-                self._preempt(victim, out)
-                preempted_any = True
-                if victim is req:
-                    n = 0
-                    break
-            if n == 0:
-                break  # req itself was preempted; everything after it is gone too
+            if req.num_computed + n > len(req.block_ids) * bs:
+                while not self._ensure_blocks(req, req.num_computed + n):
+                    victim = running.pop()
+                    self._preempt(victim, out)
+                    preempted_any = True
+                    if victim is req:
+                        n = 0
+                        break
+                if n == 0:
+                    break  # req itself was preempted; everything after it is gone too
             scheduled.append((req, n))
             budget -= n
             i += 1
 
         # 2. admit waiting requests (vLLM skips admission in a step that preempted)
-        if not preempted_any:
+        if not preempted_any and self.waiting:
             budget = self._admit(now, budget, scheduled, out)
 
-        # 3. cost of the step
+        # 3. cost, advance, sample: the cost terms use the context *before* this step
         new_tokens = 0
         attn_pairs = 0.0
         kv_read = 0
+        prefill = 0
+        finished: list[EngineRequest] = []
+        tokens = out.tokens
         for req, n in scheduled:
             ctx = req.num_computed
             new_tokens += n
             attn_pairs += n * ctx + n * (n + 1) / 2
             kv_read += ctx
-            if ctx < len(req.prompt_token_ids):
-                out.num_prefill_tokens += min(n, len(req.prompt_token_ids) - ctx)
-        out.num_scheduled = len(scheduled)
-        out.num_decode_tokens = new_tokens - out.num_prefill_tokens
-        out.duration = self.perf.step_time_aggregate(new_tokens, attn_pairs, kv_read, len(scheduled))
-        self.computed_prompt_tokens += out.num_prefill_tokens
-
-        # 4. advance, sample, finish
-        bs = self.config.block_size
-        finished: list[EngineRequest] = []
-        for req, n in scheduled:
-            req.num_computed += n
-            full = req.num_computed // bs
-            if full > req.num_cached_blocks:
-                self._cache_full_blocks(req, full)
-            if req.num_computed < req.num_tokens:
+            n_prompt = req.num_prompt_tokens
+            if ctx < n_prompt:
+                prefill += n if n < n_prompt - ctx else n_prompt - ctx
+            req.num_computed = ctx = ctx + n
+            if ctx // bs > req.num_cached_blocks:
+                self._cache_full_blocks(req, ctx // bs)
+            if ctx < req.num_tokens:
                 continue  # prefill chunk not done yet: no token this step
             ev = self._sample(req)
-            out.tokens.append(ev)
+            tokens.append(ev)
             if ev.finished:
                 finished.append(req)
+        out.num_scheduled = len(scheduled)
+        out.num_prefill_tokens = prefill
+        out.num_decode_tokens = new_tokens - prefill
+        out.duration = self.perf.step_time_aggregate(new_tokens, attn_pairs, kv_read, len(scheduled))
+        self.computed_prompt_tokens += prefill
         if finished:
             done = {id(r) for r in finished}
             self.running = [r for r in self.running if id(r) not in done]
             for req in finished:
-                self._finish(req, now + out.duration, out.tokens)
+                self._finish(req, now + out.duration, tokens)
         out.kv_events = self.pool.drain_events()
         return out
 
@@ -400,20 +313,22 @@ class Engine:
         self.waiting.appendleft(req)
 
     def _sample(self, req: EngineRequest) -> TokenEvent:
-        idx = len(req.output_token_ids)
+        out_ids = req.output_token_ids
+        idx = len(out_ids)
         n_out = idx + 1
         # Deterministic per-request stream (an LCG seeded from the request's seed).
-        req.rng = (req.rng * 1664525 + 1013904223) & 0xFFFFFFFF
+        req.rng = rng = (req.rng * 1664525 + 1013904223) & 0xFFFFFFFF
         eos_at = req.eos_after
-        if eos_at is not None and not req.ignore_eos and n_out >= max(eos_at, req.min_tokens):
+        if eos_at is not None and not req.ignore_eos and n_out >= eos_at and n_out >= req.min_tokens:
             token = EOS_ID
         else:
-            token = WORD_IDS[(req.rng >> 8) % _N_WORDS]
-        req.output_token_ids.append(token)
+            token = WORD_IDS[(rng >> 8) % _N_WORDS]
+        out_ids.append(token)
+        req.num_tokens += 1
         self.generated_tokens += 1
         reason: str | None = None
         if n_out >= req.min_tokens and (
-            (token == EOS_ID and not req.ignore_eos) or token in req.stop_token_ids
+            (token == EOS_ID and not req.ignore_eos) or (req.stop_token_ids and token in req.stop_token_ids)
         ):
             reason = FINISH_STOP
         elif n_out >= req.max_tokens or req.num_tokens >= self.config.max_model_len:
