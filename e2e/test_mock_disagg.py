@@ -254,6 +254,8 @@ def test_planner_scales_both_pools_up_under_load(env: Env) -> None:
     finally:
         loader.join()
     assert result.get("n", 0) > 50
+    planner = env.dsvc().get("status", {}).get("planner", {})
+    assert planner.get("reason") and not planner.get("held"), planner
     spec = env.dsvc()["spec"]
     assert spec["prefill"]["replicas"] == env.replicas("prefill")[0]
     assert spec["decode"]["replicas"] == env.replicas("decode")[0]
@@ -298,6 +300,8 @@ def test_planner_scales_down_after_the_load(env: Env) -> None:
     finally:
         stop.set()
         t.join(timeout=70)
+    spec = env.dsvc()["spec"]
+    assert (spec["prefill"]["replicas"], spec["decode"]["replicas"]) == (env.replicas("prefill")[0], env.replicas("decode")[0])
 
 
 def test_deleting_the_service_cleans_up(env: Env) -> None:
