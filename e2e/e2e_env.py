@@ -150,6 +150,7 @@ def podmonitor_scrape_configs(sd_file: Path, release_namespace: str, planner: bo
                     "job_name": f"{doc['metadata']['name']}-{i}",
                     "scrape_interval": "1s",
                     "metrics_path": ep.get("path", "/metrics"),
+                    "honor_labels": bool(ep.get("honorLabels", False)),
                     "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
                     "relabel_configs": relabel,
                 }

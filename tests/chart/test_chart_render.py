@@ -50,6 +50,7 @@ MONITORING_SCHEMAS: dict[str, dict[str, Any]] = {
                             "properties": {
                                 "port": {"type": "string"},
                                 "path": {"type": "string", "pattern": "^/"},
+                                "honorLabels": {"type": "boolean"},
                                 "interval": {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
                                 "relabelings": {
                                     "type": "array",
@@ -247,6 +248,7 @@ def test_monitoring_objects_follow_the_toggles(chart: helm.Chart) -> None:
     assert all(m["metadata"]["labels"]["release"] == "kps" for m in monitors)
     for m in monitors:
         if m["metadata"]["name"].endswith("-planner"):
+            assert m["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True, "planner series keep their own namespace label"
             continue
         targets = {r["targetLabel"] for r in m["spec"]["podMetricsEndpoints"][0]["relabelings"]}
         assert {"pdserve_service", "pdserve_role"} <= targets, "the dashboard and alerts group by these"
