@@ -266,7 +266,7 @@ def test_planner_scales_both_pools_up_under_load(env: Env) -> None:
 def test_every_dashboard_query_returns_data(env: Env) -> None:
     missing = []
     for q in dashboard_queries.queries(dashboard_queries.load()):
-        expr = dashboard_queries.substitute(q.expr, {"service": SERVICE})
+        expr = dashboard_queries.substitute(q.expr, {"namespace": NS, "service": SERVICE})
         body = env.prom.query(expr)
         if not body["data"]["result"]:
             missing.append(f"{q.panel}/{q.ref}: {expr}")

@@ -19,10 +19,11 @@ def dashboard() -> dict:
 def test_dashboard_is_templated_by_service(dashboard: dict) -> None:
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["service"]["type"] == "query"
+    assert "$namespace" in variables["service"]["definition"], "services are listed per namespace"
     assert variables["datasource"]["type"] == "datasource"
     panel_queries = [q for q in queries(dashboard) if q.ref not in ("variable",)]
     for q in panel_queries:
-        assert "$service" in q.expr, f"{q.panel}/{q.ref} is not filtered by $service: {q.expr}"
+        assert "$service" in q.expr and "$namespace" in q.expr, f"{q.panel}/{q.ref} is not filtered by $namespace and $service: {q.expr}"
     assert re.fullmatch(r"[a-z0-9-]{1,40}", dashboard["uid"])
 
 
@@ -81,7 +82,7 @@ def test_every_panel_queries_the_selected_datasource(dashboard: dict) -> None:
 def test_every_query_parses_in_a_real_prometheus(dashboard: dict) -> None:
     with PrometheusServer() as prom:
         for q in queries(dashboard):
-            body = prom.query(substitute(q.expr, {"service": "demo", "datasource": "prometheus"}))
+            body = prom.query(substitute(q.expr, {"namespace": "default", "service": "demo", "datasource": "prometheus"}))
             assert body["data"]["resultType"] in ("vector", "matrix", "scalar"), q
         with pytest.raises(ValueError, match="bad_data"):
             prom.query("sum(rate(vllm:num_requests_running[1m])")
