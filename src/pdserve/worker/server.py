@@ -182,6 +182,7 @@ class WorkerServer:
 
     async def _generate(self, request: web.Request, req: Any, model: str, ids: list[int], chat: bool,
                         max_tokens: int | None) -> web.StreamResponse:
+        max_tokens_param = max_tokens  # as the client sent it (for vllm:request_params_max_tokens)
         max_tokens = self._validate_lengths(len(ids), max_tokens, req.min_tokens, chat)
         kvp = req.kv_transfer_params or {}
         hold = bool(kvp.get("do_remote_decode"))
@@ -199,7 +200,7 @@ class WorkerServer:
                              eos_after=self._natural_length(seed), stop_token_ids=stop_ids, seed=seed,
                              hold_kv=hold, remote_prefilled=external > 0)
         try:
-            tracked = self.runner.submit(ereq, req.max_tokens if not chat else max_tokens, external)
+            tracked = self.runner.submit(ereq, max_tokens_param, external)
         except ValueError as err:
             raise bad_request(str(err)) from None
         self.active += 1
