@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import time
 from collections.abc import Iterator
 
@@ -51,12 +52,16 @@ def sub_and_worker() -> Iterator[tuple[zmq.Socket[bytes], WorkerHandle]]:
     sub = ctx.socket(zmq.SUB)
     port = sub.bind_to_random_port("tcp://127.0.0.1")
     sub.setsockopt(zmq.SUBSCRIBE, b"kv@test")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        replay_port = s.getsockname()[1]
     cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{port}",
-           "topic": "kv@test"}
+           "replay_endpoint": f"tcp://127.0.0.1:{replay_port}", "topic": "kv@test"}
     try:
         with start_worker("llama", speedup=20.0, args=["--max-model-len", "2048", "--kv-events-config",
                                                         json.dumps(cfg)]) as w:
             settle(sub)
+            w.replay_endpoint = cfg["replay_endpoint"]  # type: ignore[attr-defined]
             yield sub, w
     finally:
         sub.close(0)
@@ -172,3 +177,35 @@ def test_kv_events_block_removed_on_eviction() -> None:
     removed = [h for e in events if e["type"] == "BlockRemoved" for h in e["block_hashes"]]
     assert len(stored) == 12 and removed and set(removed) <= set(stored)
     assert all(e["medium"] == "GPU" for e in events if e["type"] == "BlockRemoved")
+
+
+def test_replay_socket_and_all_blocks_cleared(sub_and_worker: tuple[zmq.Socket[bytes], WorkerHandle]) -> None:
+    sub, w = sub_and_worker
+    r = httpx.post(f"{w.url}/v1/completions", json={"prompt": list(range(7000, 7040)), "max_tokens": 1})
+    assert r.status_code == 200
+    live = recv_batches(sub, time.monotonic() + 5)
+    assert live
+    # vLLM's replay protocol: [empty delimiter, first wanted seq as 8 bytes BE] to the ROUTER; it answers with
+    # one [delimiter, seq, payload] message per buffered batch from there on, then [delimiter, -1, b""].
+    ctx = zmq.Context.instance()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(w.replay_endpoint)  # type: ignore[attr-defined]
+    got = []
+    try:
+        start = live[0][0]
+        dealer.send_multipart([b"", start.to_bytes(8, "big")])
+        while True:
+            assert dealer.poll(5000), "replay socket did not answer"
+            empty, seq, payload = dealer.recv_multipart()
+            assert empty == b""
+            if int.from_bytes(seq, "big", signed=True) == -1:
+                assert payload == b""
+                break
+            got.append((int.from_bytes(seq, "big"), msgpack.unpackb(payload, raw=False)[1]))
+    finally:
+        dealer.close(0)
+    assert got and got[0][0] == start and got[0][1] == live[0][1]
+    # POST /reset_prefix_cache clears everything and says so on the event stream
+    assert httpx.post(f"{w.url}/reset_prefix_cache").status_code == 200
+    cleared = [e for _, evs in recv_batches(sub, time.monotonic() + 5) for e in evs]
+    assert {"type": "AllBlocksCleared"} in cleared

@@ -31,7 +31,7 @@ from pdserve.worker.engine_types import (
     StepOutput,
     TokenEvent,
 )
-from pdserve.worker.kvcache import BlockPool
+from pdserve.worker.kvcache import BlockPool, KvEvents
 from pdserve.worker.perf import PerfModel
 
 __all__ = [
@@ -104,6 +104,15 @@ class Engine:
     def get_held(self, request_id: str) -> EngineRequest | None:
         held = self.held.get(request_id)
         return held.request if held else None
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget all cached blocks (vLLM's /reset_prefix_cache); refused while any block is in use.
+        The AllBlocksCleared event comes out of the next ``step`` or ``drain_kv_events``."""
+        return self.pool.reset_prefix_cache()
+
+    def drain_kv_events(self) -> KvEvents:
+        """KV events recorded outside a step (e.g. by ``reset_prefix_cache``)."""
+        return self.pool.drain_events()
 
     def knows(self, request_id: str) -> bool:
         """Whether the id is in use (queued, running or holding KV)."""

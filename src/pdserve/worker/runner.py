@@ -117,6 +117,13 @@ class EngineRunner:
         self.engine.abort(request_id)
         self._complete(t, reason, self._clock())
 
+    def reset_prefix_cache(self) -> bool:
+        ok = self.engine.reset_prefix_cache()
+        events = self.engine.drain_kv_events()
+        if self.publisher is not None and (events.cleared or events.removed or events.stored):
+            self.publisher.publish(encode_events(events, self.engine.config.block_size))
+        return ok
+
     def release_kv(self, request_id: str) -> bool:
         released = self.engine.release(request_id)
         self._wake.set()

@@ -63,6 +63,7 @@ class WorkerServer:
         r.add_get("/version", self.version)
         r.add_get("/load", self.load)
         r.add_get("/metrics", self.metrics)
+        r.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.on_cleanup.append(self._close_session)
         return app
 
@@ -97,6 +98,11 @@ class WorkerServer:
         self.runner.metrics.update_engine(self.runner.engine.stats())
         return web.Response(body=self.runner.metrics.render(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
+        if not self.runner.reset_prefix_cache():
+            raise ApiError(400, "cannot reset the prefix cache while requests hold KV blocks")
+        return web.Response(status=200)
 
     async def models(self, _request: web.Request) -> web.Response:
         data = [{"id": name, "object": "model", "created": self.started, "owned_by": "vllm", "root": self.s.model,
