@@ -248,9 +248,10 @@ def test_thousands_of_requests_replay_quickly() -> None:
 
     e = make(num_blocks=27_000, max_num_seqs=256, max_num_batched_tokens=8192)
     rng = random.Random(1)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: the shared test machine's load must not fail this
     now = 0.0
-    pending = [(i * 0.01, req(f"r{i}", rng.randint(50, 2000), rng.randint(10, 300), base=rng.randint(0, 50) * 3000)) for i in range(3000)]
+    pending = [(i * 0.01, req(f"r{i}", rng.randint(50, 2000), rng.randint(10, 300), base=rng.randint(0, 50) * 3000))
+               for i in range(1500)]
     pending.reverse()
     while pending or e.has_work():
         while pending and pending[-1][0] <= now:
@@ -260,6 +261,6 @@ def test_thousands_of_requests_replay_quickly() -> None:
             now = pending[-1][0]
             continue
         now += e.step(now).duration
-    elapsed = time.perf_counter() - t0
-    assert e.stats().generated_tokens > 3000 * 10
-    assert elapsed < 20, f"3000 requests took {elapsed:.1f}s of CPU"
+    elapsed = time.process_time() - t0
+    assert e.stats().generated_tokens > 1500 * 10
+    assert elapsed < 10, f"1500 requests took {elapsed:.1f}s of CPU"
