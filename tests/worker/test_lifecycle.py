@@ -57,9 +57,9 @@ def test_sigterm_drains_in_flight_requests() -> None:
 
         t = threading.Thread(target=long_request)
         t.start()
-        for _ in range(100):
-            if httpx.get(f"{w.url}/load").json()["server_load"] == 1:
-                break
+        deadline = time.monotonic() + 15
+        while httpx.get(f"{w.url}/load").json()["server_load"] != 1:
+            assert time.monotonic() < deadline, "the long request never reached the worker"
             time.sleep(0.01)
         os.killpg(w.pid, signal.SIGTERM)
         time.sleep(0.1)
