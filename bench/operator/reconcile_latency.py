@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -106,6 +107,7 @@ def summary(latencies: list[float]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     workdir = Path(tempfile.mkdtemp(prefix="pdserve-bench-op-"))
     with LocalCluster(k8s_bin_dir(), workdir) as cluster:
         # Every resource needs 2 GPUs (1 prefill + 1 decode, TP 1), 3 after the change.
@@ -163,6 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "resources": args.resources,
         "resync_seconds": args.resync_seconds,
         "machine": f"{platform.machine()}, {platform.python_version()}, shared 2-core VM",
+        "load_average_1m": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
         "all_ready_s": round(all_ready_s, 2),
         "sequential": summary(sequential),
         "burst": summary(burst),
@@ -189,7 +192,8 @@ def write(result: dict[str, Any], out: Path) -> None:
         f"# Operator reconcile latency ({result['resources']} DisaggregatedServices)",
         "",
         "Spec change (`spec.decode.replicas`) to the decode Deployment updated, seen by a watch.",
-        f"Local control plane built from source, kwok GPU nodes; {result['machine']}.",
+        f"Local control plane built from source, kwok GPU nodes; {result['machine']}",
+        f"(1-minute load average {result['load_average_1m']['before']} before, {result['load_average_1m']['after']} after: other work shared the 2 cores).",
         "",
         "| mode | n | p50 ms | p90 ms | p99 ms | max ms |",
         "|---|---|---|---|---|---|",

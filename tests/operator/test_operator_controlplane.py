@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from operator_harness import GROUP, PLURAL, VERSION, OperatorProcess, eventually, load_example
 from pdserve.api import DisaggregatedService
+from pdserve.operator.drift import drift
 from pdserve.operator.render import render
 
 pytestmark = pytest.mark.controlplane
@@ -79,6 +80,8 @@ def test_example_becomes_ready_with_exact_children(admin: client.ApiClient, oper
         assert got["command"] == _engine(want)["command"]
         assert [(p["name"], p["containerPort"]) for p in got["ports"]] == [(p["name"], p["containerPort"]) for p in _engine(want)["ports"]]
         assert live[name]["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+    # As the API server stores them (defaults added), the children show no drift.
+    assert {name: drift(want, live[name]) for name, want in expected.items()} == {name: [] for name in expected}
     prefill = _engine(live["llama-8b-prefill"])
     assert '{"kv_connector":"NixlConnector","kv_role":"kv_both"}' in prefill["args"]
     assert prefill["resources"]["limits"]["nvidia.com/gpu"] == "1" and prefill["resources"]["requests"]["nvidia.com/gpu"] == "1"
@@ -170,8 +173,12 @@ def test_restart_mid_reconcile_no_duplicates_no_flapping(admin: client.ApiClient
     assert later["status"]["conditions"] == obj["status"]["conditions"]
     assert sum(1 for e in _events(admin, namespace, "restart") if e.reason == "AllReplicasReady") == 1
     assert not any(e.type == "Warning" and e.reason != "ReplicasNotReady" for e in _events(admin, namespace, "restart"))
-    for name, dep in _deployments(admin, namespace, "restart").items():
+    stored = _deployments(admin, namespace, "restart")
+    for name, dep in stored.items():
         assert dep["metadata"]["generation"] == 1, f"{name} was rewritten after creation"
+    for want in render(DisaggregatedService.from_body(later), _options()):
+        if want["kind"] == "Deployment":
+            assert drift(want, stored[want["metadata"]["name"]]) == []
 
 
 def test_gpu_shortage_reports_scaling_limited(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:

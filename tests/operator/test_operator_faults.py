@@ -110,6 +110,7 @@ async def test_children_created_when_missing_and_status_written(kmock: kmock.Raw
     kmock["patch"] << (lambda req: _json(req))  # SSA echoes the object back
     outcome = await _reconciler(kmock).sync(NS, NAME, cause="spec", logger=LOG)
     assert outcome is not None and outcome.error is None
+    # Nothing exists yet: render order, RBAC before the pods that need it.
     assert outcome.applied == [
         "ServiceAccount/s-router", "Role/s-router", "RoleBinding/s-router",
         "Deployment/s-prefill", "Deployment/s-decode", "Deployment/s-router", "Service/s",

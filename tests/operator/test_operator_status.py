@@ -104,6 +104,11 @@ def test_drift_subset_semantics() -> None:
     assert drift(desired, None) == ["<missing>"]
 
 
+def test_absent_equals_empty() -> None:
+    assert differences({"env": [], "nodeSelector": {}, "a": 1}, {"a": 1}) == []
+    assert differences({"env": [{"name": "X"}]}, {}) == [".env"]
+
+
 def test_differences_scalars() -> None:
     assert differences({"a": "1"}, {"a": 1}) == []
     assert differences({"a": True}, {"a": 1}) == [".a"]

@@ -33,6 +33,9 @@ def differences(want: Any, have: Any, path: str = "") -> list[str]:
         out: list[str] = []
         for key, value in want.items():
             if key not in have:
+                # The API server drops empty lists and maps; absent equals empty.
+                if value in ([], {}):
+                    continue
                 out.append(f"{path}.{key}")
             else:
                 out += differences(value, have[key], f"{path}.{key}")

@@ -79,7 +79,11 @@ class Reconciler:
             logger.error("spec is invalid: %s", e)
             return outcome
         live = {d["metadata"]["name"]: d for d in await self.kube.list("apps/v1", "Deployment", namespace, f"{SERVICE_LABEL}={name}")}
-        for manifest in render(svc, self.options):
+        manifests = render(svc, self.options)
+        # Existing Deployments first: a spec change reaches the pods without waiting on
+        # the (rarely changing) RBAC and Service applies. New objects keep render order.
+        manifests.sort(key=lambda m: 0 if m["kind"] == "Deployment" and m["metadata"]["name"] in live else 1)
+        for manifest in manifests:
             kind, child = manifest["kind"], manifest["metadata"]["name"]
             if kind == "Deployment":
                 paths = drift(manifest, live.get(child))

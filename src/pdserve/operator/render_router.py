@@ -49,7 +49,7 @@ def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict
         "image": svc.spec.router.image or options.pdserve_image,
         "command": command[:2],
         "args": command[2:],
-        "env": router_env(svc),
+        **({"env": env} if (env := router_env(svc)) else {}),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
