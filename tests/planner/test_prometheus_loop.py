@@ -149,10 +149,10 @@ async def test_planner_scales_with_prometheus(tmp_path: Path):
         stopped = asyncio.Event()
         planner = asyncio.create_task(run_loop(policy, source, pool, stopped=stopped, on_decision=on_decision))
         gen_stop = asyncio.Event()
-        loader = asyncio.create_task(load(router, [(LOW, 8), (HIGH, 22), (LOW, 22)], gen_stop))
+        loader = asyncio.create_task(load(router, [(LOW, 6), (HIGH, 16), (LOW, 18)], gen_stop))
 
         async def phase_marks() -> None:
-            for name, after in (("low", 0), ("high", 8), ("falling", 22), ("end", 22)):
+            for name, after in (("low", 0), ("high", 6), ("falling", 16), ("end", 18)):
                 await asyncio.sleep(after)
                 phase[0] = name
 
@@ -163,7 +163,7 @@ async def test_planner_scales_with_prometheus(tmp_path: Path):
         last = log[-1][2]
         assert (last.prefill, last.decode) == (1, 1), [(p, d.reason) for _, p, d in log]
         assert any("stabilised" in d.reason for _, p, d in log if p == "falling")
-        assert ok >= 0.8 * (LOW * 30 + HIGH * 22)  # the router kept serving while pools changed
+        assert ok >= 0.8 * (LOW * 24 + HIGH * 16)  # the router kept serving while pools changed
 
         stop(prom)  # Prometheus dies: the planner must hold, not scale down or up
         phase[0] = "no-prometheus"
