@@ -184,3 +184,11 @@ def test_correction_waits_until_latency_nears_the_slo():
         d = relaxed.decide(obs(t, p=8, d=8, rate=40.0, itl_mean_s=0.02, itl_tail_s=0.025), t)
     cap = d.explanation["capacity"]
     assert cap["decodeLatencyRatio"] > 1.3 and cap["decodeCorrection"] == 1.0
+
+
+def test_wake_up_from_the_routers_signal():
+    pol = make(scale_to_zero=True, prefill_min=0, decode_min=0)
+    d = pol.decide(Observation(timestamp=0, prefill=PoolState(0), decode=PoolState(0), router_inflight=0.0), 0)
+    assert (d.prefill, d.decode) == (0, 0)
+    d = pol.decide(Observation(timestamp=5, prefill=PoolState(0), decode=PoolState(0), router_request_rate=0.5), 5)
+    assert (d.prefill, d.decode) == (1, 1) and "wake-up" in d.reason

@@ -72,8 +72,9 @@ def test_scrape_target_churn(fakes):
 def test_parse_target():
     assert parse_target("http://h:1") == Target("http://h:1")
     assert parse_target("decode=http://h:1") == Target("http://h:1", "decode")
-    with pytest.raises(ValueError, match="role must be prefill or decode"):
-        parse_target("router=http://h:1")
+    assert parse_target("router=http://h:1").role == "router"
+    with pytest.raises(ValueError, match="role must be prefill, decode or router"):
+        parse_target("gateway=http://h:1")
     with pytest.raises(ValueError, match="expected an http"):
         parse_target("prefill=h:1")
 
@@ -99,3 +100,25 @@ def test_promql_queries_have_fallbacks():
 def test_prometheus_down_is_an_error_observation():
     o = PrometheusSource("http://127.0.0.1:9", PromQL(""), timeout_s=1).observe(5.0, P, D)
     assert o.error and "prometheus http://127.0.0.1:9" in o.error and o.timestamp == 5.0
+
+
+def test_router_target_gives_the_wake_up_signal():
+    from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+    reg = CollectorRegistry()
+    reqs = Counter("pdserve_router_requests", "", ["status"], registry=reg)
+    inflight = Gauge("pdserve_router_inflight_requests", "", registry=reg)
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=reg)
+    try:
+        src = ScrapeSource([parse_target(f"router=http://127.0.0.1:{server.server_port}")])
+        src.observe(0.0, PoolState(0), PoolState(0))
+        reqs.labels(status="503").inc(4)
+        inflight.set(2)
+        o = src.observe(2.0, PoolState(0), PoolState(0))
+        assert o.router_request_rate == pytest.approx(2.0) and o.router_inflight == 2
+        assert math.isnan(o.request_rate)  # no worker: the pools' own metrics stay unknown
+    finally:
+        server.shutdown()
+        server.server_close()
+    q = PromQL('namespace="ns"').queries()
+    assert "pdserve_router_inflight_requests" in q["router_inflight"]

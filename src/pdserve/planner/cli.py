@@ -26,7 +26,8 @@ def _run_parser(sub) -> None:
     p.add_argument("--prometheus", "--prometheus-url", dest="prometheus", help="Prometheus base URL")
     p.add_argument("--selector", help="PromQL label matchers for the workers (default: namespace + pdserve_service)")
     p.add_argument("--scrape", action="append", default=[], metavar="[ROLE=]URL",
-                   help="scrape a worker's /metrics directly (repeatable); ROLE is prefill or decode")
+                   help="scrape /metrics directly (repeatable); ROLE is prefill, decode or router; "
+                        "with the process pool these add to its own workers")
     p.add_argument("--dry-run", action="store_true", help="decide and report, never change replicas")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--metrics-port", type=int, default=0, help="serve pdserve_planner_* metrics here (0: off)")
@@ -41,6 +42,7 @@ def _run_parser(sub) -> None:
                         "(default: the --mock-speedup among --worker-arg, else 1)")
     g.add_argument("--interval", type=float, help="seconds between decisions")
     g.add_argument("--predictor", choices=[*PREDICTORS, "moving_average", "holt_winters"], default="holt-winters")
+    g.add_argument("--seasonal-periods", type=int, help="season length in intervals (seasonal Holt-Winters / SARIMA)")
     g.add_argument("--ttft-ms", type=float, default=2000.0)
     g.add_argument("--itl-ms", type=float, default=50.0)
     g.add_argument("--prefill-min", type=int, default=1)
@@ -146,7 +148,10 @@ async def _run_kubernetes(args, stopped, log) -> int:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config(config_file=args.kubeconfig)
+        try:
+            config.load_kube_config(config_file=args.kubeconfig)
+        except (config.ConfigException, OSError) as exc:
+            raise ValueError(f"no Kubernetes access (not in a cluster, and no usable kubeconfig): {exc}") from exc
     api_client = client.ApiClient()
     if args.metrics_port:
         from prometheus_client import start_http_server
@@ -183,7 +188,8 @@ async def _run_local(args, stopped, log) -> int:
             profile = profile.time_scaled(speedup)
     cfg = PolicyConfig(
         ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval or 30.0,
-        predictor=args.predictor, prefill_min=args.prefill_min, prefill_max=args.prefill_max,
+        predictor=args.predictor, seasonal_periods=args.seasonal_periods,
+        prefill_min=args.prefill_min, prefill_max=args.prefill_max,
         decode_min=args.decode_min, decode_max=args.decode_max,
         prefill_tp=args.prefill_tp or profile.prefill.tensor_parallel_size,
         decode_tp=args.decode_tp or profile.decode.tensor_parallel_size,
@@ -205,10 +211,11 @@ async def _run_local(args, stopped, log) -> int:
     if args.prometheus:
         selector = args.selector if args.selector is not None else f'namespace="{ns}",pdserve_service="{service}"'
         source = PrometheusSource(args.prometheus, PromQL(selector, window=rate_window(cfg.interval_s, 5.0)))
+    elif pool is not None:  # the pool's ready workers, plus e.g. the router (wake-up from zero)
+        extra = [parse_target(s) for s in args.scrape]
+        source = ScrapeSource(lambda: pool.targets() + extra)
     elif args.scrape:
         source = ScrapeSource([parse_target(s) for s in args.scrape])
-    elif pool is not None:
-        source = ScrapeSource(pool.targets)
     else:
         raise ValueError("give --prometheus URL or --scrape URL (or use --actuator process-pool)")
     metrics = PlannerMetrics()

@@ -37,9 +37,12 @@ class Observation:
     itl_mean_s: float = NAN
     itl_tail_s: float = NAN
     running: float = NAN
-    waiting: float = NAN  # includes requests queued at the router when pools are at zero
+    waiting: float = NAN  # in the engines' queues
     kv_usage: float = NAN  # 0..1
     prefix_hit_ratio: float = NAN  # 0..1, prompt tokens served from the prefix cache
+    # The router sees requests even while no worker runs: the wake-up signal at zero.
+    router_request_rate: float = NAN
+    router_inflight: float = NAN
     error: str | None = None
     extra: dict[str, float] = field(default_factory=dict)
 

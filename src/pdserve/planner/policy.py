@@ -114,7 +114,8 @@ class PlannerPolicy:
         if not math.isfinite(age) or age > stale_after:
             return self._hold(cur, now, D.HOLD_STALE, f"metrics are {age:.0f}s old (limit {stale_after:.0f}s)", expl)
 
-        busy = (_finite(obs.request_rate) and obs.request_rate > 0) or (_finite(obs.waiting) and obs.waiting > 0)
+        busy = any(_finite(v) and v > 0 for v in (obs.request_rate, obs.waiting, obs.router_request_rate,
+                                                   obs.router_inflight))
         if busy or s.last_busy is None:  # the first interval counts as busy: no instant scale-to-zero
             s.last_busy = now
         if cfg.scale_to_zero and cur == (0, 0):

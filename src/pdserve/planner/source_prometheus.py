@@ -32,6 +32,8 @@ class Names:
     kv: tuple[str, ...] = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
     hits: tuple[str, ...] = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
     queries: tuple[str, ...] = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+    router_requests: tuple[str, ...] = ("pdserve_router_requests_total",)
+    router_inflight: tuple[str, ...] = ("pdserve_router_inflight_requests",)
 
 
 class PromQL:
@@ -89,6 +91,8 @@ class PromQL:
             "waiting": self.gauge(n.waiting, None),
             "kv_usage": self.gauge(n.kv, "decode", agg="avg"),
             "prefix_hit_ratio": self.ratio(n.hits, n.queries, "prefill"),
+            "router_request_rate": self.rate_sum(n.router_requests, None),
+            "router_inflight": self.gauge(n.router_inflight, None),
         }
 
 

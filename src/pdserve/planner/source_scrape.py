@@ -25,7 +25,7 @@ Snapshot = dict[str, float]  # "name" or "name|le" -> value summed over label se
 @dataclass(frozen=True)
 class Target:
     url: str  # base URL; /metrics is appended unless present
-    role: str | None = None  # "prefill", "decode" or None (serves both)
+    role: str | None = None  # "prefill", "decode", "router", or None (a worker serving both)
 
     @property
     def metrics_url(self) -> str:
@@ -33,12 +33,12 @@ class Target:
 
 
 def parse_target(spec: str) -> Target:
-    """``URL`` or ``ROLE=URL`` (role prefill|decode), as given to ``--scrape``."""
+    """``URL`` or ``ROLE=URL`` (role prefill|decode|router), as given to ``--scrape``."""
     role, sep, url = spec.partition("=")
     if not sep or role.startswith("http"):
         return Target(spec)
-    if role not in ("prefill", "decode"):
-        raise ValueError(f"--scrape {spec!r}: role must be prefill or decode, got {role!r}")
+    if role not in ("prefill", "decode", "router"):
+        raise ValueError(f"--scrape {spec!r}: role must be prefill, decode or router, got {role!r}")
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--scrape {spec!r}: expected an http(s) URL after '='")
     return Target(url, role)
@@ -94,7 +94,7 @@ class ScrapeSource:
     def observe(self, now: float, prefill: PoolState, decode: PoolState) -> Observation:
         targets = list(self._targets())
         if not targets:
-            return Observation(timestamp=now, prefill=prefill, decode=decode)  # nothing to scrape (scaled to zero)
+            return Observation(timestamp=now, prefill=prefill, decode=decode)  # nothing to scrape
         # role -> (summed counter rates, summed gauges)
         rates: dict[str | None, Snapshot] = {}
         gauges: dict[str | None, Snapshot] = {}
@@ -120,10 +120,16 @@ class ScrapeSource:
                 del self._prev[url]
         if len(errors) == len(targets):
             return Observation.failed(now, prefill, decode, "scrape failed: " + "; ".join(errors))
-        if not have_rates:
-            return Observation(timestamp=now, prefill=prefill, decode=decode, running=self._g(gauges, None, self.names.running),
-                               waiting=self._g(gauges, None, self.names.waiting))
         n = self.names
+        router = {
+            "router_request_rate": _first(rates.get("router", {}), n.router_requests),
+            "router_inflight": _first(gauges.get("router", {}), n.router_inflight),
+        }
+        rates.pop("router", None)
+        gauges.pop("router", None)
+        if not have_rates:
+            return Observation(timestamp=now, prefill=prefill, decode=decode, running=self._g(gauges, None, n.running),
+                               waiting=self._g(gauges, None, n.waiting), **router)
         return Observation(
             timestamp=now, prefill=prefill, decode=decode,
             request_rate=self._pick(rates, "decode", lambda s: _first(s, n.requests)),
@@ -137,7 +143,7 @@ class ScrapeSource:
             waiting=self._g(gauges, None, n.waiting),
             kv_usage=self._pick(gauges, "decode", lambda s: _first(s, n.kv) / max(1, _count(targets, "decode"))),
             prefix_hit_ratio=self._pick(rates, "prefill", lambda s: _ratio(s, n.hits, n.queries)),
-            extra={"scrape_errors": float(len(errors))},
+            extra={"scrape_errors": float(len(errors))}, **router,
         )
 
     @staticmethod
