@@ -122,3 +122,15 @@ def test_goodput_search_brackets_and_bisects() -> None:
     assert 0.095 <= low.rate_scale <= 0.1
     none = search_goodput(lambda s: 0.0, base_rate_rps=1.0, target=0.9)
     assert none.goodput_rps == 0.0
+
+
+def test_goodput_search_stops_at_the_zero_load_limit() -> None:
+    calls: list[float] = []
+
+    def flat(s: float) -> float:
+        calls.append(s)
+        return 0.5  # a fixed share of requests can never meet the SLO
+
+    res = search_goodput(flat, base_rate_rps=1.0, target=0.9, max_probes=20)
+    assert res.goodput_rps == 0.0
+    assert calls == [1.0, 0.5, 0.25]

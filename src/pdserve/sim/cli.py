@@ -156,6 +156,11 @@ def _report(con: Console, result, compared: list[Compared], out: Path) -> None: 
     )
     for c in compared:
         con.print(f"  goodput {c.config.label:>14}: {c.goodput.goodput_rps:.3f} req/s = {c.per_gpu:.3f} req/s/GPU")
+        if c.goodput.goodput_rps == 0 and c.goodput.probes:
+            low = min(c.goodput.probes, key=lambda p: p.rate_scale)
+            con.print(f"    even at {low.rate_rps:.3g} req/s only {100 * low.attainment:.1f}% of requests meet both SLOs "
+                      f"(target {100 * c.goodput.target:.0f}%): the SLOs are out of reach for part of this trace "
+                      "(e.g. its longest prompts); relax --ttft-slo-ms / --itl-slo-ms")
     con.print(f"wrote {out}/result.json, requests.csv and plots")
 
 

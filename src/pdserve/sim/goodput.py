@@ -94,6 +94,11 @@ def search_goodput(
             if probe(s):
                 lo = s
                 break
+            if cache[s] > 0 and cache[s] == cache[hi] == cache.get(hi * 2, -1.0):
+                # Two halvings changed nothing: this is the zero-load limit, and it
+                # misses the target, so no rate will meet the SLOs. (Zero attainment
+                # is excluded: deep overload also reads 0 at several rates.)
+                return GoodputResult(0.0, 0.0, target, probes)
             hi = s
         if lo == 0.0:
             return GoodputResult(0.0, 0.0, target, probes)

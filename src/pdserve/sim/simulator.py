@@ -23,16 +23,18 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pdserve.router.kv_index import KvIndex
 from pdserve.router.policies import Policy, RouteRequest, make_policy
-from pdserve.sim.autoscale import Autoscaler, PoolSizes, ScalingEvent
+from pdserve.sim.autoscale import Autoscaler, ScalingEvent
 from pdserve.sim.config import SimConfig, SimConfigError
 from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
 from pdserve.sim.kvlink import schedule_transfer
-from pdserve.sim.metrics import RequestRecord, Summary, summarize
+from pdserve.sim.metrics import RequestRecord, summarize
+from pdserve.sim.outcome import SimResult, instance_report
 from pdserve.sim.prompts import block_keys
+from pdserve.sim.scaling import apply_tick
 from pdserve.sim.traces import Trace
 from pdserve.sim.windows import WindowTracker
 from pdserve.worker.engine import StepOutput
@@ -47,22 +49,6 @@ class _Req:
     last_token_s: float = -1.0
     prefill: Instance | None = None
     decode: Instance | None = None
-
-
-@dataclass(slots=True)
-class SimResult:
-    config: SimConfig
-    records: list[RequestRecord]
-    summary: Summary
-    gpus: int  # GPUs of the initial (static) deployment
-    gpu_seconds: float  # over every instance's lifetime
-    end_time_s: float
-    kv_recomputes: int  # decode had to recompute because the prefill lease expired
-    rejected: int  # refused by an engine (prompt too long for max_model_len / KV)
-    preemptions: int
-    steps: int
-    instances: list[dict[str, object]] = field(default_factory=list)
-    scaling_events: list[ScalingEvent] = field(default_factory=list)
 
 
 class Simulation:
@@ -114,7 +100,7 @@ class Simulation:
         )
         for pool, n in initial.items():
             for _ in range(n):
-                self._new_instance(pool, ready_at=0.0)
+                self.new_instance(pool, ready_at=0.0)
         self.static_gpus = sum(i.tp for i in self.all_instances)
 
     # ---- plumbing -------------------------------------------------------------
@@ -122,7 +108,7 @@ class Simulation:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, obj))
 
-    def _new_instance(self, pool: str, ready_at: float) -> Instance:
+    def new_instance(self, pool: str, ready_at: float) -> Instance:
         spec = self.specs[pool]
         prefix = {"colocated": "C", "prefill": "P", "decode": "D"}[pool]
         iid = f"{prefix}{self.counter[pool]}"
@@ -284,7 +270,7 @@ class Simulation:
                 # next step can start right away without a separate kick event.
                 self._step(inst)
         elif inst.state is State.DRAINING:
-            self._maybe_release(inst)
+            self.maybe_release(inst)
 
     def _on_kv_done(self, st: _Req) -> None:
         p, d = st.prefill, st.decode
@@ -307,7 +293,7 @@ class Simulation:
             self._kick(d)
         if p.engine.has_work():
             self._kick(p)  # released blocks may unblock its queue
-        self._maybe_release(p)
+        self.maybe_release(p)
 
     def _on_ready(self, inst: Instance) -> None:
         if inst.state is not State.STARTING:
@@ -322,49 +308,15 @@ class Simulation:
             else:
                 self._dispatch_entry(st)
 
-    def _maybe_release(self, inst: Instance) -> None:
+    def maybe_release(self, inst: Instance) -> None:
         if inst.state is State.DRAINING and not inst.busy and inst.idle and inst.incoming == 0:
             inst.state = State.RELEASED
             inst.released_at = self.now
             self.policies[inst.pool].forget_worker(inst.instance_id)
 
-    # ---- autoscaling ----------------------------------------------------------
+    # ---- autoscaling (see pdserve.sim.scaling) ------------------------------------
     def _on_tick(self) -> None:
-        assert self.autoscaler is not None
-        current = self.windows.pool_sizes()
-        window = self.windows.snapshot(self.now, self.autoscaler.interval_s)
-        want = self.autoscaler.on_tick(self.now, window, current)
-        if not isinstance(want, PoolSizes):
-            raise TypeError(f"autoscaler.on_tick must return PoolSizes, got {type(want).__name__}")
-        notes = []
-        pools = ("prefill", "decode") if self.disagg else ("colocated",)
-        for pool in pools:
-            have = current.prefill if pool == "prefill" else current.decode
-            target = want.prefill if pool == "prefill" else want.decode
-            if target > have:
-                for _ in range(target - have):
-                    inst = self._new_instance(pool, self.now + self.cfg.startup_delay_s)
-                    notes.append(f"+{inst.instance_id} (ready at {inst.ready_at:.1f} s)")
-            elif target < have:
-                notes += self._remove(pool, have - target)
-        applied = want if self.disagg else PoolSizes(0, want.decode)
-        self.scaling_events.append(ScalingEvent(self.now, current, applied, ", ".join(notes)))
-
-    def _remove(self, pool: str, n: int) -> list[str]:
-        live = [i for i in self.instances[pool] if i.state in (State.STARTING, State.READY)]
-        # Starting instances go first (nothing to drain), then the newest ready ones.
-        order = [i for i in reversed(live) if i.state is State.STARTING]
-        order += [i for i in reversed(live) if i.state is State.READY]
-        notes = []
-        for inst in order[:n]:
-            if inst.state is State.STARTING:
-                inst.state = State.RELEASED
-                inst.released_at = self.now
-            else:
-                inst.state = State.DRAINING
-                self._maybe_release(inst)
-            notes.append(f"-{inst.instance_id}")
-        return notes
+        apply_tick(self)
 
     # ---- main loop ------------------------------------------------------------
     def run(self) -> SimResult:
@@ -432,25 +384,7 @@ class Simulation:
         summary = summarize(
             self.records, self.cfg.slo, itl_samples=self.itl, prefix_hits=hits, prefix_queries=queries
         )
-        per_inst = [
-            {
-                "id": i.instance_id,
-                "pool": i.pool,
-                "profile": i.spec.profile_name,
-                "tp": i.tp,
-                "kv_blocks": i.spec.engine_config.num_blocks,
-                "requested_at_s": round(i.requested_at, 6),
-                "released_at_s": round(i.released_at, 6),
-                "prefix_hits_tokens": i.engine.prefix_hits,
-                "prefix_queries_tokens": i.engine.prefix_queries,
-                "preemptions": i.engine.preemptions,
-                "computed_prompt_tokens": i.engine.computed_prompt_tokens,
-                "generated_tokens": i.engine.generated_tokens,
-                "kv_link_bytes": i.link.bytes_moved,
-                "kv_link_busy_s": round(i.link.busy_s, 6),
-            }
-            for i in self.all_instances
-        ]
+        per_inst = [instance_report(i) for i in self.all_instances]
         return SimResult(
             config=self.cfg,
             records=self.records,
