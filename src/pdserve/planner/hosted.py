@@ -79,7 +79,11 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
             source = PrometheusSource(settings.prometheus_url, query)
         source.query = query
         started = clock()
-        out = await tick(policy, source, actuator, now=started, logger=logger)
+        try:
+            out = await tick(policy, source, actuator, now=started, logger=logger)
+        except Exception as exc:  # a bug must not end the service's planning for good
+            logger.exception(f"planner {namespace}/{name}: interval failed: {exc!r}")
+            out = None
         if out is not None:
             obs, d = out
             METRICS.record(name, namespace, obs, d, settings.config.ttft_slo_ms, settings.config.itl_slo_ms)
