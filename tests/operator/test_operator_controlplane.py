@@ -137,6 +137,12 @@ def test_replica_change_propagates(admin: client.ApiClient, operator: OperatorPr
     assert deps
     obj = _ready(admin, namespace, "scale")
     assert obj["status"]["decode"] == {"desired": 3, "ready": 3, "summary": "3/3"}
+    # The planner's status key survives the operator's status writes.
+    decision = {"lastDecision": {"prefill": 2, "decode": 3}, "reason": "forecast 41 rps", "time": "2026-01-01T00:00:00Z"}
+    client.CustomObjectsApi(admin).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "scale", {"status": {"planner": decision}})
+    _patch_spec(admin, namespace, "scale", {"decode": {"replicas": 1}})
+    obj = eventually("scaled back", lambda: (o := _ready(admin, namespace, "scale"))["status"]["decode"]["desired"] == 1 and o, 30)
+    assert obj["status"]["planner"] == decision
 
 
 def test_delete_removes_children(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:
