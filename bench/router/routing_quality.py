@@ -28,8 +28,8 @@ from rich.table import Table
 
 from pdserve.router.policies import POLICIES, Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.config import SimConfig
-from pdserve.sim.simulator import Simulation
-from pdserve.sim.traces import Trace, load_trace
+from pdserve.sim.simulator import Simulation, default_block_size
+from pdserve.sim.traces import Trace, from_rows, load_trace
 
 HASH_BLOCK = 512
 
@@ -77,27 +77,35 @@ def unlimited_hit_ratio(trace: Trace, block_size: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL trace")
-    ap.add_argument("--minutes", type=float, default=10.0, help="replay the first N minutes of the trace")
+    ap.add_argument("--minutes", type=float, default=10.0, help="replay N minutes of the trace")
+    ap.add_argument("--start-minute", type=float, default=0.0, help="...starting this far into it")
     ap.add_argument("--instances", type=int, default=8)
     ap.add_argument("--topology", default="chunked", choices=["chunked", "colocated"])
     ap.add_argument("--token-budget", type=int, default=2048)
     ap.add_argument("--rate-scale", type=float, default=1.0, help="arrival rate multiplier")
     ap.add_argument("--policies", nargs="+", default=sorted(POLICIES))
+    ap.add_argument("--block-size", type=int, default=None,
+                    help="KV block size (default: the simulator's choice for the trace, 512 for Mooncake)")
     ap.add_argument("--out", type=Path, default=None, help="write JSON results here")
     args = ap.parse_args()
     console = Console()
     full = load_trace(args.trace)
-    reqs = tuple(r for r in full.requests if r.arrival_s < args.minutes * 60)
-    trace = Trace(requests=reqs, format=full.format, source=full.source, sha256=full.sha256)
-    unlimited = unlimited_hit_ratio(trace, 16)
-    console.print(f"{len(reqs)} requests from {args.trace.name} (first {args.minutes:g} min); "
+    lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
+    picked = [r for r in full.requests if lo <= r.arrival_s < hi]
+    trace = from_rows([(r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids) for r in picked],
+                      format=full.format, source=full.source, sha256=full.sha256)
+    reqs = trace.requests
+    block = args.block_size or default_block_size(trace)
+    unlimited = unlimited_hit_ratio(trace, block)
+    console.print(f"{len(reqs)} requests from {args.trace.name} (minutes {args.start_minute:g}-"
+                  f"{args.start_minute + args.minutes:g}); "
                   f"unlimited-cache hit ratio {unlimited:.3f}")
     rows = {}
     names = ["oracle", *args.policies]
     with Progress(console=console) as progress:
         task = progress.add_task("policies", total=len(names))
         for name in names:
-            cfg = SimConfig(topology=args.topology, instances=args.instances,
+            cfg = SimConfig(topology=args.topology, instances=args.instances, block_size=block,
                             policy="round_robin" if name == "oracle" else name, token_budget=args.token_budget)
             t0 = time.perf_counter()
             sim = Simulation(trace.scaled(args.rate_scale), cfg)
@@ -139,8 +147,10 @@ def main() -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({
-            "bench": "routing_quality", "trace": str(args.trace), "minutes": args.minutes, "requests": len(reqs),
+            "bench": "routing_quality", "trace": str(args.trace), "start_minute": args.start_minute,
+            "minutes": args.minutes, "requests": len(reqs),
             "topology": args.topology, "instances": args.instances, "token_budget": args.token_budget,
+            "block_size": block,
             "rate_scale": args.rate_scale, "oracle_hit_ratio": oracle,
             "unlimited_cache_hit_ratio": round(unlimited, 4),
             "oracle": "global knowledge of every worker's real cache; longest cached prefix wins, load ignored",

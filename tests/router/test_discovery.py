@@ -83,6 +83,9 @@ def test_pods_to_endpoints_keeps_only_ready_live_pods_with_ips() -> None:
         pod("r1", "router", "10.0.0.6"),
         pod("d6", "decode", "fd00::7"),
     ]
+    other = pod("o1", "decode", "10.0.0.8")
+    other["metadata"]["labels"]["pdserve.io/service"] = "other"
+    assert len(pods_to_endpoints([*pods, other], service="svc").decode) == 2
     eps = pods_to_endpoints(pods, http_port=8000, kv_port=5557)
     assert [e.url for e in eps.prefill] == ["http://10.0.0.1:8000"]
     assert [e.url for e in eps.decode] == ["http://10.0.0.2:8000", "http://[fd00::7]:8000"]

