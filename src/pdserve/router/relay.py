@@ -33,14 +33,20 @@ class _Clock:
         self.last: float | None = None
 
     def tokens(self, n: int) -> None:
+        """``n`` content chunks reached the client in one read: the first after the
+        gap since the previous read, the rest right behind it (gap 0), as seen."""
         if n <= 0:
             return
         now = time.perf_counter()
         m = self.state.metrics
         if self.last is None:
             m.ttft.labels(self.flow.mode).observe(now - self.flow.arrived)
+            n -= 1
         else:
             m.itl.observe(now - self.last)
+            n -= 1
+        for _ in range(n):
+            m.itl.observe(0.0)
         self.last = now
 
 
