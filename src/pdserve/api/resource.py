@@ -36,8 +36,8 @@ class DisaggregatedService(BaseModel):
     """A whole resource as read from the API server (or a manifest)."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
-    api_version: Literal["pdserve.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["DisaggregatedService"] = KIND
+    api_version: Literal["pdserve.io/v1alpha1"] = Field("pdserve.io/v1alpha1", alias="apiVersion")
+    kind: Literal["DisaggregatedService"] = "DisaggregatedService"
     metadata: ObjectMeta
     spec: DisaggregatedServiceSpec
     status: DisaggregatedServiceStatus = Field(default_factory=DisaggregatedServiceStatus)

@@ -45,17 +45,17 @@ def build_registry(
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", registry=registry)
-    async def reconcile(name: str, namespace: str, logger: kopf.Logger, **_: Any) -> None:
+    async def reconcile(name: str, namespace: str | None, logger: kopf.Logger, **_: Any) -> None:
         try:
-            outcome = await reconciler.sync(namespace, name, cause="spec", logger=logger)
+            outcome = await reconciler.sync(str(namespace), name, cause="spec", logger=logger)
         except KubeError as e:
             raise kopf.TemporaryError(str(e), delay=RETRY_DELAY_S) from e
         _raise_for(outcome)
 
     @kopf.timer(GROUP, VERSION, PLURAL, id="resync", interval=config.resync_seconds, initial_delay=config.resync_seconds, registry=registry)
-    async def resync(name: str, namespace: str, logger: kopf.Logger, **_: Any) -> None:
+    async def resync(name: str, namespace: str | None, logger: kopf.Logger, **_: Any) -> None:
         try:
-            outcome = await reconciler.sync(namespace, name, cause="resync", logger=logger)
+            outcome = await reconciler.sync(str(namespace), name, cause="resync", logger=logger)
         except KubeError as e:
             logger.warning("resync failed, next try in %ss: %s", config.resync_seconds, e)
             return
@@ -63,12 +63,12 @@ def build_registry(
             logger.warning("resync failed, next try in %ss: %s", config.resync_seconds, outcome.error)
 
     @kopf.on.event("apps", "v1", "deployments", id="child", labels={SERVICE_LABEL: kopf.PRESENT}, registry=registry)
-    async def child_changed(meta: kopf.Meta, namespace: str, logger: kopf.Logger, **_: Any) -> None:
+    async def child_changed(meta: kopf.Meta, namespace: str | None, logger: kopf.Logger, **_: Any) -> None:
         owner = meta.get("labels", {}).get(SERVICE_LABEL)
         if not owner:
             return
         try:
-            await reconciler.sync(namespace, owner, cause="child", logger=logger)
+            await reconciler.sync(str(namespace), owner, cause="child", logger=logger)
         except KubeError as e:
             # The resync timer repairs whatever this event could not.
             logger.warning("sync of %s/%s after a child event failed: %s", namespace, owner, e)
@@ -76,14 +76,14 @@ def build_registry(
     if config.hosted_planner:
 
         @kopf.daemon(GROUP, VERSION, PLURAL, id="planner", when=_autoscaled, cancellation_timeout=10.0, registry=registry)
-        async def planner(name: str, namespace: str, stopped: kopf.DaemonStopped, logger: kopf.Logger, **_: Any) -> None:
+        async def planner(name: str, namespace: str | None, stopped: kopf.DaemonStopped, logger: kopf.Logger, **_: Any) -> None:
             try:
                 from pdserve.planner.hosted import run_hosted
             except ImportError as e:
                 logger.warning("autoscaling is enabled but the hosted planner is unavailable (%s); replicas stay as written", e)
                 await stopped.wait()
                 return
-            await run_hosted(namespace, name, stopped=stopped, logger=logger, api_client=api_client)
+            await run_hosted(str(namespace), name, stopped=stopped, logger=logger, api_client=api_client)
 
     return registry
 

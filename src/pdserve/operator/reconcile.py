@@ -94,14 +94,14 @@ class Reconciler:
             elif cause == "child":
                 continue
             try:
-                result = await self.kube.apply(manifest)
+                applied = await self.kube.apply(manifest)
             except KubeError as e:
                 outcome.error, outcome.transient = f"{kind}/{child}: {e.message}", e.transient
                 logger.warning("apply %s/%s failed: %s", kind, child, e)
                 break
             outcome.applied.append(f"{kind}/{child}")
             if kind == "Deployment":
-                live[child] = result
+                live[child] = applied
         for child, paths in outcome.repaired.items():
             if cause == "spec":
                 logger.info("rolled out the spec change to Deployment/%s: %s", child, ", ".join(paths[:5]))

@@ -44,7 +44,7 @@ def router_env(svc: DisaggregatedService) -> list[dict[str, Any]]:
 def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict[str, Any]:
     command = router_command(svc)
     probe = {"httpGet": {"path": "/health", "port": "http"}}
-    container = {
+    container: dict[str, Any] = {
         "name": "router",
         "image": svc.spec.router.image or options.pdserve_image,
         "command": command[:2],

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pdserve.api import DisaggregatedService
+from pdserve.api import Condition, DisaggregatedService
 from pdserve.operator.names import ROLE_LABEL, ROLES, Role
 
 GPU_SHORTAGE = "Insufficient nvidia.com/gpu"
@@ -170,7 +170,7 @@ def compute_status(
     apply_error: str | None = None,
 ) -> StatusResult:
     """The operator's status keys, keeping lastTransitionTime unless a condition's status changed."""
-    previous = {c.type: c for c in svc.status.conditions}
+    previous: dict[str, Condition] = {c.type: c for c in svc.status.conditions}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     conditions: list[dict[str, Any]] = []
     transitions: list[Transition] = []
