@@ -14,7 +14,7 @@ from functools import lru_cache
 from pdserve.router.policies import WorkerView
 from pdserve.sim.config import SimConfig, SimConfigError
 from pdserve.sim.kvlink import Link
-from pdserve.worker.engine import Engine, EngineConfig, EngineRequest
+from pdserve.worker.engine import Engine, EngineConfig, EngineRequest, StepOutput
 from pdserve.worker.perf import PerfModel, PerfProfile, load_profile
 
 # Prefill engines (and decode engines receiving transferred prompts) chunk long
@@ -103,6 +103,7 @@ class Instance:
     busy: bool = False  # a step is in flight (its results land at step_end)
     kicked: bool = False  # a step start is already scheduled
     step_start: float = 0.0
+    step_out: StepOutput | None = None  # the step in flight
     inflight_prefill: int = 0  # prompt tokens routed here that have not produced a token
     incoming: int = 0  # decode: requests whose KV transfer to here has not landed
     prefill_of: dict[str, int] = field(default_factory=dict)

@@ -229,8 +229,10 @@ class Simulation:
             return
         self.steps += 1
         inst.busy = True
-        inst.step_start = self.now
-        self._push(self.now + out.duration, _STEP_DONE, (inst, out))
+        inst.step_start = now = self.now
+        inst.step_out = out
+        self.seq += 1
+        heapq.heappush(self.heap, (now + out.duration, self.seq, _STEP_DONE, inst))
 
     def _on_step_done(self, inst: Instance, out: StepOutput) -> None:
         inst.busy = False
@@ -336,16 +338,17 @@ class Simulation:
             self._push(first + self.autoscaler.interval_s, _TICK, None)
         i = 0
         every = max(1, n // 100)
+        pop = heapq.heappop
+        on_step_done = self._on_step_done
+        t_arr = reqs[0].arrival_s if n else math.inf
         while True:
-            t_arr = reqs[i].arrival_s if i < n else math.inf
             if heap and heap[0][0] < t_arr:
-                t, _, kind, obj = heapq.heappop(heap)
+                t, _, kind, obj = pop(heap)
                 if t > limit:
                     break
                 self.now = t
                 if kind == _STEP_DONE:
-                    inst, out = obj  # type: ignore[misc]
-                    self._on_step_done(inst, out)
+                    on_step_done(obj, obj.step_out)  # type: ignore[union-attr]
                 elif kind == _KICK:
                     self._on_kick(obj)  # type: ignore[arg-type]
                 elif kind == _KV_DONE:
@@ -366,6 +369,7 @@ class Simulation:
                 self.states[str(r.index)] = st
                 self._on_arrival(st)
                 i += 1
+                t_arr = reqs[i].arrival_s if i < n else math.inf
                 if self.progress is not None and i % every == 0:
                     self.progress(i, n)
             else:
