@@ -5,7 +5,8 @@
 
 Live side: ``pdserve worker`` processes (``--mock-speedup S``) and ``pdserve router``
 on loopback; a client replays the trace's arrivals (divided by S) as streaming
-completions with exact prompt token ids (random, so no prefix sharing) and
+completions with exact prompt token ids (random, so no prefix sharing, or from
+Mooncake hash ids via ``pdserve.sim.prompts.token_ids``) and
 ``max_tokens`` = the trace's output length (``ignore_eos``). Client-side TTFT and
 inter-token gaps are multiplied by S to get model seconds. Sim side: the same
 trace, layout, profile, policy and link in ``pdserve.sim``. Reports TTFT p50/p90
@@ -34,6 +35,7 @@ from rich.console import Console
 
 from pdserve.sim.config import SimConfig, parse_layout
 from pdserve.sim.metrics import percentile
+from pdserve.sim.prompts import token_ids
 from pdserve.sim.simulator import run_simulation
 from pdserve.sim.traces import Trace, load_trace
 from pdserve.worker.testing import start_worker
@@ -83,7 +85,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 async def replay(url: str, trace: Trace, speedup: float, seed: int) -> list[tuple[float, list[float]]]:
     """Returns per request (TTFT, token gaps) in wall seconds."""
     rng = random.Random(seed)
-    prompts = [[rng.randrange(1000, 30000) for _ in range(r.input_tokens)] for r in trace.requests]
+    # Mooncake hash ids become shared token blocks (as in the simulator); others get random, unshared prompts.
+    prompts = [token_ids(r, trace.hash_block_tokens) if r.hash_ids
+               else [rng.randrange(1000, 30000) for _ in range(r.input_tokens)] for r in trace.requests]
     out: list[tuple[float, list[float]]] = [(float("nan"), [])] * len(trace.requests)
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as session:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pdserve.sim.traces import TraceRequest
 
 VOCAB = 32000
+_FIRST_ID = 1000  # keep clear of special ids (EOS and friends) at the bottom of the vocabulary
 _ROOT = 0x5EED
 
 
@@ -59,5 +60,5 @@ def token_ids(req: TraceRequest, hash_block_tokens: int = 512) -> list[int]:
     for pos in range(req.input_tokens):
         hid = hash_id_of_token(req, pos, hash_block_tokens)
         off = pos % hash_block_tokens if req.hash_ids else pos
-        out.append(hash((hid, off)) % VOCAB)
+        out.append(_FIRST_ID + hash((hid, off)) % (VOCAB - _FIRST_ID))
     return out

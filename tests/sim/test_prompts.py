@@ -1,0 +1,47 @@
+"""Synthetic prompts: equal Mooncake hash ids give equal tokens, equal vLLM hashes, equal keys."""
+
+from __future__ import annotations
+
+from pdserve.common.hashing import block_hashes
+from pdserve.sim.prompts import block_keys, token_ids
+from pdserve.sim.traces import TraceRequest
+
+
+def common_prefix(a: list, b: list) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def test_shared_hash_ids_share_tokens_hashes_and_keys() -> None:
+    a = TraceRequest(0, 0.0, 1500, 10, (7, 8, 9))
+    b = TraceRequest(1, 1.0, 1400, 10, (7, 8, 4))
+    ta, tb = token_ids(a), token_ids(b)
+    assert len(ta) == 1500 and len(tb) == 1400
+    assert common_prefix(ta, tb) == 1024  # two shared 512-token blocks, then different content
+    # vLLM's own chained sha256 block hashes agree on exactly those 64 blocks of 16 tokens...
+    assert common_prefix(block_hashes(ta, 16), block_hashes(tb, 16)) == 64
+    # ...and so do the simulator's cheap keys, at 16- and 512-token block sizes.
+    assert common_prefix(block_keys(a, 16), block_keys(b, 16)) == 64
+    assert common_prefix(block_keys(a, 512), block_keys(b, 512)) == 2
+    assert len(block_keys(a, 16)) == 1500 // 16
+
+
+def test_prompts_without_hash_ids_share_nothing() -> None:
+    reqs = [TraceRequest(i, 0.0, 64, 5) for i in range(4)]
+    keys = [block_keys(r, 16) for r in reqs]
+    assert len({k[0] for k in keys}) == 4
+    toks = [token_ids(r) for r in reqs]
+    assert all(common_prefix(toks[0], t) < 16 for t in toks[1:])
+    assert all(1000 <= t < 32000 for t in toks[0])
+
+
+def test_a_block_straddling_two_hash_blocks_depends_on_both() -> None:
+    # 384-token blocks over 512-token hash blocks: block 1 covers tokens 384-767.
+    a = TraceRequest(0, 0.0, 1024, 1, (1, 2))
+    b = TraceRequest(1, 0.0, 1024, 1, (1, 3))
+    ka, kb = block_keys(a, 384), block_keys(b, 384)
+    assert ka[0] == kb[0] and ka[1] != kb[1]
