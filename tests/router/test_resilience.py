@@ -129,3 +129,27 @@ async def _reparse(chunks: list[bytes]) -> list:
             if line.startswith(b"data: "):
                 out.append("[DONE]" if line[6:] == b"[DONE]" else json.loads(line[6:]))
     return out
+
+
+async def test_prefill_pool_down_falls_back_to_local_prefill(worker_stack) -> None:
+    (d,) = spawn(worker_stack, 1, pd=True, events=False)
+    cfg = RouterConfig(prefill=[dead_url()], decode=[d.url], max_retries=1, scrape_interval_s=60,
+                       worker_cooldown_s=0.0)
+    async with run_router(cfg) as r:
+        resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "fall back " * 30, "max_tokens": 3})
+        assert resp.status == 200, await resp.text()
+        route = resp.headers["x-pdserve-route"]
+        assert "mode=local" in route and "prefill failed" in route
+        assert await r.metric("pdserve_router_pd_handoffs_total") == 1  # outcome=prefill_failed
+        assert await worker_metric(d.url, "pdserve_worker_kv_transfers_total") == 0
+
+
+async def test_no_decode_worker_at_all_is_503() -> None:
+    from pdserve.router.discovery import Endpoints
+
+    cfg = RouterConfig(decode=[dead_url()], scrape_interval_s=60)
+    async with run_router(cfg) as r:
+        r.state.apply_endpoints(Endpoints())  # every worker left the pool
+        resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})
+        body = await resp.json()
+        assert resp.status == 503 and body["error"]["type"] == "ServiceUnavailableError"

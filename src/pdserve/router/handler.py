@@ -89,8 +89,9 @@ class CompletionHandler:
             except RequestError as e:
                 resp = web.json_response(e.body(), status=e.status, headers=e.headers)
             except UpstreamFailed as e:
-                resp = error_response(503 if "no worker" in e.detail or "no workers" in e.detail else 502,
-                                      f"upstream {e.stage} failed: {e.detail}", "ServiceUnavailableError")
+                # No worker at all is unavailability (503); workers that all failed, a bad gateway.
+                resp = error_response(503 if e.no_workers else 502, f"upstream {e.stage} failed: {e.detail}",
+                                      "ServiceUnavailableError" if e.no_workers else "BadGatewayError")
             st.metrics.requests.labels(route, mode, str(resp.status)).inc()
             return resp
         finally:

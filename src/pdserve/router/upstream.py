@@ -20,10 +20,11 @@ RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.
 class UpstreamFailed(Exception):
     """Every eligible worker failed (or none was left)."""
 
-    def __init__(self, stage: str, detail: str) -> None:
+    def __init__(self, stage: str, detail: str, no_workers: bool = False) -> None:
         super().__init__(f"{stage}: {detail}")
         self.stage = stage
         self.detail = detail
+        self.no_workers = no_workers  # nothing was even tried
 
 
 @dataclass
@@ -93,4 +94,4 @@ async def send_with_retries(
         state.pool.mark_failed(url)
         tried.add(url)
         choice = None
-    raise UpstreamFailed(stage, f"tried {order or 'no workers'}; last error: {last}")
+    raise UpstreamFailed(stage, f"tried {order or 'no workers'}; last error: {last}", no_workers=not order)

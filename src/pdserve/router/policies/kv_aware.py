@@ -68,7 +68,6 @@ class KvAwarePolicy(Policy):
             ),
             policy=self.name,
             new_prefill_tokens=best.new_tokens,
-            block_hashes=tuple(req.block_hashes),
         )
 
     def forget_worker(self, worker_id: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pdserve.router.policies.ledger import InflightLedger
 
@@ -47,7 +47,6 @@ class Decision:
     reason: str
     policy: str = ""
     new_prefill_tokens: int = 0
-    block_hashes: tuple[Hashable, ...] = field(default=(), repr=False, compare=False)
 
     def header(self) -> str:
         """Compact form for the ``x-pdserve-route`` debug header."""
