@@ -29,6 +29,26 @@ def test_bad_arguments_exit_2_with_a_clear_message() -> None:
     assert r.returncode == 2 and "http://host:port" in r.stderr
     r = run_cli("--decode", "http://127.0.0.1:1", "--policy", "magic")
     assert r.returncode == 2 and "invalid choice: 'magic'" in r.stderr
+    r = run_cli("--decode", "http://127.0.0.1:1", "--weights", '{"overlap": 2}')
+    assert r.returncode == 2 and "unknown router weight(s) ['overlap']" in r.stderr
+    r = run_cli("--decode", "http://127.0.0.1:1", "--weights", "[1")
+    assert r.returncode == 2 and "--weights is not valid JSON" in r.stderr
+
+
+def test_operator_weights_reach_the_policies() -> None:
+    import argparse
+
+    from pdserve.router.cli import build_parser, config_from_args
+    from pdserve.router.state import RouterState
+
+    os.environ["PDSERVE_ROUTER_WEIGHTS"] = '{"overlap_weight":3,"request_tokens":10}'
+    try:
+        args: argparse.Namespace = build_parser().parse_args(["--decode", "http://127.0.0.1:1"])
+    finally:
+        del os.environ["PDSERVE_ROUTER_WEIGHTS"]
+    state = RouterState(config_from_args(args))
+    w = state.decode_policy.weights  # type: ignore[attr-defined]
+    assert (w.overlap_weight, w.request_tokens) == (3.0, 10.0)
 
 
 def test_router_process_serves_and_stops_on_sigterm() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--decode-policy", choices=sorted(POLICIES),
                    help="policy for the decode pool (default: least_loaded under P/D, else --policy)")
     r.add_argument("--block-size", type=int, default=16, help="the workers' KV block size")
+    r.add_argument("--weights", default=os.environ.get("PDSERVE_ROUTER_WEIGHTS"),
+                   help='cost weights for kv_aware / prefix_approx as JSON, e.g. {"overlap_weight": 2, '
+                        '"request_tokens": 64} (default: $PDSERVE_ROUTER_WEIGHTS, which the operator sets)')
     r.add_argument("--kv-events", action="store_true", help="subscribe to the workers' ZMQ KV events")
     r.add_argument("--kv-events-port", type=int, default=5557)
     r.add_argument("--disagg-threshold-tokens", type=int, default=0,
@@ -57,8 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_weights(text: str | None) -> dict[str, float] | None:
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"--weights is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"--weights must be a JSON object, got {type(data).__name__}")
+    return data
+
+
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
     return RouterConfig(
+        weights=parse_weights(args.weights),
         host=args.host, port=args.port, prefill=args.prefill, decode=args.decode, policy=args.policy,
         decode_policy=args.decode_policy, discovery_file=args.discovery_file, k8s_service=args.k8s_service,
         k8s_namespace=args.k8s_namespace, worker_http_port=args.worker_port, kv_events=args.kv_events,
@@ -76,8 +94,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cfg = config_from_args(args)
     try:
+        cfg = config_from_args(args)
         cfg.validate()
         from pdserve.router.app import build_app
 

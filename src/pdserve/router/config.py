@@ -14,6 +14,7 @@ class RouterConfig:
     decode: list[str] = field(default_factory=list)
     policy: str = "kv_aware"
     decode_policy: str | None = None  # default: least_loaded under P/D, else `policy`
+    weights: dict[str, float] | None = None  # CostWeights fields for kv_aware / prefix_approx
     discovery_file: Path | None = None
     k8s_service: str | None = None
     k8s_namespace: str = "default"

@@ -14,10 +14,23 @@ from pdserve.router.discovery import Endpoints
 from pdserve.router.kv_events import KvEventSubscriber
 from pdserve.router.kv_index import KvIndex
 from pdserve.router.metrics import RouterMetrics
-from pdserve.router.policies import Decision, Policy, RouteRequest, make_policy
+from pdserve.router.policies import CostWeights, Decision, Policy, RouteRequest, make_policy
 from pdserve.router.workers import WorkerPool
 
 log = logging.getLogger("pdserve.router")
+
+
+def cost_weights(raw: dict[str, float]) -> CostWeights:
+    """CostWeights from a {field: value} mapping; unknown fields or bad values raise
+    ValueError naming them."""
+    known = set(CostWeights.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"unknown router weight(s) {unknown}; known: {sorted(known)}")
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"router weight {k!r} must be a number, got {v!r}")
+    return CostWeights(**{k: float(v) for k, v in raw.items()})
 
 
 @dataclass
@@ -44,9 +57,12 @@ class RouterState:
         self.pd_decode_policy = self._make(cfg.decode_policy or "least_loaded")
 
     def _make(self, name: str) -> Policy:
+        key = name.replace("-", "_")
         opts: dict = {"block_size": self.cfg.block_size}
-        if name.replace("-", "_") == "kv_aware":
+        if key == "kv_aware":
             opts["index"] = self.index
+        if key in ("kv_aware", "prefix_approx") and self.cfg.weights:
+            opts["weights"] = cost_weights(self.cfg.weights)
         return make_policy(name, **opts)
 
     @property
