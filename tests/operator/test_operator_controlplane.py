@@ -221,3 +221,24 @@ def test_changes_missed_while_operator_is_down_are_caught_up(admin: client.ApiCl
     obj = _ready(admin, namespace, "missed")
     assert obj["status"]["decode"]["summary"] == "2/2"
     assert sorted(_deployments(admin, namespace, "missed")) == ["missed-decode", "missed-prefill", "missed-router"]
+
+
+def test_hosted_planner_daemon_writes_its_decision(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:
+    # The same identity (exactly RULES) runs the planner loop in a kopf daemon.
+    operator.stop()
+    hosted = OperatorProcess(operator.kubeconfig, operator.log_path, operator.resync_seconds, ["--hosted-planner"])
+    try:
+        hosted.start()
+        body = load_example(MOCK_EXAMPLE, namespace, "planned")
+        # No Prometheus there: the planner must hold (never scale on missing data) and say why.
+        body["spec"]["autoscaling"].update(intervalSeconds=5, prometheusUrl="http://127.0.0.1:9")
+        _create(admin, body)
+        _ready(admin, namespace, "planned")
+        planner = eventually("status.planner", lambda: (_get(admin, namespace, "planned")["status"] or {}).get("planner"), 60)
+        assert planner["held"] is True and "metrics unavailable" in planner["reason"]
+        obj = _get(admin, namespace, "planned")
+        assert (obj["spec"]["prefill"]["replicas"], obj["spec"]["decode"]["replicas"]) == (1, 1)
+        assert _condition(obj, "Ready")["status"] == "True"
+    finally:
+        hosted.stop()
+        operator.start()

@@ -14,6 +14,7 @@ from pdserve.operator.names import SERVICE_LABEL
 from pdserve.operator.reconcile import Reconciler, SyncOutcome
 
 RETRY_DELAY_S = 10.0
+PLANNER_LOG = logging.getLogger("pdserve.planner.hosted")
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ def build_registry(
                 logger.warning("autoscaling is enabled but the hosted planner is unavailable (%s); replicas stay as written", e)
                 await stopped.wait()
                 return
-            await run_hosted(str(namespace), name, stopped=stopped, logger=logger, api_client=api_client)
+            # A plain logger: kopf's would post every held decision as an Event, and the
+            # planner already records its decisions (status.planner and its own Events).
+            await run_hosted(str(namespace), name, stopped=stopped, logger=PLANNER_LOG, api_client=api_client)
 
     return registry
 
