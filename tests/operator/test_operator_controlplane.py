@@ -89,7 +89,7 @@ def test_example_becomes_ready_with_exact_children(admin: client.ApiClient, oper
     assert prefill["startupProbe"]["httpGet"]["path"] == "/health" and prefill["readinessProbe"]["httpGet"]["path"] == "/health"
     service = client.CoreV1Api(admin).read_namespaced_service("llama-8b", namespace)
     assert service.spec.selector == {"pdserve.io/service": "llama-8b", "pdserve.io/role": "router"}
-    assert any(e.reason == "AllReplicasReady" for e in _events(admin, namespace, "llama-8b"))
+    eventually("AllReplicasReady event", lambda: any(e.reason == "AllReplicasReady" for e in _events(admin, namespace, "llama-8b")), 15)
 
     # Printer columns, as `kubectl get dsvc` shows them.
     with kube_cluster.http() as http:
@@ -204,7 +204,8 @@ def test_gpu_shortage_reports_scaling_limited(admin: client.ApiClient, operator:
     assert "Insufficient nvidia.com/gpu" in cond["message"] and "pending" in cond["message"]
     obj = _get(admin, namespace, "greedy")
     assert _condition(obj, "Ready")["status"] == "False"
-    assert any(e.reason == "InsufficientGPU" and e.type == "Warning" for e in _events(admin, namespace, "greedy"))
+    # The Event follows the status write.
+    eventually("InsufficientGPU event", lambda: any(e.reason == "InsufficientGPU" and e.type == "Warning" for e in _events(admin, namespace, "greedy")), 15)
 
 
 def test_changes_missed_while_operator_is_down_are_caught_up(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:
