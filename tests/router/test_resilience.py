@@ -7,7 +7,7 @@ import socket
 
 from pdserve.common import tokenizer
 from pdserve.router.config import RouterConfig
-from tests.router.conftest import MODEL, kill, read_sse, run_router, spawn, stream_text, worker_metric
+from tests.router.conftest import MODEL, kill, read_sse, run_router, spawn, stream_text, wait_for, worker_metric
 
 
 def dead_url() -> str:
@@ -153,3 +153,21 @@ async def test_no_decode_worker_at_all_is_503() -> None:
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})
         body = await resp.json()
         assert resp.status == 503 and body["error"]["type"] == "ServiceUnavailableError"
+
+
+async def test_non_streamed_request_is_redone_when_its_worker_dies(worker_stack) -> None:
+    workers = spawn(worker_stack, 2, speedup=1.0, pd=False, events=False)
+    cfg = RouterConfig(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60)
+    async with run_router(cfg) as r:
+        task = asyncio.create_task(r.post("/v1/completions", {"model": MODEL, "prompt": "redo me", "max_tokens": 80,
+                                                               "ignore_eos": True}))
+        await wait_for(lambda: any(p.ledger.requests(workers[0].url) for p in r.state.all_policies),
+                       what="the request to reach the first worker")
+        await asyncio.sleep(0.2)
+        kill(workers[0])
+        resp = await task
+        body = await resp.json()
+        assert resp.status == 200, body
+        assert body["usage"]["completion_tokens"] == 80
+        assert f"decode={workers[1].url}" in resp.headers["x-pdserve-route"]
+        assert "retried" in resp.headers["x-pdserve-route"]

@@ -208,33 +208,45 @@ class CompletionHandler:
                       body: dict[str, Any], headers: dict[str, str]) -> web.StreamResponse:
         st = self.state
         cfg = st.cfg
+        stream = flow.parsed.stream
+        # A non-streamed answer is silent until complete: only the total timeout applies.
         timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s,
-                                        sock_read=cfg.read_timeout_s)
-        att = await send_with_retries(st, stage="decode", pool="decode", policy=policy, req=flow.route, first=first,
-                                      path=flow.path, body=body, headers=headers, timeout=timeout)
-        flow.decode = att.choice.decision
-        if len(att.tried) > 1:
-            flow.notes.append(f"decode retried after {att.tried[:-1]}")
-        out_headers = {"X-Request-Id": flow.request_id}
-        if cfg.debug_header:
-            out_headers[ROUTE_HEADER] = flow.header()
-        try:
-            if att.resp.status != 200 or not flow.parsed.stream:
-                raw = await att.resp.read()
-                ttft = time.perf_counter() - flow.arrived
+                                        sock_read=cfg.read_timeout_s if stream else None)
+        tried: set[str] = set()
+        while True:
+            att = await send_with_retries(st, stage="decode", pool="decode", policy=policy, req=flow.route,
+                                          first=first, path=flow.path, body=body, headers=headers, timeout=timeout,
+                                          exclude=tried)
+            first = None
+            flow.decode = att.choice.decision
+            if len(att.tried) > 1 or tried:
+                flow.notes.append(f"decode retried after {sorted(tried) + att.tried[:-1]}")
+            out_headers = {"X-Request-Id": flow.request_id}
+            if cfg.debug_header:
+                out_headers[ROUTE_HEADER] = flow.header()
+            try:
+                if att.resp.status == 200 and stream:
+                    return await relay_stream(st, flow, request, att, policy, out_headers)
+                try:
+                    raw = await att.resp.read()
+                except RETRYABLE:
+                    # Cut off before anything reached the client: another worker can redo it.
+                    st.pool.mark_failed(att.url)
+                    tried.add(att.url)
+                    st.metrics.retries.labels("decode").inc()
+                    if len(tried) > cfg.max_retries:
+                        return error_response(502, f"decode workers {sorted(tried)} failed mid-response",
+                                              "BadGatewayError")
+                    continue
                 if att.resp.status == 200:
-                    st.metrics.ttft.labels(flow.mode).observe(ttft)
-                    st.metrics.e2e.observe(ttft)
+                    latency = time.perf_counter() - flow.arrived
+                    st.metrics.ttft.labels(flow.mode).observe(latency)
+                    st.metrics.e2e.observe(latency)
                 return web.Response(body=raw, status=att.resp.status, headers=out_headers,
                                     content_type=att.resp.content_type or "application/json")
-            return await relay_stream(st, flow, request, att, policy, out_headers)
-        except RETRYABLE as e:
-            # The non-streamed body was cut off: nothing reached the client yet.
-            return error_response(502, f"decode worker {att.url} failed mid-response: {type(e).__name__}",
-                                  "BadGatewayError")
-        finally:
-            att.resp.release()
-            policy.on_finished(flow.route.request_id, att.url, time.monotonic())
+            finally:
+                att.resp.release()
+                policy.on_finished(flow.route.request_id, att.url, time.monotonic())
 
 
 def _passthrough_error(status: int, raw: bytes) -> RequestError:
