@@ -214,14 +214,16 @@ class KubernetesWatcher:
         while not self._stop.is_set():
             try:
                 listing = api.list_namespaced_pod(self.namespace, label_selector=selector)
-                self._pods = {p.metadata.name: api.api_client.sanitize_for_serialization(p) for p in listing.items}
+                pods = [api.api_client.sanitize_for_serialization(p) for p in listing.items]
+                self._pods = {(p.get("metadata") or {}).get("name", ""): p for p in pods}
+                version = listing.metadata.resource_version if listing.metadata else None
                 self._emit(pods_to_endpoints(self._pods.values(), self.http_port, self.kv_port, self.service))
                 w = watch.Watch()
                 self._watch = w
                 # A read timeout bounds how long stop() can take and how long a silently
                 # dead connection goes unnoticed; on expiry we simply relist.
                 for ev in w.stream(api.list_namespaced_pod, self.namespace, label_selector=selector,
-                                   resource_version=listing.metadata.resource_version, timeout_seconds=30,
+                                   resource_version=version, timeout_seconds=30,
                                    _request_timeout=(5, self.read_timeout_s)):
                     if self._stop.is_set():
                         w.stop()

@@ -115,7 +115,7 @@ def reframe(kind: str, text: str, finish_reason: str | None, tracker: StreamTrac
 
 
 def usage_event(kind: str, tracker: StreamTracker, model: str, usage: dict[str, Any]) -> bytes:
-    obj = {
+    obj: dict[str, Any] = {
         "id": tracker.stream_id or "cmpl-migrated",
         "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
         "created": tracker.created or int(time.time()),
