@@ -107,18 +107,15 @@ class Instance:
     inflight_prefill: int = 0  # prompt tokens routed here that have not produced a token
     incoming: int = 0  # decode: requests whose KV transfer to here has not landed
     prefill_of: dict[str, int] = field(default_factory=dict)
+    pool: str = ""  # copied from spec: read on every step, so a plain attribute
 
     @classmethod
     def create(cls, instance_id: str, spec: PoolSpec, link_gbps: float, now: float, ready_at: float) -> Instance:
         engine = Engine(spec.engine_config, spec.perf)
-        inst = cls(instance_id, spec, engine, Link(link_gbps), requested_at=now, ready_at=ready_at)
+        inst = cls(instance_id, spec, engine, Link(link_gbps), requested_at=now, ready_at=ready_at, pool=spec.pool)
         if ready_at <= now:
             inst.state = State.READY
         return inst
-
-    @property
-    def pool(self) -> str:
-        return self.spec.pool
 
     @property
     def tp(self) -> int:

@@ -242,6 +242,7 @@ class Simulation:
             self._feed_index(inst, out)
         prefill_pool = inst.pool == "prefill"
         states = self.states
+        itl_append = self.itl.append
         for ev in out.tokens:
             st = states[ev.request_id]
             rec = st.rec
@@ -258,7 +259,7 @@ class Simulation:
                 inst.prefill_finished(ev.request_id)
                 self.policies[inst.pool].on_prefill_done(ev.request_id, now)
             else:
-                self.itl.append(now - st.last_token_s)
+                itl_append(now - st.last_token_s)
             st.last_token_s = now
             if ev.finished:
                 rec.finish_s = now
