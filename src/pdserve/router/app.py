@@ -76,7 +76,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     cfg = state.cfg
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, enable_cleanup_closed=True)
-    state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+    # No cookies between users, no decompression: the router passes bytes through.
+    state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                          cookie_jar=aiohttp.DummyCookieJar())
     if cfg.kv_events:
         state.kv_sub = KvEventSubscriber(state.index, lambda w, n: state.metrics.kv_events.labels(w).inc(n))
     tasks: list[asyncio.Task[None]] = []

@@ -74,7 +74,7 @@ class CompletionHandler:
         route = request.path
         if st.active >= st.cfg.max_concurrency:
             st.metrics.admission.labels("concurrency").inc()
-            st.metrics.requests.labels(route, "-", "429").inc()
+            st.metrics.request_done(route, "-", 429)
             return error_response(429, f"too many concurrent requests (limit {st.cfg.max_concurrency})",
                                   "RateLimitError", headers={"Retry-After": "1"})
         st.active += 1
@@ -92,7 +92,7 @@ class CompletionHandler:
                 # No worker at all is unavailability (503); workers that all failed, a bad gateway.
                 resp = error_response(503 if e.no_workers else 502, f"upstream {e.stage} failed: {e.detail}",
                                       "ServiceUnavailableError" if e.no_workers else "BadGatewayError")
-            st.metrics.requests.labels(route, mode, str(resp.status)).inc()
+            st.metrics.request_done(route, mode, resp.status)
             return resp
         finally:
             st.active -= 1
@@ -106,7 +106,8 @@ class CompletionHandler:
             raise RequestError(f"The model `{parsed.model}` does not exist.", status=404, err_type="NotFoundError",
                                param="model")
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-        hashes = prompt_block_hashes(parsed.prompt_ids, st.cfg.block_size)
+        # Hashing every block (sha256) is wasted work for policies that ignore prefixes.
+        hashes = prompt_block_hashes(parsed.prompt_ids, st.cfg.block_size) if st.uses_prefixes else []
         rreq = RouteRequest(rid, parsed.prompt_ids, hashes, len(parsed.prompt_ids))
         return Flow(rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions")
 
@@ -114,7 +115,11 @@ class CompletionHandler:
         st = self.state
         cfg = st.cfg
         headers = {"X-Request-Id": flow.request_id}
-        decode_body: dict[str, Any] = flow.parsed.body
+        auth = request.headers.get("Authorization")
+        if auth:  # workers started with --api-key check it, as vLLM's proxy forwards it
+            headers["Authorization"] = auth
+        # Unless P/D rewrites it, the client's body goes upstream byte for byte.
+        decode_body: dict[str, Any] | bytes = flow.parsed.raw or flow.parsed.body
         first_decode: Choice | None = None
         if st.disaggregated:
             pchoice = st.choose("prefill", st.prefill_policy, flow.route, set())
@@ -147,6 +152,8 @@ class CompletionHandler:
 
     def _admit(self, policy: Policy, choice: Choice, flow: Flow) -> None:
         st = self.state
+        if st.admission.slo_s is None:
+            return
         view = next((v for v in st.pool.views(choice.pool) if v.worker_id == choice.decision.worker_id), None)
         queued = policy.pending_prefill(view) if view is not None else 0
         verdict = st.admission.check(queued, choice.decision.new_prefill_tokens)
@@ -205,7 +212,7 @@ class CompletionHandler:
         return kv
 
     async def _decode(self, flow: Flow, request: web.Request, policy: Policy, first: Choice | None,
-                      body: dict[str, Any], headers: dict[str, str]) -> web.StreamResponse:
+                      body: dict[str, Any] | bytes, headers: dict[str, str]) -> web.StreamResponse:
         st = self.state
         cfg = st.cfg
         stream = flow.parsed.stream
@@ -240,7 +247,7 @@ class CompletionHandler:
                     continue
                 if att.resp.status == 200:
                     latency = time.perf_counter() - flow.arrived
-                    st.metrics.ttft.labels(flow.mode).observe(latency)
+                    st.metrics.ttft_by_mode(flow.mode).observe(latency)
                     st.metrics.e2e.observe(latency)
                 return web.Response(body=raw, status=att.resp.status, headers=out_headers,
                                     content_type=att.resp.content_type or "application/json")

@@ -58,6 +58,24 @@ class RouterMetrics:
         self.indexed_blocks = Gauge("pdserve_router_indexed_blocks", "Block hashes in the KV index.", registry=r)
         self._prompt = 0.0
         self._cached = 0.0
+        # labels() costs a lock and a dict build per call: keep the children (hot path).
+        self._children: dict[tuple[str, ...], object] = {}
+
+    def _child(self, metric: object, *labels: str):  # type: ignore[no-untyped-def]
+        key = (str(id(metric)), *labels)
+        c = self._children.get(key)
+        if c is None:
+            c = self._children[key] = metric.labels(*labels)  # type: ignore[attr-defined]
+        return c
+
+    def ttft_by_mode(self, mode: str):  # type: ignore[no-untyped-def]
+        return self._child(self.ttft, mode)
+
+    def decision_for(self, pool: str):  # type: ignore[no-untyped-def]
+        return self._child(self.decision, pool)
+
+    def request_done(self, route: str, mode: str, status: int) -> None:
+        self._child(self.requests, route, mode, str(status)).inc()
 
     def observe_prefix(self, prompt: int, cached: int) -> None:
         self.prompt_tokens.inc(prompt)

@@ -40,7 +40,7 @@ class _Clock:
         now = time.perf_counter()
         m = self.state.metrics
         if self.last is None:
-            m.ttft.labels(self.flow.mode).observe(now - self.flow.arrived)
+            m.ttft_by_mode(self.flow.mode).observe(now - self.flow.arrived)
             n -= 1
         else:
             m.itl.observe(now - self.last)

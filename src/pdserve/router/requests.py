@@ -68,6 +68,7 @@ class ParsedRequest:
     stream: bool
     prompt_ids: list[int]
     include_usage: bool
+    raw: bytes = b""  # the client's body, forwarded as is when nothing needs rewriting
 
     @property
     def n(self) -> int:
@@ -104,7 +105,7 @@ def parse_request(raw: bytes, kind: Kind) -> ParsedRequest:
             raise RequestError(f"invalid request: messages: {e}", param="messages") from e
         ids = tokenizer.encode(text)
     include_usage = bool((parsed.stream_options or {}).get("include_usage"))
-    return ParsedRequest(kind, body, parsed.model, parsed.stream, ids, include_usage)
+    return ParsedRequest(kind, body, parsed.model, parsed.stream, ids, include_usage, raw)
 
 
 def prompt_block_hashes(ids: list[int], block_size: int) -> list[int]:

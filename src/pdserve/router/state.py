@@ -66,6 +66,11 @@ class RouterState:
         return make_policy(name, **opts)
 
     @property
+    def uses_prefixes(self) -> bool:
+        """Whether any configured policy looks at block hashes."""
+        return any(p.name in ("kv_aware", "prefix_approx", "cache_aware") for p in self.all_policies)
+
+    @property
     def all_policies(self) -> list[Policy]:
         return [self.prefill_policy, self.decode_policy, self.pd_decode_policy]
 
@@ -92,7 +97,7 @@ class RouterState:
             return None
         t0 = time.perf_counter()
         d = policy.select(req, views, time.monotonic())
-        self.metrics.decision.labels(pool).observe(time.perf_counter() - t0)
+        self.metrics.decision_for(pool).observe(time.perf_counter() - t0)
         return Choice(d, pool)
 
     def refresh_gauges(self) -> None:

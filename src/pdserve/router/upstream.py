@@ -17,6 +17,9 @@ from pdserve.router.state import Choice, RouterState
 RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, ConnectionError)
 
 
+_JSON = {"Content-Type": "application/json"}
+
+
 class UpstreamFailed(Exception):
     """Every eligible worker failed (or none was left)."""
 
@@ -50,13 +53,13 @@ async def send_with_retries(
     req: RouteRequest,
     first: Choice | None,
     path: str,
-    body: dict[str, Any],
+    body: dict[str, Any] | bytes,
     headers: dict[str, str],
     timeout: aiohttp.ClientTimeout,
     exclude: set[str] | None = None,
     on_attempt: Callable[[Choice], Awaitable[None] | None] | None = None,
 ) -> Attempt:
-    """POST ``body`` to a worker of ``pool``, trying others on connection errors,
+    """POST ``body`` (a dict, or JSON bytes sent as is) to a worker of ``pool``, trying others on connection errors,
     timeouts and 5xx before any byte of the body was read. The caller owns (and must
     release) ``Attempt.resp``. 4xx responses are returned: the request is at fault."""
     assert state.session is not None
@@ -80,7 +83,10 @@ async def send_with_retries(
                 await r
         started = time.perf_counter()
         try:
-            resp = await state.session.post(url + path, json=body, headers=headers, timeout=timeout)
+            if isinstance(body, bytes):
+                resp = await state.session.post(url + path, data=body, headers={**headers, **_JSON}, timeout=timeout)
+            else:
+                resp = await state.session.post(url + path, json=body, headers=headers, timeout=timeout)
         except RETRYABLE as e:
             last = f"{url}: {type(e).__name__}: {e}"
         else:
