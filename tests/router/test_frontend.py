@@ -148,3 +148,17 @@ async def test_fuzz_front_end_never_breaks_the_router(colocated) -> None:
         assert any(400 <= s < 500 for s in statuses)
         ok = await r.post("/v1/completions", {"model": MODEL, "prompt": "still alive", "max_tokens": 1})
         assert ok.status == 200
+
+
+async def test_first_token_clears_the_prompt_from_the_routing_ledger(colocated) -> None:
+    async with run_router(RouterConfig(decode=[colocated[0].url], scrape_interval_s=60)) as r:
+        resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "word " * 100, "max_tokens": 400,
+                                                 "ignore_eos": True, "stream": True})
+        assert resp.status == 200
+        async for _ in resp.content.iter_any():
+            break  # the first token has arrived; the stream is still going
+        ledger = r.state.decode_policy.ledger
+        await wait_for(lambda: ledger.requests(colocated[0].url) == 1 and ledger.prefill_tokens(colocated[0].url) == 0,
+                       what="the prompt to leave the queue estimate")
+        await read_sse(resp)
+        await wait_for(lambda: ledger.requests(colocated[0].url) == 0, what="the request to leave the ledger")

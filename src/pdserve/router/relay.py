@@ -28,8 +28,8 @@ class _ClientGone(Exception):
 class _Clock:
     """Client-side TTFT and inter-token latency."""
 
-    def __init__(self, state: RouterState, flow: Flow) -> None:
-        self.state, self.flow = state, flow
+    def __init__(self, state: RouterState, flow: Flow, policy: Policy | None = None) -> None:
+        self.state, self.flow, self.policy = state, flow, policy
         self.last: float | None = None
 
     def tokens(self, n: int) -> None:
@@ -41,6 +41,9 @@ class _Clock:
         m = self.state.metrics
         if self.last is None:
             m.ttft_by_mode(self.flow.mode).observe(now - self.flow.arrived)
+            if self.policy is not None:
+                # The prompt is computed: its tokens no longer weigh on that worker's queue.
+                self.policy.on_prefill_done(self.flow.route.request_id, time.monotonic())
             n -= 1
         else:
             m.itl.observe(now - self.last)
@@ -64,7 +67,7 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
     await resp.prepare(request)
     # Raw payloads are kept only when a migration could use them.
     tracker = sse.PassThroughTracker(flow.parsed.kind, keep=state.cfg.migrate and flow.parsed.n == 1)
-    clock = _Clock(state, flow)
+    clock = _Clock(state, flow, policy)
     try:
         try:
             async for chunk in att.resp.content.iter_any():
