@@ -134,3 +134,29 @@ def test_goodput_search_stops_at_the_zero_load_limit() -> None:
     res = search_goodput(flat, base_rate_rps=1.0, target=0.9, max_probes=20)
     assert res.goodput_rps == 0.0
     assert calls == [1.0, 0.5, 0.25]
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    layout=st.sampled_from(["colocated:1", "chunked:2", "1p1d", "2p1d"]),
+    n=st.integers(1, 40),
+    rate=st.floats(0.5, 200.0),
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(["round_robin", "least_loaded", "kv_aware", "prefix_approx"]),
+)
+def test_any_small_workload_finishes_consistently(layout: str, n: int, rate: float, seed: int, policy: str) -> None:
+    trace = synthetic_trace(n, rate, (1, 3000), (1, 64), seed=seed)
+    cfg = SimConfig(**parse_layout(layout), policy=policy, max_num_seqs=8)
+    res = run_simulation(trace, cfg)
+    assert res.summary.finished == n
+    assert res.records == run_simulation(trace, cfg).records
+    for r in res.records:
+        assert r.arrival_s < r.first_token_s <= r.finish_s
+        assert r.output_tokens > 1 or r.first_token_s == r.finish_s
+    generated = sum(int(i["generated_tokens"]) for i in res.instances if i["pool"] != "prefill")
+    assert generated >= sum(r.output_tokens for r in trace.requests)  # more only after a preemption
+    assert res.gpu_seconds == pytest.approx(res.gpus * res.end_time_s)
