@@ -264,3 +264,18 @@ def test_thousands_of_requests_replay_quickly() -> None:
     elapsed = time.process_time() - t0
     assert e.stats().generated_tokens > 1500 * 10
     assert elapsed < 10, f"1500 requests took {elapsed:.1f}s of CPU"
+
+
+def test_overloaded_shared_prefix_workload_drains() -> None:
+    """Waiting requests must not sit on cached prefix blocks: with a small pool, many long prompts sharing
+    prefixes once deadlocked the engine (nothing running, every block pinned by the waiting queue)."""
+    e = make(num_blocks=120, max_num_seqs=6, max_num_batched_tokens=512)
+    rng = random.Random(5)
+    groups = [list(range(g * 10_000, g * 10_000 + 640)) for g in range(6)]  # 40-block shared prefixes
+    for i in range(60):
+        prefix = groups[rng.randrange(len(groups))]
+        tail = [900_000 + i * 1000 + k for k in range(rng.randint(16, 600))]
+        e.add_request(EngineRequest(f"r{i}", prefix + tail, max_tokens=rng.randint(20, 200), ignore_eos=True), 0.0)
+    _, outs = run(e, limit=200_000)
+    assert len(tokens_by_request(outs)) == 60
+    assert e.stats().free_blocks == 120 and e.stats().prefix_hits > 0

@@ -68,8 +68,11 @@ class Engine:
             raise ValueError(f"prompt of {n_prompt} tokens does not fit max_model_len={cfg.max_model_len}")
         if req.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {req.max_tokens}")
-        if -(-n_prompt // cfg.block_size) > cfg.num_blocks:
-            raise ValueError(f"prompt of {n_prompt} tokens needs more KV blocks than the engine has")
+        longest = min(n_prompt + req.max_tokens, cfg.max_model_len)
+        if -(-longest // cfg.block_size) > cfg.num_blocks:
+            # it could never be scheduled once it grew that long: refuse now instead of stalling later
+            raise ValueError(f"a request of up to {longest} tokens needs more KV blocks than the engine has "
+                             f"({cfg.num_blocks} x {cfg.block_size} tokens)")
         req.arrival_time = now
         req.num_prompt_tokens = n_prompt
         req.num_tokens = n_prompt + len(req.output_token_ids)
@@ -221,65 +224,58 @@ class Engine:
         out.kv_events = self.pool.drain_events()
         return out
 
-    def _num_new_tokens(self, req: EngineRequest, budget: int) -> int:
-        n = req.num_tokens - req.num_computed
-        thr = self.config.long_prefill_token_threshold
-        if thr and n > thr:
-            n = thr
-        return min(n, budget)
-
     def _admit(self, now: float, budget: int, scheduled: list[tuple[EngineRequest, int]], out: StepOutput) -> int:
         cfg = self.config
         bs = cfg.block_size
+        thr = cfg.long_prefill_token_threshold
+        pool = self.pool
         skipped: list[EngineRequest] = []
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             req = self.waiting[0]
             if req.kv_ready_time is not None and req.kv_ready_time > now:
                 skipped.append(self.waiting.popleft())  # its KV is still in flight; others may go
                 continue
-            if not req.looked_up:
-                self._lookup_prefix(req)
-            n = self._num_new_tokens(req, budget)
-            if not cfg.enable_chunked_prefill and n < req.num_tokens - req.num_computed:
+            # Like vLLM, a waiting request holds no blocks: the prefix hit is looked up on every attempt and
+            # only taken together with the fresh blocks it needs (holding hits while blocked can deadlock).
+            n_tokens = req.num_tokens
+            if cfg.enable_prefix_caching:
+                self._extend_hashes(req, n_tokens // bs)
+            hit = pool.find_prefix(req.block_hashes, (n_tokens - 1) // bs)
+            # transferred KV: only the last prompt token is recomputed (vLLM does it to get logits)
+            computed = n_tokens - 1 if req.remote_prefilled else len(hit) * bs
+            n = n_tokens - computed
+            if thr and n > thr:
+                n = thr
+            if n > budget:
+                if not cfg.enable_chunked_prefill:
+                    break
+                n = budget
+            fresh = -(-(computed + n) // bs) - len(hit)
+            reused_free = sum(1 for b in hit if pool.ref_cnt[b] == 0)  # leave the free queue when taken
+            if fresh + reused_free > pool.num_free:
                 break
-            if not self._ensure_blocks(req, req.num_computed + n):
-                break
+            pool.touch(hit)
+            req.block_ids = hit + pool.allocate(fresh)
+            req.num_cached_blocks = len(hit)
+            req.num_computed = computed
+            if not req.counted:
+                req.counted = True
+                req.num_cached_prompt_tokens = len(hit) * bs
+                self.prefix_queries += n_tokens
+                if not req.remote_prefilled:
+                    self.prefix_hits += len(hit) * bs
             self.waiting.popleft()
             self.running.append(req)
             if not req.started:
                 req.started = True
                 out.started.append(req.request_id)
-            full = req.num_computed // bs
-            if full > req.num_cached_blocks:
-                self._cache_full_blocks(req, full)  # transferred KV becomes cached
+            if computed // bs > req.num_cached_blocks:
+                self._cache_full_blocks(req, computed // bs)  # transferred KV becomes cached
             scheduled.append((req, n))
             budget -= n
         for req in reversed(skipped):
             self.waiting.appendleft(req)
         return budget
-
-    def _lookup_prefix(self, req: EngineRequest) -> None:
-        """Start from the longest cached prefix; always leave >= 1 token to compute (for logits)."""
-        bs = self.config.block_size
-        n_tokens = req.num_tokens
-        if self.config.enable_prefix_caching:
-            self._extend_hashes(req, n_tokens // bs)
-        hit = self.pool.find_prefix(req.block_hashes, (n_tokens - 1) // bs)
-        self.pool.touch(hit)
-        req.looked_up = True
-        req.block_ids = hit
-        req.num_cached_blocks = len(hit)
-        if req.remote_prefilled:
-            # The prompt KV arrives by transfer: only the last prompt token is recomputed.
-            req.num_computed = n_tokens - 1
-        else:
-            req.num_computed = len(hit) * bs
-        if not req.counted:
-            req.counted = True
-            req.num_cached_prompt_tokens = len(hit) * bs
-            self.prefix_queries += n_tokens
-            if not req.remote_prefilled:
-                self.prefix_hits += len(hit) * bs
 
     def _ensure_blocks(self, req: EngineRequest, num_tokens: int) -> bool:
         need = -(-num_tokens // self.config.block_size) - len(req.block_ids)
@@ -315,7 +311,6 @@ class Engine:
         req.block_ids = []
         req.num_computed = 0
         req.num_cached_blocks = 0
-        req.looked_up = False
         req.remote_prefilled = False  # its KV now has to be recomputed here
         self.preemptions += 1
         out.preempted.append(req.request_id)

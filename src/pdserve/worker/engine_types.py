@@ -53,7 +53,6 @@ class EngineRequest:
     block_hashes: list[bytes] = field(default_factory=list)
     num_cached_blocks: int = 0
     started: bool = False
-    looked_up: bool = False  # prefix lookup done for the current (re)start
     counted: bool = False  # prefix-cache query stats recorded
     num_cached_prompt_tokens: int = 0  # prompt tokens served from the local prefix cache at admission
     rng: int = 0
