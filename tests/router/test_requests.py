@@ -69,3 +69,17 @@ def test_fuzz_parse_only_ever_accepts_or_raises_request_error(raw: bytes, kind: 
         assert 400 <= e.status < 500 and e.message
     else:
         assert isinstance(p.prompt_ids, list)
+
+
+def test_block_hasher_matches_vllm_hashing_and_memoises() -> None:
+    from pdserve.router.block_hasher import BlockHasher
+
+    ids = list(range(1000, 1000 + 100))
+    h = BlockHasher(16, max_entries=8)
+    first = h.external_hashes(ids)
+    assert first == prompt_block_hashes(ids, 16) and len(first) == 6
+    assert h.external_hashes(ids[:70] + [5] * 30) [:4] == first[:4]
+    assert h.hits == 4 and len(h) <= 8
+    for k in range(5):  # overflowing the table clears it; results stay exact
+        assert h.external_hashes([k] * 48) == prompt_block_hashes([k] * 48, 16)
+    assert h.external_hashes(ids) == first

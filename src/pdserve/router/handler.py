@@ -14,7 +14,7 @@ from aiohttp import web
 from pdserve.router import pd
 from pdserve.router.policies import Decision, Policy, RouteRequest
 from pdserve.router.relay import relay_stream
-from pdserve.router.requests import Kind, ParsedRequest, RequestError, parse_request, prompt_block_hashes
+from pdserve.router.requests import Kind, ParsedRequest, RequestError, parse_request
 from pdserve.router.state import Choice, RouterState
 from pdserve.router.upstream import RETRYABLE, UpstreamFailed, send_with_retries
 
@@ -107,7 +107,7 @@ class CompletionHandler:
                                param="model")
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         # Hashing every block (sha256) is wasted work for policies that ignore prefixes.
-        hashes = prompt_block_hashes(parsed.prompt_ids, st.cfg.block_size) if st.uses_prefixes else []
+        hashes = st.hasher.external_hashes(parsed.prompt_ids) if st.uses_prefixes else []
         rreq = RouteRequest(rid, parsed.prompt_ids, hashes, len(parsed.prompt_ids))
         return Flow(rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions")
 

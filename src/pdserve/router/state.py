@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from pdserve.router.admission import AdmissionControl
+from pdserve.router.block_hasher import BlockHasher
 from pdserve.router.config import RouterConfig
 from pdserve.router.discovery import Endpoints
 from pdserve.router.kv_events import KvEventSubscriber
@@ -44,6 +45,7 @@ class RouterState:
         self.cfg = cfg
         self.pool = WorkerPool(cooldown_s=cfg.worker_cooldown_s)
         self.index = KvIndex()
+        self.hasher = BlockHasher(cfg.block_size)
         self.metrics = RouterMetrics()
         self.admission = AdmissionControl(cfg.ttft_slo_ms, cfg.admission_factor, cfg.prefill_tokens_per_s)
         self.policies: dict[str, Policy] = {}
