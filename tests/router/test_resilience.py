@@ -171,3 +171,24 @@ async def test_non_streamed_request_is_redone_when_its_worker_dies(worker_stack)
         assert body["usage"]["completion_tokens"] == 80
         assert f"decode={workers[1].url}" in resp.headers["x-pdserve-route"]
         assert "retried" in resp.headers["x-pdserve-route"]
+
+
+async def test_pd_decode_worker_killed_mid_stream_migrates(worker_stack) -> None:
+    (p,) = spawn(worker_stack, 1, speedup=100.0, pd=True, events=False)
+    decode = spawn(worker_stack, 2, speedup=1.0, pd=True, events=False)
+    cfg = RouterConfig(prefill=[p.url], decode=[w.url for w in decode], decode_policy="round_robin",
+                       scrape_interval_s=60)
+    async with run_router(cfg) as r:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "a long answer please " * 20}],
+                "max_tokens": 50, "ignore_eos": True, "stream": True}
+        resp = await r.post("/v1/chat/completions", body)
+        assert resp.status == 200 and "mode=pd" in resp.headers["x-pdserve-route"]
+        victim_url = resp.headers["x-pdserve-route"].split("decode=")[1].split(" ")[0]
+        first, _ = await _stream_until_tokens(resp, 8)
+        kill(next(w for w in decode if w.url == victim_url))
+        events = await _reparse(first) + await read_sse(resp)
+        assert events[-1] == "[DONE]" and not any(isinstance(e, dict) and "error" in e for e in events)
+        assert len(tokenizer.encode(stream_text(events, "chat"))) == 50
+        chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
+        assert all(e["object"] == "chat.completion.chunk" for e in chunks)  # re-framed for the chat client
+        assert await r.metric("pdserve_router_migrations_total") == 1
