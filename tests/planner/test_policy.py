@@ -85,7 +85,7 @@ def test_holds_on_slo_unattainable():
 class Exploding:
     name = "exploding"
 
-    def predict(self, history):
+    def predict(self, history, steps=1):
         return Forecast(12.0, "exploding", exploded=True, raw=1e12)
 
 
@@ -192,3 +192,10 @@ def test_wake_up_from_the_routers_signal():
     assert (d.prefill, d.decode) == (0, 0)
     d = pol.decide(Observation(timestamp=5, prefill=PoolState(0), decode=PoolState(0), router_request_rate=0.5), 5)
     assert (d.prefill, d.decode) == (1, 1) and "wake-up" in d.reason
+
+
+def test_backlog_adds_prefill_demand():
+    calm = make().decide(obs(0, rate=20.0, waiting=0.0), 0)
+    queued = make().decide(obs(0, rate=20.0, waiting=600.0), 0)  # 600 queued / 10 s interval = +60 req/s
+    assert queued.prefill > calm.prefill and queued.decode == calm.decode
+    assert queued.explanation["demand"]["backlogRequests"] == 600.0

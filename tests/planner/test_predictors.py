@@ -62,3 +62,12 @@ def test_make_predictor_names():
     assert isinstance(make_predictor("arima", seasonal_periods=4), ArimaPredictor)
     with pytest.raises(ValueError, match="unknown predictor 'prophet'"):
         make_predictor("prophet")
+
+
+@pytest.mark.parametrize("cls", [HoltWintersPredictor, ArimaPredictor])
+def test_multi_step_forecast_is_the_horizon_peak(cls):
+    ramp = [10 + 2 * i for i in range(40)]
+    one, three = cls().predict(ramp, 1), cls().predict(ramp, 3)
+    assert three.value > one.value + 1  # a rising trend: the third interval is the peak
+    flat = ConstantPredictor().predict(ramp, 3)
+    assert flat.value == 88

@@ -53,6 +53,7 @@ def _run_parser(sub) -> None:
     g.add_argument("--decode-tp", type=int, help="default: the capacity profile's")
     g.add_argument("--gpu-budget", type=int)
     g.add_argument("--stabilization-s", type=float, default=300.0)
+    g.add_argument("--startup-s", type=float, default=60.0, help="replica start-up time the forecast looks past")
     g.add_argument("--scale-to-zero", action="store_true")
     g.add_argument("--target-utilization", type=float, default=0.85)
     w = p.add_argument_group("process pool")
@@ -193,7 +194,7 @@ async def _run_local(args, stopped, log) -> int:
         decode_min=args.decode_min, decode_max=args.decode_max,
         prefill_tp=args.prefill_tp or profile.prefill.tensor_parallel_size,
         decode_tp=args.decode_tp or profile.decode.tensor_parallel_size,
-        gpu_budget=args.gpu_budget, scale_down_stabilization_s=args.stabilization_s,
+        gpu_budget=args.gpu_budget, scale_down_stabilization_s=args.stabilization_s, startup_s=args.startup_s,
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
     )
     if (bad := cfg.invalid()) is not None:

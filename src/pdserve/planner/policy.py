@@ -29,6 +29,9 @@ class PolicyConfig:
     itl_slo_ms: float = 50.0
     attainment: float = 0.99
     interval_s: float = 30.0
+    # How long a new replica takes to serve: the rate forecast covers start-up plus one
+    # interval, because a replica requested now serves no earlier than that.
+    startup_s: float = 60.0
     predictor: str = "holt-winters"  # for the request rate, which trends
     length_predictor: str = "moving-average"  # for ISL / OSL: level series, and 3 fits per tick cost
     seasonal_periods: int | None = None
@@ -49,6 +52,7 @@ class PolicyConfig:
     target_utilization: float = 0.85
     # Never plan for less than the load observed right now (a forecast lagging a ramp).
     floor_on_observed: bool = True
+    drain_backlog: bool = True  # size prefill for queued requests as well as arrivals
     correction: bool = True
     correction_bounds: tuple[float, float] = (0.67, 1.5)
     # A slower-than-profile pool only gets more replicas once its tail latency nears the
@@ -136,12 +140,13 @@ class PlannerPolicy:
         if _finite(obs.prefix_hit_ratio):
             s.hit = min(max(obs.prefix_hit_ratio, 0.0), 0.95)
 
-        f_rate = self.predictor.predict(list(s.rate))
+        horizon = max(1, math.ceil((cfg.startup_s + cfg.interval_s) / cfg.interval_s - 1e-9))
+        f_rate = self.predictor.predict(list(s.rate), horizon)
         f_isl = self.length_predictor.predict(list(s.isl))
         f_osl = self.length_predictor.predict(list(s.osl))
         expl["forecast"] = {
             "requestRate": f_rate.value, "isl": f_isl.value, "osl": f_osl.value,
-            "method": f_rate.method, "rawRequestRate": f_rate.raw,
+            "method": f_rate.method, "rawRequestRate": f_rate.raw, "horizonIntervals": horizon,
         }
         for what, f in (("request rate", f_rate), ("ISL", f_isl), ("OSL", f_osl)):
             if f.exploded:
@@ -191,7 +196,10 @@ class PlannerPolicy:
         corr_d = s.corr_decode if s.corr_decode < 1 or self._near_slo(obs.itl_tail_s, cfg.itl_slo_ms) else 1.0
         eff_p = cap_p * cfg.target_utilization / corr_p
         eff_d = cap_d * cfg.target_utilization / corr_d
-        demand_p = rate * isl * (1.0 - s.hit)
+        # A queue that has built up is load too: drain it over one interval on top of
+        # the arrivals, or a late scale-up never catches up with its own backlog.
+        backlog = obs.waiting if cfg.drain_backlog and _finite(obs.waiting) else 0.0
+        demand_p = (rate + backlog / cfg.interval_s) * isl * (1.0 - s.hit)
         demand_d = rate * osl
         want = (math.ceil(demand_p / eff_p - 1e-9), math.ceil(demand_d / eff_d - 1e-9))
         expl["capacity"] = {
@@ -201,7 +209,7 @@ class PlannerPolicy:
             "targetUtilization": cfg.target_utilization, "decodeContext": context,
         }
         expl["demand"] = {
-            "requestRate": rate, "prefixHitRatio": s.hit,
+            "requestRate": rate, "prefixHitRatio": s.hit, "backlogRequests": backlog,
             "prefillTokensPerS": demand_p, "decodeTokensPerS": demand_d,
             "prefillReplicas": want[0], "decodeReplicas": want[1],
         }

@@ -1,7 +1,9 @@
 """Load predictors: forecast the next interval's value of a metric series.
 
-Every predictor is stateless: ``predict(history)`` fits on the history it is given
-(oldest first, one value per planner interval) and returns a :class:`Forecast`.
+Every predictor is stateless: ``predict(history, steps=1)`` fits on the history it is
+given (oldest first, one value per planner interval) and returns a :class:`Forecast` of
+the *peak* over the next ``steps`` intervals (capacity must cover the whole horizon a
+new replica needs to start and then serve).
 That keeps them trivially testable and lets the backtest and the policy share them.
 
 Robustness rules, shared by all predictors through :func:`finish`:
@@ -40,7 +42,7 @@ class Forecast:
 class Predictor(Protocol):
     name: str
 
-    def predict(self, history: Sequence[float]) -> Forecast: ...
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast: ...
 
 
 def clean(history: Sequence[float]) -> np.ndarray:
@@ -67,7 +69,7 @@ class ConstantPredictor:
     explode_ratio: float = 4.0
     name: str = "constant"
 
-    def predict(self, history: Sequence[float]) -> Forecast:
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
         hist = clean(history)
         if hist.size == 0:
             return Forecast(math.nan, self.name)
@@ -80,7 +82,7 @@ class MovingAveragePredictor:
     explode_ratio: float = 4.0
     name: str = "moving-average"
 
-    def predict(self, history: Sequence[float]) -> Forecast:
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
         hist = clean(history)
         if hist.size == 0:
             return Forecast(math.nan, self.name)
@@ -100,7 +102,7 @@ class HoltWintersPredictor:
     explode_ratio: float = 4.0
     name: str = "holt-winters"
 
-    def predict(self, history: Sequence[float]) -> Forecast:
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
         hist = clean(history)[-self.max_history :]
         if hist.size < 6 or float(np.ptp(hist)) == 0.0:
             # Too short to fit a trend, or constant: the mean is the best estimate.
@@ -124,7 +126,7 @@ class HoltWintersPredictor:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fit = model.fit(optimized=True)
-                raw = float(fit.forecast(1)[0])
+                raw = float(np.max(fit.forecast(max(1, steps))))
         except (ValueError, np.linalg.LinAlgError) as exc:  # degenerate fits
             fb = ConstantPredictor(self.explode_ratio).predict(hist)
             return Forecast(fb.value, f"{self.name}>constant ({type(exc).__name__})", fb.exploded, fb.raw)
@@ -142,7 +144,7 @@ class ArimaPredictor:
     explode_ratio: float = 4.0
     name: str = "arima"
 
-    def predict(self, history: Sequence[float]) -> Forecast:
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
         hist = clean(history)[-self.max_history :]
         if hist.size < 10 or float(np.ptp(hist)) == 0.0:
             fb = MovingAveragePredictor(explode_ratio=self.explode_ratio).predict(hist)
@@ -155,7 +157,7 @@ class ArimaPredictor:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fit = ARIMA(hist, order=self.order, seasonal_order=seasonal_order).fit()
-                raw = float(fit.forecast(1)[0])
+                raw = float(np.max(fit.forecast(max(1, steps))))
         except (ValueError, np.linalg.LinAlgError) as exc:
             fb = ConstantPredictor(self.explode_ratio).predict(hist)
             return Forecast(fb.value, f"{self.name}>constant ({type(exc).__name__})", fb.exploded, fb.raw)
