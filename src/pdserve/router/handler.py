@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from pdserve.router.state import Choice, RouterState
 from pdserve.router.upstream import RETRYABLE, UpstreamFailed, send_with_retries
 
 ROUTE_HEADER = "x-pdserve-route"
+log = logging.getLogger("pdserve.router")
 
 
 def error_response(status: int, message: str, err_type: str, param: str | None = None,
@@ -88,10 +91,15 @@ class CompletionHandler:
                 mode = flow.mode
             except RequestError as e:
                 resp = web.json_response(e.body(), status=e.status, headers=e.headers)
+            except (asyncio.CancelledError, web.HTTPException):
+                raise
             except UpstreamFailed as e:
                 # No worker at all is unavailability (503); workers that all failed, a bad gateway.
                 resp = error_response(503 if e.no_workers else 502, f"upstream {e.stage} failed: {e.detail}",
                                       "ServiceUnavailableError" if e.no_workers else "BadGatewayError")
+            except Exception as e:  # a bug must answer in the OpenAI error shape, and be logged
+                log.exception("request failed")
+                resp = error_response(500, f"internal router error: {type(e).__name__}: {e}", "InternalServerError")
             st.metrics.request_done(route, mode, resp.status)
             return resp
         finally:

@@ -3,6 +3,7 @@ decode worker lost mid-stream migrate to another worker and keep streaming."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from pdserve.router.state import RouterState
 
 CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
+log = logging.getLogger("pdserve.router.relay")
 
 
 class _ClientGone(Exception):
@@ -86,6 +88,13 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
         # Leaving the handler releases the upstream connection, which aborts the
         # request on the worker: no orphaned generation.
         pass
+    except Exception as e:  # a router bug must still end the stream well-formed, never hang it
+        log.exception("stream relay failed")
+        try:
+            await _fail(resp, f"router error while streaming: {type(e).__name__}")
+            await resp.write_eof()
+        except (_ClientGone, RuntimeError):
+            pass
     return resp
 
 
