@@ -15,6 +15,6 @@ def worker() -> Iterator[WorkerHandle]:
         "meta-llama/Llama-3.1-8B-Instruct",
         speedup=20.0,
         args=["--served-model-name", "llama", "llama-alias", "--max-model-len", "4096",
-              "--mock-max-body-bytes", "65536"],
+              "--mock-max-body-bytes", "65536", "--mock-mean-output-tokens", "24"],
     ) as w:
         yield w

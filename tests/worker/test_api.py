@@ -119,7 +119,7 @@ def test_stop_string_and_min_tokens(worker: WorkerHandle) -> None:
 
 
 def test_eos_honoured_unless_ignored(worker: WorkerHandle) -> None:
-    # Without ignore_eos the mock model stops at its natural length (mean 256 tokens): with max_tokens
+    # Without ignore_eos the mock model stops at its natural length (mean 24 tokens here): with max_tokens
     # large, some of 10 different prompts must end with finish_reason "stop" before max_tokens.
     reasons = set()
     for i in range(10):
