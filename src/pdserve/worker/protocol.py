@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -138,9 +138,6 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": None,
     }
-
-
-FinishReason = Literal["stop", "length", "abort"]
 
 
 def completion_response(

@@ -105,7 +105,7 @@ class WorkerServer:
         return web.Response(status=200)
 
     async def models(self, _request: web.Request) -> web.Response:
-        data = [{"id": name, "object": "model", "created": self.started, "owned_by": "vllm", "root": self.s.model,
+        data: list[dict[str, Any]] = [{"id": name, "object": "model", "created": self.started, "owned_by": "vllm", "root": self.s.model,
                  "parent": None, "max_model_len": self.s.max_model_len, "permission": []}
                 for name in self.s.served_model_names]
         return web.json_response({"object": "list", "data": data})
