@@ -190,3 +190,18 @@ def test_client_disconnect_aborts_request(worker: WorkerHandle) -> None:
     assert httpx.get(f"{worker.url}/load").json()["server_load"] == 0
     metrics = httpx.get(f"{worker.url}/metrics").text
     assert 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="llama"}' in metrics
+
+
+def test_stop_token_ids_report_the_token(worker: WorkerHandle) -> None:
+    base = {"model": "llama", "prompt": "pick a token", "max_tokens": 30, "ignore_eos": True, "seed": 7}
+    toks = httpx.post(f"{worker.url}/v1/completions", json={**base, "prompt": [11, 12, 13]}).json()
+    assert toks["usage"]["completion_tokens"] == 30
+    from pdserve.common import tokenizer
+
+    text = toks["choices"][0]["text"]
+    ids = tokenizer.encode(text)
+    stop_id = ids[5]
+    r = httpx.post(f"{worker.url}/v1/completions", json={**base, "prompt": [11, 12, 13], "stop_token_ids": [stop_id]})
+    c = r.json()["choices"][0]
+    assert c["finish_reason"] == "stop" and c["stop_reason"] == stop_id
+    assert r.json()["usage"]["completion_tokens"] == ids.index(stop_id) + 1

@@ -87,3 +87,9 @@ def test_cli_rejects_bad_arguments(args: list[str], fragment: str) -> None:
                         *args], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0
     assert fragment in r.stderr
+
+
+def test_start_worker_reports_a_worker_that_fails_to_start() -> None:
+    with pytest.raises(RuntimeError, match="unknown performance profile"):
+        with start_worker("m", profile="no-such-gpu"):
+            pass  # pragma: no cover - never reached
