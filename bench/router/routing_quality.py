@@ -80,7 +80,9 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0, help="replay N minutes of the trace")
     ap.add_argument("--start-minute", type=float, default=0.0, help="...starting this far into it")
     ap.add_argument("--instances", type=int, default=8)
-    ap.add_argument("--topology", default="chunked", choices=["chunked", "colocated"])
+    ap.add_argument("--topology", default="chunked", choices=["chunked", "colocated", "disagg"],
+                    help="disagg: --instances prefill engines (the routed pool) + --decode-instances decode engines")
+    ap.add_argument("--decode-instances", type=int, default=4)
     ap.add_argument("--token-budget", type=int, default=2048)
     ap.add_argument("--rate-scale", type=float, default=1.0, help="arrival rate multiplier")
     ap.add_argument("--policies", nargs="+", default=sorted(POLICIES))
@@ -106,6 +108,7 @@ def main() -> int:
         task = progress.add_task("policies", total=len(names))
         for name in names:
             cfg = SimConfig(topology=args.topology, instances=args.instances, block_size=block,
+                            prefill_instances=args.instances, decode_instances=args.decode_instances,
                             policy="round_robin" if name == "oracle" else name, token_budget=args.token_budget)
             t0 = time.perf_counter()
             sim = Simulation(trace.scaled(args.rate_scale), cfg)
@@ -113,11 +116,12 @@ def main() -> int:
                 sim.policies[sim.entry_pool] = GlobalOracle(sim, sim.entry_pool)
             res = sim.run()
             s = res.summary
-            per = {i["id"]: i for i in res.instances}
+            per = {i["id"]: i for i in res.instances if i["pool"] == sim.entry_pool}
             routed: dict[str, int] = {k: 0 for k in per}
             for rec in res.records:
                 where = rec.prefill_instance or rec.decode_instance
-                routed[where] = routed.get(where, 0) + 1
+                if where in routed:
+                    routed[where] += 1
             work = [i["computed_prompt_tokens"] + i["generated_tokens"] for i in per.values()]
             req_counts = [routed[k] for k in per]
             rows[name] = {
@@ -136,7 +140,8 @@ def main() -> int:
         r["vs_oracle"] = round(r["prefix_hit_ratio"] / oracle, 3) if oracle else None
     baselines = [n for n in rows if n not in ("oracle", "kv_aware", "prefix_approx")]
     best_base = min(baselines, key=lambda n: rows[n]["ttft_p90_s"]) if baselines else None
-    table = Table(title=f"{args.topology}:{args.instances}, {len(reqs)} Mooncake requests, "
+    layout = f"{args.instances}P{args.decode_instances}D" if args.topology == "disagg" else f"{args.topology}:{args.instances}"
+    table = Table(title=f"{layout}, {len(reqs)} Mooncake requests, "
                         f"oracle hit {oracle:.3f}, unlimited cache {unlimited:.3f}")
     for col in ("policy", "hit ratio", "vs oracle", "TTFT p50 s", "TTFT p90 s", "max/mean reqs", "max/mean work"):
         table.add_column(col)
