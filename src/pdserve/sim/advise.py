@@ -103,6 +103,7 @@ def advise(
     tps: Sequence[int] | None = None,
     mixed_tp: bool = False,
     refine_top: int = 3,
+    max_extra_refines: int = 4,
     coarse_window_s: float = 20.0,
     fine_window_s: float = 60.0,
     coarse_max_requests: int = 400,
@@ -136,16 +137,28 @@ def advise(
         best_kind = next((r for r in coarse if (r.config.topology == "disagg") == want_disagg), None)
         if best_kind is not None and best_kind not in pick:
             pick.append(best_kind)
-    ranked: list[Ranked] = []
-    for r in coarse:
+    refined: dict[int, Ranked] = {}
+
+    def refine(k: int) -> None:
+        r = coarse[k]
+        if on_step:
+            on_step(f"refine {describe(r.config)}")
+        fine = goodput_of(trace, r.config, rel_tol=0.03, max_probes=12, start=max(r.goodput.rate_scale, 1e-3),
+                          probe_duration_s=fine_window_s, max_requests=fine_max_requests)
+        refined[k] = _with_latency(trace, fine, fine_window_s, fine_max_requests, refined=True)
+
+    for k, r in enumerate(coarse):
         if r in pick:
-            if on_step:
-                on_step(f"refine {describe(r.config)}")
-            fine = goodput_of(trace, r.config, rel_tol=0.03, max_probes=12, start=max(r.goodput.rate_scale, 1e-3),
-                              probe_duration_s=fine_window_s, max_requests=fine_max_requests)
-            ranked.append(_with_latency(trace, fine, fine_window_s, fine_max_requests, refined=True))
-        else:
-            ranked.append(Ranked(r, refined=False))
+            refine(k)
+    # Short coarse windows overstate goodput (queues have not built up yet), so a
+    # candidate whose coarse estimate still beats the best refined one gets refined too.
+    for _ in range(max_extra_refines):
+        best_fine = max(x.compared.per_gpu for x in refined.values())
+        k = next((k for k, r in enumerate(coarse) if k not in refined and r.per_gpu > best_fine), None)
+        if k is None:
+            break
+        refine(k)
+    ranked = [refined.get(k) or Ranked(r, refined=False) for k, r in enumerate(coarse)]
     ranked.sort(key=lambda r: (not r.refined, -r.compared.per_gpu, r.label))
     best = ranked[0]
     verdict, facts = explain(trace, base, ranked)
