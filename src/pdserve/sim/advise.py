@@ -2,9 +2,12 @@
 
 Candidates for a GPU budget ``N`` and tensor-parallel choices ``T``: colocated and
 chunked with ``N // t`` instances, and every xPyD split ``x*tp_p + y*tp_d <= N`` (for
-each prefill / decode TP pair in ``T``, using the budget fully up to one instance).
+one TP in ``T`` for both pools, or every pair with ``mixed_tp``; the budget used fully up
+to one instance).
 A coarse pass searches every candidate's goodput on a short window with a loose
-tolerance; the best few are searched again on a longer window with a tight one.
+tolerance; the best few (and the best of each kind) are searched again on a longer
+window with a tight one, and so is any candidate whose coarse estimate still beats
+the best refined result (short windows overstate goodput).
 """
 
 from __future__ import annotations
