@@ -21,9 +21,11 @@ class SimConfigError(ValueError):
 class SimConfig(BaseModel):
     """One serving configuration.
 
-    * ``colocated``: ``instances`` engines, each prefill-priority continuous batching
-      without chunking (a waiting prompt is prefilled whole before decodes resume),
-      like vLLM v0's default scheduler.
+    * ``colocated``: ``instances`` engines, continuous batching without chunking:
+      waiting prompts are admitted whole into the next step next to the running
+      decodes, so every decode in that step waits for the whole prefill (vLLM v1
+      with chunked prefill off; vLLM v0 ran the prefill as a separate step first,
+      which stalls decodes the same way).
     * ``chunked``: ``instances`` engines with Sarathi-style chunked prefill: every
       step carries the running decodes plus prompt chunks up to ``token_budget``.
     * ``disagg``: ``prefill_instances`` prefill-only engines and ``decode_instances``
