@@ -108,3 +108,17 @@ def test_chat_template() -> None:
         tokenizer.apply_chat_template([{"content": "x"}])
     with pytest.raises(ValueError, match="content"):
         tokenizer.apply_chat_template([{"role": "user", "content": 3}])
+
+
+def test_matches_published_vllm_golden_vectors() -> None:
+    """Vectors generated with vLLM v0.17.0's hash core under PYTHONHASHSEED=0, published as
+    loxilb-io/loxilb-inference-gateway cicd/common/kv_hash/fixtures/kv_hash_vectors.json."""
+    assert hashing.make_none_hash("0").hex() == "4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e"
+    block0 = [101, 202, 303, 404, 505, 606, 707, 808, 909, 1010, 1111, 1212, 1313, 1414, 1515, 1616]
+    block1 = [1717, 1818, 1919, 2020, 2121, 2222, 2323, 2424, 2525, 2626, 2727, 2828, 2929, 3030, 3131, 3232]
+    h0, h1 = hashing.block_hashes(block0 + block1, 16)
+    assert h0.hex() == "d450abdaf2c9ebdd0e0cbfbc4e24a5c07ff71dcab37be7426d4fa0e5fdb93342"
+    assert [hashing.to_external(h0), hashing.to_external(h1)] == [7876691182959014722, 8769878286166771163]
+    # the zero-parent vector pins the CBOR layout independently of NONE_HASH
+    zero = hashing.hash_block_tokens(bytes(32), block0)
+    assert hashing.to_external(zero) == 14515664427994421226
