@@ -74,9 +74,34 @@ def unlimited_hit_ratio(trace: Trace, block_size: int) -> float:
     return hits / total if total else 0.0
 
 
+def plot(docs: list[dict], path: Path) -> None:
+    """Hit ratio vs the oracle and TTFT p90, per policy, one group per result file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = [p for p in docs[0]["results"] if p != "oracle"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    width = 0.8 / len(docs)
+    for k, doc in enumerate(docs):
+        label = f"{doc['topology']} {doc.get('start_minute', 0):g}-{doc.get('start_minute', 0) + doc['minutes']:g} min"
+        xs = [i + k * width for i in range(len(policies))]
+        axes[0].bar(xs, [doc["results"][p]["vs_oracle"] for p in policies], width, label=label)
+        axes[1].bar(xs, [doc["results"][p]["ttft_p90_s"] for p in policies], width, label=label)
+    for ax, title in zip(axes, ("prefix hit ratio / oracle's", "TTFT p90 (s)")):
+        ax.set_xticks([i + width * (len(docs) - 1) / 2 for i in range(len(policies))], policies, rotation=20)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    axes[0].axhline(0.9, color="grey", linestyle="--", linewidth=1)
+    fig.suptitle("routing quality on the Mooncake conversation trace (pdserve.sim)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL trace")
+    ap.add_argument("--trace", type=Path, help="Mooncake-format JSONL trace (required unless --replot)")
     ap.add_argument("--minutes", type=float, default=10.0, help="replay N minutes of the trace")
     ap.add_argument("--start-minute", type=float, default=0.0, help="...starting this far into it")
     ap.add_argument("--instances", type=int, default=8)
@@ -89,8 +114,15 @@ def main() -> int:
     ap.add_argument("--block-size", type=int, default=None,
                     help="KV block size (default: the simulator's choice for the trace, 512 for Mooncake)")
     ap.add_argument("--out", type=Path, default=None, help="write JSON results here")
+    ap.add_argument("--plot", type=Path, default=None, help="bar charts (PNG) of this run or of --replot files")
+    ap.add_argument("--replot", type=Path, nargs="+", default=None, help="only draw --plot from result JSONs")
     args = ap.parse_args()
+    if args.replot:
+        plot([json.loads(p.read_text()) for p in args.replot], args.plot or Path("routing_quality.png"))
+        return 0
     console = Console()
+    if args.trace is None:
+        ap.error("--trace is required")
     full = load_trace(args.trace)
     lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
     picked = [r for r in full.requests if lo <= r.arrival_s < hi]
@@ -161,6 +193,8 @@ def main() -> int:
             "oracle": "global knowledge of every worker's real cache; longest cached prefix wins, load ignored",
             "best_baseline_by_ttft_p90": best_base, "results": rows,
         }, indent=2) + "\n")
+        if args.plot:
+            plot([json.loads(args.out.read_text())], args.plot)
     return 0
 
 
