@@ -20,7 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from pdserve.api.crd import build_crd
-from pdserve.operator.rbac import RULES
+from pdserve.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES, RULES
 
 T = TypeVar("T")
 OPERATOR_USER = "pdserve-operator"
@@ -85,6 +85,20 @@ def bind_operator_role(admin: client.ApiClient) -> None:
             replace(body["metadata"]["name"], body)
 
 
+def bind_namespaced_operator(admin: client.ApiClient, user: str, namespace: str) -> None:
+    """Namespace scope: NAMESPACED_RULES in one namespace, CLUSTER_RULES cluster-wide."""
+    rbac = client.RbacAuthorizationV1Api(admin)
+    subject = [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": user}, "rules": NAMESPACED_RULES})
+    rbac.create_namespaced_role_binding(
+        namespace, {"metadata": {"name": user}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user}, "subjects": subject}
+    )
+    rbac.create_cluster_role({"metadata": {"name": user}, "rules": CLUSTER_RULES})
+    rbac.create_cluster_role_binding(
+        {"metadata": {"name": user}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user}, "subjects": subject}
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -94,7 +108,10 @@ def free_port() -> int:
 class OperatorProcess:
     """`pdserve operator` in its own process group; stop() kills the whole group."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, resync_seconds: float = 5.0, extra_args: list[str] | None = None):
+    def __init__(
+        self, kubeconfig: Path, log_path: Path, resync_seconds: float = 5.0, extra_args: list[str] | None = None, namespaces: list[str] | None = None
+    ):
+        self.namespaces = namespaces or []
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.resync_seconds = resync_seconds
@@ -106,7 +123,8 @@ class OperatorProcess:
         self.port = free_port()
         argv = [
             sys.executable, "-m", "pdserve.cli", "operator",
-            "--kubeconfig", str(self.kubeconfig), "--all-namespaces",
+            "--kubeconfig", str(self.kubeconfig),
+            *([f"--namespace={ns}" for ns in self.namespaces] or ["--all-namespaces"]),
             "--resync-seconds", str(self.resync_seconds),
             "--liveness", f"http://127.0.0.1:{self.port}/healthz",
             "--pdserve-image", "registry.invalid/pdserve:test",

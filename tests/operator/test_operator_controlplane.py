@@ -243,3 +243,28 @@ def test_hosted_planner_daemon_writes_its_decision(admin: client.ApiClient, oper
     finally:
         hosted.stop()
         operator.start()
+
+
+def test_namespace_scoped_operator_needs_no_cluster_wide_rights(
+    admin: client.ApiClient, operator: OperatorProcess, namespace: str, kube_cluster: Any
+) -> None:
+    from operator_harness import bind_namespaced_operator
+
+    other = f"{namespace}-other"
+    client.CoreV1Api(admin).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    user = f"pdserve-operator-{namespace}"
+    bind_namespaced_operator(admin, user, namespace)
+    operator.stop()
+    scoped = OperatorProcess(Path(kube_cluster.kubeconfig_for(user)), operator.log_path, operator.resync_seconds, namespaces=[namespace])
+    try:
+        scoped.start()
+        _create(admin, load_example(MOCK_EXAMPLE, namespace, "scoped"))
+        _create(admin, load_example(MOCK_EXAMPLE, other, "outside"))
+        _ready(admin, namespace, "scoped")
+        # The other namespace is not this operator's business.
+        assert not _get(admin, other, "outside").get("status")
+        assert not _deployments(admin, other, "outside")
+    finally:
+        scoped.stop()
+        operator.start()
+        client.CoreV1Api(admin).delete_namespace(other)

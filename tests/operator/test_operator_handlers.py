@@ -28,6 +28,18 @@ def test_settings_keep_state_in_our_own_annotations() -> None:
     s = settings()
     assert s.persistence.finalizer == "pdserve.io/operator"
     assert s.watching.server_timeout == 300
+    # A fixed namespace list must not need cluster-wide namespace listing.
+    assert not s.scanning.disabled and settings(namespaced=True).scanning.disabled
+
+
+def test_rules_split_into_namespaced_and_cluster_parts() -> None:
+    from pdserve.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES, RULES
+
+    assert RULES == NAMESPACED_RULES + CLUSTER_RULES
+    assert all(r["resources"] == ["customresourcedefinitions"] for r in CLUSTER_RULES)
+    # Least privilege: nothing may delete, and nothing touches secrets or configmaps.
+    assert not any("delete" in r["verbs"] or "*" in r["verbs"] for r in RULES)
+    assert not any(res in ("secrets", "configmaps", "*") for r in RULES for res in r["resources"])
 
 
 def test_cli_help_and_bad_arguments() -> None:

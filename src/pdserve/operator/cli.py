@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
         asyncio.run(
             kopf.operator(
                 registry=registry,
-                settings=settings(level),
+                settings=settings(level, namespaced=not clusterwide),
                 standalone=True,  # no peering: reconciliation is idempotent, two replicas do no harm
                 clusterwide=clusterwide,
                 namespaces=args.namespace,

@@ -91,9 +91,14 @@ def build_registry(
     return registry
 
 
-def settings(log_level: int = logging.INFO) -> kopf.OperatorSettings:
-    """Small and quiet: state in our own annotations, few posted events, long-lived watches."""
+def settings(log_level: int = logging.INFO, namespaced: bool = False) -> kopf.OperatorSettings:
+    """Small and quiet: state in our own annotations, few posted events, long-lived watches.
+
+    ``namespaced``: watching a fixed list of namespaces. kopf would otherwise list
+    namespaces cluster-wide first (a right a namespace-scoped install does not grant)
+    and only fall back to the given list after a minute of retries."""
     s = kopf.OperatorSettings()
+    s.scanning.disabled = namespaced
     s.persistence.finalizer = f"{GROUP}/operator"
     s.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")

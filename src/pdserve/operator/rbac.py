@@ -9,7 +9,7 @@ from typing import Any
 
 from pdserve.api import GROUP, PLURAL
 
-RULES: list[dict[str, Any]] = [
+NAMESPACED_RULES: list[dict[str, Any]] = [
     # The resource itself: watch it; patch it for kopf's finalizer and progress annotations.
     {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
@@ -24,6 +24,13 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     # Kubernetes Events on transitions (ours and kopf's).
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+
+# Cluster-scoped: a namespaced Role cannot grant these, so a namespace-scoped install
+# binds NAMESPACED_RULES per watched namespace plus a small ClusterRole with these.
+CLUSTER_RULES: list[dict[str, Any]] = [
     # kopf rescans resources when CRDs change.
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
 ]
+
+RULES: list[dict[str, Any]] = NAMESPACED_RULES + CLUSTER_RULES
