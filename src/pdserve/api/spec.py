@@ -169,6 +169,8 @@ def _within(pool: str) -> CelRule:
 
 
 class DisaggregatedServiceSpec(ApiModel):
+    """Desired state: the model, the engine, the KV connector, both worker pools, the router, SLOs and autoscaling."""
+
     model: ModelSpec = Field(description="The model to serve.")
     engine: EngineSpec = Field(default_factory=EngineSpec, description="Inference engine for both pools.")
     kv_connector: KvConnectorSpec = Field(default_factory=KvConnectorSpec, description="How KV blocks move from prefill to decode.")

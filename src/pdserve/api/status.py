@@ -30,6 +30,8 @@ class Condition(ApiModel):
 
 
 class DisaggregatedServiceStatus(ApiModel):
+    """Observed state, written by the operator (all keys but planner) and the planner (planner)."""
+
     observed_generation: int | None = Field(None, description="metadata.generation the operator last reconciled.")
     prefill: PoolStatus | None = Field(None, description="Prefill pool replicas.")
     decode: PoolStatus | None = Field(None, description="Decode pool replicas.")
