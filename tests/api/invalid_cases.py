@@ -73,6 +73,7 @@ INVALID: list[Invalid] = [
     Invalid("replicas-negative", _set("spec.prefill.replicas", -1), "spec.prefill.replicas", "prefill.replicas"),
     Invalid("tp-zero", _set("spec.decode.tensorParallelSize", 0), "spec.decode.tensorParallelSize", "decode.tensorParallelSize"),
     Invalid("gpu-in-resources", _set("spec.decode.resources", {"limits": {"nvidia.com/gpu": 2}}), "spec.decode.resources.limits", "decode.resources"),
+    Invalid("quantity-malformed", _set("spec.prefill.resources", {"requests": {"memory": "lots"}}), "spec.prefill.resources.requests.memory", "prefill.resources"),
     Invalid("router-policy-unknown", _set("spec.router", {"policy": "random"}), "spec.router.policy", "router.policy"),
     Invalid("router-weight-negative", _set("spec.router", {"weights": {"overlap": -1}}), "spec.router.weights.overlap", "router.weights.overlap"),
     Invalid("slo-ttft-zero", _set("spec.slo", {"ttftMs": 0}), "spec.slo.ttftMs", "slo.ttftMs"),

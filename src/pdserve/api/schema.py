@@ -72,7 +72,7 @@ class _Converter:
                 return {**self.convert(options[0]), **rest}
             types = sorted(o.get("type") for o in options)
             if types == ["integer", "string"]:
-                return {"x-kubernetes-int-or-string": True, **rest}
+                return {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True, **rest}
             raise ValueError(f"cannot express anyOf {options} in a structural schema")
         out: dict[str, Any] = {}
         for key, value in node.items():

@@ -10,9 +10,9 @@ Python, so code that builds a spec by hand fails exactly where the API server wo
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from pdserve.api.cel import CelRule
@@ -26,7 +26,8 @@ PREDICTORS = ("constant", "moving_average", "holt_winters", "arima")
 # Kubernetes quantity syntax (resource.Quantity), e.g. 500m, 16Gi, 1.5, 2e3.
 QUANTITY_PATTERN = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$"
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
-Quantity = int | str
+# Structural int-or-string with the quantity pattern, as controller-gen emits for resource.Quantity.
+Quantity = Annotated[int | str, WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY_PATTERN})]
 
 
 class ApiModel(BaseModel):
