@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from pdserve.common import tokenizer
+from pdserve.common import hashing, tokenizer
 from pdserve.worker import protocol
 from pdserve.worker.engine import FINISH_ABORT, FINISH_STOP, EngineRequest, TokenEvent
 from pdserve.worker.nixl import KvLoadError, KVTransferConfig, pull_kv
@@ -205,6 +205,11 @@ class WorkerServer:
         ereq = EngineRequest(rid, ids, max_tokens=max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos,
                              eos_after=self._natural_length(seed), stop_token_ids=stop_ids, seed=seed,
                              hold_kv=hold, remote_prefilled=external > 0)
+        engine_cfg = self.runner.engine.config
+        if engine_cfg.enable_prefix_caching:
+            # Hash the prompt here, per request, rather than inside the engine step: a step admitting
+            # dozens of long prompts would otherwise hash them all in one go and stall the loop.
+            ereq.block_hashes = hashing.block_hashes(ids, engine_cfg.block_size)
         try:
             tracked = self.runner.submit(ereq, max_tokens_param, external)
         except ValueError as err:
