@@ -57,6 +57,7 @@ class EngineRunner:
         self.steps = 0
         self.max_lag_s = 0.0
         self.deliver_slice = 16
+        self._step_start = 0.0  # simulated time the current step started at
 
     # --- clock ---------------------------------------------------------------
     def sim_now(self) -> float:
