@@ -48,7 +48,7 @@ def test_examples_cover_both_engines_and_autoscaling() -> None:
     assert any(s.autoscaling.enabled and s.engine.kind == "mock" for s in specs)
 
 
-def test_name_too_long_refused() -> None:
-    m = valid_manifest("x" * 43)
+@pytest.mark.parametrize("name", ["x" * 43, "1-starts-with-digit", "has.dot"])
+def test_bad_names_refused(name: str) -> None:
     with pytest.raises(ValidationError, match="name"):
-        DisaggregatedService.from_body(m)
+        DisaggregatedService.from_body(valid_manifest(name))

@@ -34,8 +34,9 @@ def test_invalid_refused_naming_field(admin: client.ApiClient, case: Invalid) ->
     assert case.field in message, message
 
 
-def test_name_too_long_refused(admin: client.ApiClient) -> None:
+@pytest.mark.parametrize("name", ["x" * 43, "1-starts-with-digit", "has.dot"])
+def test_bad_names_refused(admin: client.ApiClient, name: str) -> None:
     with pytest.raises(ApiException) as err:
-        _create(admin, valid_manifest("x" * 43))
+        _create(admin, valid_manifest(name))
     assert err.value.status == 422
     assert "metadata.name" in json.loads(err.value.body)["message"]

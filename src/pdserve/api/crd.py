@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from pdserve.api.resource import CRD_NAME, GROUP, KIND, MAX_NAME_LENGTH, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from pdserve.api.resource import CRD_NAME, GROUP, KIND, MAX_NAME_LENGTH, NAME_PATTERN, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from pdserve.api.schema import openapi_schema
 from pdserve.api.spec import DisaggregatedServiceSpec
 from pdserve.api.status import DisaggregatedServiceStatus
@@ -40,7 +40,12 @@ def root_schema() -> dict[str, Any]:
                 "rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
                 "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters (child Deployments and pods append suffixes)",
                 "reason": "FieldValueInvalid",
-            }
+            },
+            {
+                "rule": f"self.metadata.name.matches('{NAME_PATTERN}')",
+                "message": "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter): the router Service takes this name",
+                "reason": "FieldValueInvalid",
+            },
         ],
     }
 

@@ -19,13 +19,15 @@ SHORT_NAMES = ("dsvc",)
 CRD_NAME = f"{PLURAL}.{GROUP}"
 # The longest child name is "<name>-prefill-<rs hash>-<pod hash>" (a pod); keep it a DNS label.
 MAX_NAME_LENGTH = 42
+# The router Service carries the resource's name, and Service names are DNS-1035 labels.
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
 class ObjectMeta(BaseModel):
     """The metadata fields the operator reads; everything else is kept verbatim."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
-    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)
     namespace: str = "default"
     uid: str = ""
     generation: int = 0
