@@ -160,3 +160,13 @@ def test_any_small_workload_finishes_consistently(layout: str, n: int, rate: flo
     generated = sum(int(i["generated_tokens"]) for i in res.instances if i["pool"] != "prefill")
     assert generated >= sum(r.output_tokens for r in trace.requests)  # more only after a preemption
     assert res.gpu_seconds == pytest.approx(res.gpus * res.end_time_s)
+
+
+def test_scraped_views_are_refreshed_periodically_and_runs_still_finish() -> None:
+    trace = synthetic_trace(80, 20.0, (100, 1500), (5, 40), seed=6)
+    cfg = SimConfig(topology="chunked", instances=3, policy="least_loaded", view_refresh_s=0.5)
+    a, b = run_simulation(trace, cfg), run_simulation(trace, cfg)
+    assert a.summary.finished == 80
+    assert a.records == b.records
+    # The clock stops with the last request, not with the scrape cadence.
+    assert a.end_time_s == max(r.finish_s for r in a.records)

@@ -61,6 +61,10 @@ class SimConfig(BaseModel):
     kv_link_gbps: float = Field(100.0, gt=0, description="KV link bandwidth per instance, Gbit/s")
     kv_transfer: Literal["serial", "layerwise"] = "serial"
     kv_lease_s: float = Field(480.0, gt=0, description="prefill side holds blocks this long at most (vLLM default)")
+    view_refresh_s: float = Field(
+        0.0, ge=0,
+        description="router sees engine gauges as of periodic scrapes this far apart (0 = exact, instantaneous)",
+    )
     startup_delay_s: float = Field(60.0, ge=0, description="autoscaling: new instance warm-up")
     slo: Slo = Field(default_factory=Slo)
     seed: int = 0

@@ -104,6 +104,7 @@ class Instance:
     kicked: bool = False  # a step start is already scheduled
     step_start: float = 0.0
     step_out: StepOutput | None = None  # the step in flight
+    scraped_view: WorkerView | None = None  # the router's last scrape (view_refresh_s > 0)
     inflight_prefill: int = 0  # prompt tokens routed here that have not produced a token
     incoming: int = 0  # decode: requests whose KV transfer to here has not landed
     prefill_of: dict[str, int] = field(default_factory=dict)
@@ -121,7 +122,10 @@ class Instance:
     def tp(self) -> int:
         return self.spec.tp
 
-    def view(self) -> WorkerView:
+    def view(self, load: bool = True) -> WorkerView:
+        """What the router sees; ``load=False`` before the first scrape (all zero)."""
+        if not load:
+            return WorkerView(worker_id=self.instance_id)
         e = self.engine
         return WorkerView(
             worker_id=self.instance_id,

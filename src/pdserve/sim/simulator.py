@@ -39,7 +39,7 @@ from pdserve.sim.traces import Trace
 from pdserve.sim.windows import WindowTracker
 from pdserve.worker.engine import StepOutput
 
-_KICK, _STEP_DONE, _KV_DONE, _READY, _TICK = range(5)
+_KICK, _STEP_DONE, _KV_DONE, _READY, _TICK, _SCRAPE = range(6)
 
 
 @dataclass(slots=True)
@@ -149,7 +149,11 @@ class Simulation:
         rid = str(rec.index)
         rr = RouteRequest(request_id=rid, token_ids=(), block_hashes=st.keys, prompt_tokens=rec.input_tokens)
         policy = self.policies[pool]
-        decision = policy.select(rr, [i.view() for i in cands], self.now)
+        if self.cfg.view_refresh_s > 0:
+            views = [i.scraped_view or i.view(load=False) for i in cands]
+        else:
+            views = [i.view() for i in cands]
+        decision = policy.select(rr, views, self.now)
         policy.on_routed(decision, rr, self.now)
         return next(i for i in cands if i.instance_id == decision.worker_id)
 
@@ -317,6 +321,15 @@ class Simulation:
             inst.released_at = self.now
             self.policies[inst.pool].forget_worker(inst.instance_id)
 
+    def _on_scrape(self, arrivals_left: bool) -> None:
+        # Like the live router's periodic /metrics scrape: policies see engine
+        # gauges as of the last scrape, not the instant of the decision.
+        for inst in self.all_instances:
+            if inst.state is State.READY:
+                inst.scraped_view = inst.view()
+        if arrivals_left or any(k != _SCRAPE for _, _, k, _ in self.heap):
+            self._push(self.now + self.cfg.view_refresh_s, _SCRAPE, None)
+
     # ---- autoscaling (see pdserve.sim.scaling) ------------------------------------
     def _on_tick(self) -> None:
         apply_tick(self)
@@ -337,6 +350,8 @@ class Simulation:
                 raise SimConfigError(f"autoscaler.interval_s must be > 0, got {self.autoscaler.interval_s!r}")
             first = reqs[0].arrival_s if reqs else 0.0
             self._push(first + self.autoscaler.interval_s, _TICK, None)
+        if self.cfg.view_refresh_s > 0:
+            self._push(0.0, _SCRAPE, None)
         i = 0
         every = max(1, n // 100)
         pop = heapq.heappop
@@ -356,6 +371,8 @@ class Simulation:
                     self._on_kv_done(obj)  # type: ignore[arg-type]
                 elif kind == _READY:
                     self._on_ready(obj)  # type: ignore[arg-type]
+                elif kind == _SCRAPE:
+                    self._on_scrape(i < n)
                 else:
                     self._on_tick()
                     self._push(t + self.autoscaler.interval_s, _TICK, None)  # type: ignore[union-attr]
