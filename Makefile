@@ -35,7 +35,7 @@ k8s-bins:
 	bash e2e/controlplane/build-binaries.sh $(K8S_BIN)
 
 crds: venv
-	$(VENV)/bin/pdserve crd --out crds/
+	$(VENV)/bin/pdserve crd --out crds/ --out charts/pdserve/crds/ --reference docs/crd-reference.md
 
 test: venv system-deps k8s-bins
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e

@@ -64,6 +64,9 @@ def _env(svc: DisaggregatedService, role: Role) -> list[dict[str, Any]]:
         {"name": "PDSERVE_ROLE", "value": role},
         {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(spec.kv_connector.side_channel_port)},
+        # vLLM seeds its prefix-cache hash chain from PYTHONHASHSEED (random when unset);
+        # a fixed seed makes the pods' block hashes match the router's (pdserve.common.hashing).
+        {"name": "PYTHONHASHSEED", "value": "0"},
         # Non-root user: keep every cache on the writable volume.
         {"name": "HOME", "value": CACHE_DIR},
         {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import os
 import signal
@@ -161,7 +162,7 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
         if port is None:
             port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"))
         side = SideChannelServer(runner, settings.engine_id, perf, args.mock_kv_link_gbps, args.mock_speedup)
-        bind_host = "127.0.0.1" if settings.side_channel_host in ("localhost", "127.0.0.1") else "0.0.0.0"
+        bind_host = _side_channel_bind_host(settings.side_channel_host)
         settings.side_channel_port = await side.start(bind_host, port)
     server = WorkerServer(settings, runner)
     web_runner = web.AppRunner(server.app(args.mock_max_body_bytes), access_log=None, handle_signals=False)
@@ -187,3 +188,16 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
     if side is not None:
         await side.stop()
     await runner.stop()
+
+
+def _side_channel_bind_host(advertised: str) -> str:
+    """Bind the side channel where it is advertised, so workers sharing a host
+    (pods with their own IPs, or the e2e runner's 127.x pod IPs) don't collide;
+    a DNS name can't be bound, so it falls back to every interface."""
+    if advertised == "localhost":
+        return "127.0.0.1"
+    try:
+        ipaddress.ip_address(advertised)
+    except ValueError:
+        return "0.0.0.0"
+    return advertised
