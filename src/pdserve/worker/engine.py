@@ -33,6 +33,7 @@ from pdserve.worker.engine_types import (
 )
 from pdserve.worker.kvcache import BlockPool, KvEvents
 from pdserve.worker.perf import PerfModel
+from pdserve.worker.step_cost import step_cost_fn
 
 __all__ = [
     "FINISH_ABORT", "FINISH_LENGTH", "FINISH_STOP", "Engine", "EngineConfig", "EngineRequest", "EngineStats",
@@ -45,6 +46,7 @@ class Engine:
     def __init__(self, config: EngineConfig, perf: PerfModel) -> None:
         self.config = config
         self.perf = perf
+        self._step_cost = step_cost_fn(perf)
         self.pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
@@ -146,17 +148,23 @@ class Engine:
         )
 
     # --- the step ------------------------------------------------------------
+    # The simulator calls this millions of times at small batch sizes, so it is written for speed:
+    # locals instead of attribute lookups, sampling inlined, and StepOutput built once at the end.
     def step(self, now: float) -> StepOutput:
-        out = StepOutput(duration=0.0)
+        tokens: list[TokenEvent] = []
+        started: list[str] = []
+        preempted: list[str] = []
+        expired: list[str] = []
         if self.held:
-            self._expire_leases(now, out)
-        budget = self.config.max_num_batched_tokens
-        bs = self.config.block_size
-        thr = self.config.long_prefill_token_threshold
+            self._expire_leases(now, expired)
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens
+        bs = cfg.block_size
+        thr = cfg.long_prefill_token_threshold
         scheduled: list[tuple[EngineRequest, int]] = []
         preempted_any = False
 
-        # 1. running requests, oldest first (the decode fast path avoids helper calls)
+        # 1. running requests, oldest first
         running = self.running
         i = 0
         while i < len(running) and budget > 0:
@@ -172,7 +180,7 @@ class Engine:
             if req.num_computed + n > len(req.block_ids) * bs:
                 while not self._ensure_blocks(req, req.num_computed + n):
                     victim = running.pop()
-                    self._preempt(victim, out)
+                    self._preempt(victim, preempted)
                     preempted_any = True
                     if victim is req:
                         n = 0
@@ -185,19 +193,24 @@ class Engine:
 
         # 2. admit waiting requests (vLLM skips admission in a step that preempted)
         if not preempted_any and self.waiting:
-            budget = self._admit(now, budget, scheduled, out)
+            budget = self._admit(now, budget, scheduled, started)
 
-        # 3. cost, advance, sample: the cost terms use the context *before* this step
+        # 3. cost, advance, sample: the cost terms use the context *before* this step.
+        # attn_pairs is summed as an int: every term is a whole number (n(n+1) is even), so this equals
+        # the float sum exactly while it stays below 2**53.
         new_tokens = 0
-        attn_pairs = 0.0
+        attn_pairs = 0
         kv_read = 0
         prefill = 0
-        finished: list[EngineRequest] = []
-        tokens = out.tokens
+        finished: list[tuple[EngineRequest, TokenEvent]] = []
+        max_model_len = cfg.max_model_len
         for req, n in scheduled:
             ctx = req.num_computed
             new_tokens += n
-            attn_pairs += n * ctx + n * (n + 1) / 2
+            if n == 1:
+                attn_pairs += ctx + 1
+            else:
+                attn_pairs += n * ctx + n * (n + 1) // 2
             kv_read += ctx
             n_prompt = req.num_prompt_tokens
             if ctx < n_prompt:
@@ -207,24 +220,59 @@ class Engine:
                 self._cache_full_blocks(req, ctx // bs)
             if ctx < req.num_tokens:
                 continue  # prefill chunk not done yet: no token this step
-            ev = self._sample(req)
+            # sample one token: a deterministic per-request stream (an LCG seeded from the request's seed)
+            out_ids = req.output_token_ids
+            idx = len(out_ids)
+            n_out = idx + 1
+            req.rng = rng = (req.rng * 1664525 + 1013904223) & 0xFFFFFFFF
+            eos_at = req.eos_after
+            if eos_at is not None and not req.ignore_eos and n_out >= eos_at and n_out >= req.min_tokens:
+                token = EOS_ID
+            else:
+                token = WORD_IDS[(rng >> 8) % _N_WORDS]
+            out_ids.append(token)
+            req.num_tokens = num_tokens = req.num_tokens + 1
+            if n_out >= req.min_tokens and (
+                (token == EOS_ID and not req.ignore_eos) or (req.stop_token_ids and token in req.stop_token_ids)
+            ):
+                ev = TokenEvent(req.request_id, token, idx, True, FINISH_STOP)
+                finished.append((req, ev))
+            elif n_out >= req.max_tokens or num_tokens >= max_model_len:
+                ev = TokenEvent(req.request_id, token, idx, True, FINISH_LENGTH)
+                finished.append((req, ev))
+            else:
+                ev = TokenEvent(req.request_id, token, idx, False, None)
             tokens.append(ev)
-            if ev.finished:
-                finished.append(req)
-        out.num_scheduled = len(scheduled)
-        out.num_prefill_tokens = prefill
-        out.num_decode_tokens = new_tokens - prefill
-        out.duration = self.perf.step_time_aggregate(new_tokens, attn_pairs, kv_read, len(scheduled))
+        self.generated_tokens += len(tokens)
         self.computed_prompt_tokens += prefill
+        duration = self._step_cost(new_tokens, float(attn_pairs), kv_read, len(scheduled))
         if finished:
-            done = {id(r) for r in finished}
-            self.running = [r for r in self.running if id(r) not in done]
-            for req in finished:
-                self._finish(req, now + out.duration, tokens)
-        out.kv_events = self.pool.drain_events()
-        return out
+            self._remove_finished(finished)
+            t_done = now + duration
+            for req, ev in finished:
+                self._finish(req, t_done, ev)
+        pool = self.pool
+        ev_pending = pool.events
+        if ev_pending.stored or ev_pending.removed or ev_pending.cleared:
+            kv_events = pool.drain_events()
+        else:
+            kv_events = KvEvents([], [], False)
+        return StepOutput(duration, tokens, started, preempted, expired, prefill, new_tokens - prefill,
+                          len(scheduled), kv_events)
 
-    def _admit(self, now: float, budget: int, scheduled: list[tuple[EngineRequest, int]], out: StepOutput) -> int:
+    def _remove_finished(self, finished: list[tuple[EngineRequest, TokenEvent]]) -> None:
+        running = self.running
+        if len(finished) == 1:
+            req = finished[0][0]
+            for j, r in enumerate(running):  # by identity: EngineRequest's == compares every field
+                if r is req:
+                    del running[j]
+                    return
+            return
+        done = {id(r) for r, _ in finished}
+        running[:] = [r for r in running if id(r) not in done]
+
+    def _admit(self, now: float, budget: int, scheduled: list[tuple[EngineRequest, int]], started: list[str]) -> int:
         cfg = self.config
         bs = cfg.block_size
         thr = cfg.long_prefill_token_threshold
@@ -268,7 +316,7 @@ class Engine:
             self.running.append(req)
             if not req.started:
                 req.started = True
-                out.started.append(req.request_id)
+                started.append(req.request_id)
             if computed // bs > req.num_cached_blocks:
                 self._cache_full_blocks(req, computed // bs)  # transferred KV becomes cached
             scheduled.append((req, n))
@@ -306,52 +354,26 @@ class Engine:
             prev = hashing.hash_block_tokens(prev, req.token_range(i * bs, (i + 1) * bs), req.extra_keys)
             hashes.append(prev)
 
-    def _preempt(self, req: EngineRequest, out: StepOutput) -> None:
+    def _preempt(self, req: EngineRequest, preempted: list[str]) -> None:
         self.pool.free_blocks(req.block_ids)
         req.block_ids = []
         req.num_computed = 0
         req.num_cached_blocks = 0
         req.remote_prefilled = False  # its KV now has to be recomputed here
         self.preemptions += 1
-        out.preempted.append(req.request_id)
+        preempted.append(req.request_id)
         self.waiting.appendleft(req)
 
-    def _sample(self, req: EngineRequest) -> TokenEvent:
-        out_ids = req.output_token_ids
-        idx = len(out_ids)
-        n_out = idx + 1
-        # Deterministic per-request stream (an LCG seeded from the request's seed).
-        req.rng = rng = (req.rng * 1664525 + 1013904223) & 0xFFFFFFFF
-        eos_at = req.eos_after
-        if eos_at is not None and not req.ignore_eos and n_out >= eos_at and n_out >= req.min_tokens:
-            token = EOS_ID
-        else:
-            token = WORD_IDS[(rng >> 8) % _N_WORDS]
-        out_ids.append(token)
-        req.num_tokens += 1
-        self.generated_tokens += 1
-        reason: str | None = None
-        if n_out >= req.min_tokens and (
-            (token == EOS_ID and not req.ignore_eos) or (req.stop_token_ids and token in req.stop_token_ids)
-        ):
-            reason = FINISH_STOP
-        elif n_out >= req.max_tokens or req.num_tokens >= self.config.max_model_len:
-            reason = FINISH_LENGTH
-        return TokenEvent(req.request_id, token, idx, reason is not None, reason)
-
-    def _finish(self, req: EngineRequest, t_done: float, events: list[TokenEvent]) -> None:
+    def _finish(self, req: EngineRequest, t_done: float, ev: TokenEvent) -> None:
         del self._requests[req.request_id]
         if req.hold_kv:
             self.held[req.request_id] = HeldKv(req, t_done + self.config.kv_lease_s)
-            for ev in reversed(events):
-                if ev.request_id == req.request_id:
-                    ev.held_block_ids = list(req.block_ids)
-                    break
+            ev.held_block_ids = list(req.block_ids)
             return
         self.pool.free_blocks(req.block_ids)
         req.block_ids = []
 
-    def _expire_leases(self, now: float, out: StepOutput) -> None:
+    def _expire_leases(self, now: float, expired_ids: list[str]) -> None:
         # Leases have one length, so insertion order is expiry order.
         expired = []
         for rid, h in self.held.items():
@@ -360,4 +382,4 @@ class Engine:
             expired.append(rid)
         for rid in expired:
             self.release(rid)
-            out.expired.append(rid)
+            expired_ids.append(rid)

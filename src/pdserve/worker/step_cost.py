@@ -1,0 +1,59 @@
+"""The engine's per-step cost call, with the perf model's coefficients read once.
+
+``PerfModel.step_time_aggregate`` builds a frozen ``StepBreakdown`` through two
+method calls on every step; the simulator makes millions of steps, so the engine
+uses this closure instead. It evaluates the very same float expressions in the same
+order as ``PerfModel._breakdown`` (so results are bit-identical; a test checks
+that), and defers to the model's own method for anything that is not exactly a
+``PerfModel`` (a subclass may override the cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pdserve.worker.perf import PerfModel
+
+StepCostFn = Callable[[int, float, int, int], float]
+
+
+def step_cost_fn(perf: PerfModel) -> StepCostFn:
+    """``f(new_tokens, attn_pairs, kv_read_tokens, n_seqs) -> seconds``, same as ``perf.step_time_aggregate``."""
+    if type(perf) is not PerfModel:
+        return perf.step_time_aggregate
+    flops_per_token = perf._flops_per_token
+    attn_flops = perf._attn_flops
+    flops_rate = perf._flops_rate
+    weight_bytes = perf.weight_bytes
+    kv_bytes = perf.kv_bytes_per_token
+    byte_rate = perf._byte_rate
+    step_overhead = perf._eff.step_overhead_s
+    per_seq_overhead = perf._eff.per_seq_overhead_s
+    tp = perf.tp
+
+    if tp == 1:
+        def cost(new_tokens: int, attn_pairs: float, kv_read_tokens: int, n_seqs: int) -> float:
+            if new_tokens == 0:
+                return 0.0
+            compute = (flops_per_token * new_tokens + attn_flops * attn_pairs) / flops_rate
+            memory = (weight_bytes + kv_bytes * (kv_read_tokens + new_tokens)) / byte_rate
+            # written out like `max(compute, memory)`; the breakdown's `+ 0.0` comm term is exact, so dropped
+            return (memory if memory > compute else compute) + (step_overhead + per_seq_overhead * n_seqs)
+
+        return cost
+
+    act_bytes = perf._act_bytes_per_token
+    allreduces = perf._allreduces
+    ar_latency = perf._eff.allreduce_latency_s
+    ar_bw = perf._ar_bw
+
+    def cost_tp(new_tokens: int, attn_pairs: float, kv_read_tokens: int, n_seqs: int) -> float:
+        if new_tokens == 0:
+            return 0.0
+        compute = (flops_per_token * new_tokens + attn_flops * attn_pairs) / flops_rate
+        memory = (weight_bytes + kv_bytes * (kv_read_tokens + new_tokens)) / byte_rate
+        ar_bytes = act_bytes * new_tokens * 2 * (tp - 1) / tp
+        comm = allreduces * (ar_latency + ar_bytes / ar_bw)
+        return (memory if memory > compute else compute) + comm + (step_overhead + per_seq_overhead * n_seqs)
+
+    return cost_tp

@@ -1,0 +1,48 @@
+"""The engine's inlined step cost must be bit-identical to the perf model's own."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdserve.worker.perf import PerfModel, available_profiles, load_profile
+from pdserve.worker.step_cost import step_cost_fn
+
+MODELS = [PerfModel(load_profile(name, tp)) for name in available_profiles() for tp in (1, 2, 4, 8)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    model=st.sampled_from(MODELS),
+    new_tokens=st.integers(0, 16384),
+    ctx_per_token=st.integers(0, 131072),
+    n_seqs=st.integers(1, 512),
+)
+def test_inlined_cost_equals_the_perf_model_bit_for_bit(
+    model: PerfModel, new_tokens: int, ctx_per_token: int, n_seqs: int
+) -> None:
+    attn_pairs = float(new_tokens * ctx_per_token + new_tokens * (new_tokens + 1) // 2)
+    kv_read = ctx_per_token * min(n_seqs, max(new_tokens, 1))
+    expected = model.step_time_aggregate(new_tokens, attn_pairs, kv_read, n_seqs)
+    assert step_cost_fn(model)(new_tokens, attn_pairs, kv_read, n_seqs) == expected
+
+
+def test_decode_and_prefill_steps_cost_what_the_breakdown_says() -> None:
+    model = PerfModel(load_profile("llama-3.1-8b-h100"))
+    cost = step_cost_fn(model)
+    # two decodes at contexts 100 and 300, as the engine sums them
+    assert cost(2, 402.0, 400, 2) == model.step_time(decode_contexts=[100, 300])
+    # one 512-token prefill chunk after 1024 cached tokens
+    assert cost(512, 512 * 1024 + 512 * 513 / 2, 1024, 1) == model.step_time(prefill_chunks=[(512, 1024)])
+    assert cost(0, 0.0, 0, 0) == 0.0
+
+
+def test_a_subclass_keeps_its_own_cost() -> None:
+    class Slow(PerfModel):
+        def step_time_aggregate(self, new_tokens: int, attn_pairs: float, kv_read_tokens: int, n_seqs: int) -> float:
+            return 2 * super().step_time_aggregate(new_tokens, attn_pairs, kv_read_tokens, n_seqs)
+
+    slow = Slow(load_profile("llama-3.1-8b-h100"))
+    base = PerfModel(load_profile("llama-3.1-8b-h100"))
+    assert step_cost_fn(slow)(4, 40.0, 30, 4) == pytest.approx(2 * step_cost_fn(base)(4, 40.0, 30, 4))
