@@ -226,7 +226,9 @@ def test_rbac_is_least_privilege(chart: helm.Chart) -> None:
     (role,) = of_kind(render(chart), "ClusterRole")
     granted = _rule_set(role["rules"])
     assert not any("*" in t for t in granted), "no wildcards"
-    assert not any(r in {"secrets", "configmaps", "clusterroles", "clusterrolebindings", "nodes"} for _, r, _ in granted)
+    assert not any(r in {"secrets", "clusterroles", "clusterrolebindings", "nodes"} for _, r, _ in granted)
+    # The planner reads one named ConfigMap (its capacity profile): get, never list or write.
+    assert {v for _, r, v in granted if r == "configmaps"} == {"get"}
     assert not any(v == "delete" for _, _, v in granted), "children go with their owner (garbage collection)"
     assert not any(v in {"escalate", "bind", "impersonate", "deletecollection"} for _, _, v in granted)
     assert ("pdserve.io", "disaggregatedservices", "watch") in granted

@@ -37,9 +37,11 @@ def test_rules_split_into_namespaced_and_cluster_parts() -> None:
 
     assert RULES == NAMESPACED_RULES + CLUSTER_RULES
     assert all(r["resources"] == ["customresourcedefinitions"] for r in CLUSTER_RULES)
-    # Least privilege: nothing may delete, and nothing touches secrets or configmaps.
+    # Least privilege: nothing may delete, nothing touches secrets, and configmaps are
+    # only read by name (the planner's capacity profile).
     assert not any("delete" in r["verbs"] or "*" in r["verbs"] for r in RULES)
-    assert not any(res in ("secrets", "configmaps", "*") for r in RULES for res in r["resources"])
+    assert not any(res in ("secrets", "*") for r in RULES for res in r["resources"])
+    assert all(r["verbs"] == ["get"] for r in RULES if "configmaps" in r["resources"])
 
 
 def test_cli_help_and_bad_arguments() -> None:

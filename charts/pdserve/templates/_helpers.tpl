@@ -97,6 +97,9 @@ the resource (replicas) and on its status (status.planner).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get"]
 {{- end -}}
 
 {{/* Cluster-scoped: a Role cannot grant these, so namespace scope keeps a small ClusterRole for them. */}}

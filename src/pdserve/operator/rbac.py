@@ -24,6 +24,9 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     # Kubernetes Events on transitions (ours and kopf's).
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    # The planner (same ServiceAccount) reads a measured capacity profile from the ConfigMap
+    # named by the resource's pdserve.io/capacity-profile annotation.
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
 ]
 
 # Cluster-scoped: a namespaced Role cannot grant these, so a namespace-scoped install
