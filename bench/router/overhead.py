@@ -128,9 +128,13 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
     raise TimeoutError(f"{url} did not come up")
 
 
-def start_proc(stack: ExitStack, cmd: list[str], health: str) -> subprocess.Popen:
-    log = open(f"/tmp/pdserve-bench-{Path(cmd[0]).name}-{os.getpid()}.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+def start_proc(stack: ExitStack, cmd: list[str], health: str, cpus: str | None = None,
+               env: dict[str, str] | None = None) -> subprocess.Popen:
+    if cpus:
+        cmd = ["taskset", "-c", cpus, *cmd]
+    log = open(f"/tmp/pdserve-bench-{Path(cmd[-1] if cpus else cmd[0]).name}-{os.getpid()}.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env)
 
     def stop() -> None:
         if proc.poll() is None:
@@ -184,6 +188,13 @@ def main() -> int:
                     help="interleaved rounds per level (targets alternate, so load drift hits all alike)")
     ap.add_argument("--bench-venv", type=Path, default=ROOT / ".cache" / "bench-venv",
                     help="venv with vllm-router / sglang-router installed (skipped if missing)")
+    ap.add_argument("--pin", default=None, metavar="ROUTER_CPUS:LOAD_CPUS",
+                    help="e.g. 1:0 -- every router on CPU 1, this client and the worker on CPU 0, so a router "
+                         "does not steal the load generator's CPU (direct gets the same client/worker CPUs)")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="also run `pdserve router` from this source tree (its src/ folder, e.g. an older commit "
+                         "unpacked with `git archive COMMIT src | tar -x -C DIR`) as target pdserve-baseline")
+    ap.add_argument("--only", nargs="+", default=None, help="run only these targets (direct is always run)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None, help="PNG of TTFT/ITL vs concurrency")
     ap.add_argument("--replot", type=Path, default=None, help="only redraw --plot from a results JSON")
@@ -195,20 +206,33 @@ def main() -> int:
     results: dict[str, dict] = {}
     errors: dict[str, str] = {}
     model = "mock-llama"
+    router_cpus = load_cpus = None
+    if args.pin:
+        router_cpus, load_cpus = args.pin.split(":")
+        os.sched_setaffinity(0, {int(c) for c in load_cpus.split(",")})
     with ExitStack() as stack:
         w = stack.enter_context(start_worker(model, speedup=1e9, args=["--max-num-seqs", "1024",
                                                                        "--max-num-batched-tokens", "65536"]))
+        if load_cpus:
+            subprocess.run(["taskset", "-a", "-cp", load_cpus, str(w.proc.pid)], check=True, capture_output=True)
         targets: dict[str, tuple[str, int | None]] = {"direct": (w.url, None)}
         port = free_port()
         proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
                                   w.url, "--policy", "kv_aware", "--log-level", "WARNING"],
-                          f"http://127.0.0.1:{port}/health")
+                          f"http://127.0.0.1:{port}/health", router_cpus)
         targets["pdserve"] = (f"http://127.0.0.1:{port}", proc.pid)
         port = free_port()
         proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
                                   w.url, "--policy", "kv_aware", "--log-level", "WARNING", "--event-loop", "asyncio"],
-                          f"http://127.0.0.1:{port}/health")
+                          f"http://127.0.0.1:{port}/health", router_cpus)
         targets["pdserve-asyncio"] = (f"http://127.0.0.1:{port}", proc.pid)
+        if args.baseline_src:
+            port = free_port()
+            env = {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}
+            proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
+                                      w.url, "--policy", "kv_aware", "--log-level", "WARNING"],
+                              f"http://127.0.0.1:{port}/health", router_cpus, env)
+            targets["pdserve-baseline"] = (f"http://127.0.0.1:{port}", proc.pid)
         for name, cmd in (
             ("vllm-router", ["vllm-router", "--worker-urls", w.url, "--policy", "round_robin", "--log-level", "warning"]),
             ("sglang-router", ["sglang-router", "launch", "--worker-urls", w.url, "--policy", "round_robin",
@@ -223,7 +247,7 @@ def main() -> int:
                 # Both default their metrics exporter to port 29000: give each its own.
                 proc = start_proc(stack, [str(exe), *cmd[1:], "--host", "127.0.0.1", "--port", str(port),
                                           "--prometheus-port", str(free_port())],
-                                  f"http://127.0.0.1:{port}/health")
+                                  f"http://127.0.0.1:{port}/health", router_cpus)
                 targets[name] = (f"http://127.0.0.1:{port}", proc.pid)
             except RuntimeError as e:
                 errors[name] = str(e)
@@ -233,7 +257,7 @@ def main() -> int:
             cpu: dict[str, float] = {name: 0.0 for name in targets}
             for rnd in range(args.rounds):
                 for name, (url, pid) in targets.items():
-                    if f"{name}@{c}" in errors:
+                    if f"{name}@{c}" in errors or (args.only and name != "direct" and name not in args.only):
                         continue
                     console.print(f"[bold]{name}[/] concurrency {c}, round {rnd + 1}/{args.rounds}: "
                                   f"{n} streams x {args.max_tokens} tokens")
@@ -251,6 +275,7 @@ def main() -> int:
                 r = summarise(rs)
                 if targets[name][1]:
                     r["router_cpu_ms_per_1k_tokens"] = round(cpu[name] * 1e6 / max(r["tokens"], 1), 2)
+                r["router_cpu_us_per_request"] = round(cpu[name] * 1e6 / max(r["requests"], 1), 1)
                 results.setdefault(name, {})[str(c)] = r
     for name, levels in results.items():
         for c, r in levels.items():
@@ -260,19 +285,21 @@ def main() -> int:
                 r["added_ttft_p99_ms"] = round(r["ttft_p99_ms"] - d["ttft_p99_ms"], 3)
                 r["added_itl_p99_ms"] = round(r["itl_p99_ms"] - d["itl_p99_ms"], 3)
     table = Table(title="client-side latency (ms) by concurrency; added = minus direct")
-    for col in ("target", "conc", "TTFT p50", "TTFT p99", "added TTFT p99", "ITL p50", "ITL p99", "CPU ms/1k tok"):
+    for col in ("target", "conc", "TTFT p50", "TTFT p99", "added TTFT p99", "ITL p50", "ITL p99", "CPU ms/1k tok",
+                "CPU us/req"):
         table.add_column(col)
     for name, levels in results.items():
         for c, r in levels.items():
             table.add_row(name, c, str(r["ttft_p50_ms"]), str(r["ttft_p99_ms"]), str(r.get("added_ttft_p99_ms", "-")),
-                          str(r["itl_p50_ms"]), str(r["itl_p99_ms"]), str(r.get("router_cpu_ms_per_1k_tokens", "-")))
+                          str(r["itl_p50_ms"]), str(r["itl_p99_ms"]), str(r.get("router_cpu_ms_per_1k_tokens", "-")),
+                          str(r.get("router_cpu_us_per_request", "-")))
     console.print(table)
     for k, v in errors.items():
         console.print(f"[red]{k}[/]: {v}")
     doc = {"bench": "router_overhead", "max_tokens": args.max_tokens, "rounds": args.rounds,
            "load_average_1m_at_end": round(os.getloadavg()[0], 2), "worker": "pdserve worker, --mock-speedup 1e9",
            "http_stack": "aiohttp client + server in pdserve router (httpx was not measured as a replacement)",
-           "cpus": os.cpu_count(), "results": results, "errors": errors}
+           "cpus": os.cpu_count(), "pin": args.pin, "command": " ".join(sys.argv), "results": results, "errors": errors}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -103,7 +103,10 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"pdserve router: {e}", file=sys.stderr)
         return 2
-    web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, print=lambda *_: None,
+    # aiohttp's default listen backlog of 128 drops SYNs when a burst of clients connects
+    # at once, and each drop costs the client a 1 s SYN retransmit (TTFT p99 of ~1.1 s
+    # at 256 streams in bench/router/overhead.py); the kernel caps it at somaxconn.
+    web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, print=lambda *_: None, backlog=4096,
                 handle_signals=True, shutdown_timeout=10.0, loop=_new_loop(args.event_loop))
     return 0
 

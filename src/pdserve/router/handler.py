@@ -71,6 +71,14 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 class CompletionHandler:
     def __init__(self, state: RouterState) -> None:
         self.state = state
+        cfg = state.cfg
+        # Built once: a ClientTimeout per request is measurable at hundreds of streams.
+        self.prefill_timeout = aiohttp.ClientTimeout(total=cfg.prefill_timeout_s, sock_connect=cfg.connect_timeout_s)
+        # A non-streamed answer is silent until complete: only the total timeout applies.
+        self.decode_timeouts = {
+            stream: aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s,
+                                          sock_read=cfg.read_timeout_s if stream else None)
+            for stream in (True, False)}
 
     async def __call__(self, request: web.Request, kind: Kind) -> web.StreamResponse:
         st = self.state
@@ -178,7 +186,7 @@ class CompletionHandler:
         fall back to a local prefill on the decode worker."""
         st = self.state
         cfg = st.cfg
-        timeout = aiohttp.ClientTimeout(total=cfg.prefill_timeout_s, sock_connect=cfg.connect_timeout_s)
+        timeout = self.prefill_timeout
         body = pd.prefill_request(flow.parsed.body)
         policy = st.prefill_policy
         try:
@@ -224,9 +232,7 @@ class CompletionHandler:
         st = self.state
         cfg = st.cfg
         stream = flow.parsed.stream
-        # A non-streamed answer is silent until complete: only the total timeout applies.
-        timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s,
-                                        sock_read=cfg.read_timeout_s if stream else None)
+        timeout = self.decode_timeouts[stream]
         tried: set[str] = set()
         while True:
             att = await send_with_retries(st, stage="decode", pool="decode", policy=policy, req=flow.route,

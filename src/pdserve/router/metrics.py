@@ -56,6 +56,7 @@ class RouterMetrics:
                                ["worker", "role"], registry=r)
         self.kv_events = Counter("pdserve_router_kv_events", "KV events applied to the index.", ["worker"], registry=r)
         self.indexed_blocks = Gauge("pdserve_router_indexed_blocks", "Block hashes in the KV index.", registry=r)
+        self._itl_first = self.itl._buckets[0]
         self._prompt = 0.0
         self._cached = 0.0
         # labels() costs a lock and a dict build per call: keep the children (hot path).
@@ -67,6 +68,12 @@ class RouterMetrics:
         if c is None:
             c = self._children[key] = metric.labels(*labels)  # type: ignore[attr-defined]
         return c
+
+    def itl_zero(self, n: int) -> None:
+        """``n`` gaps of 0 s (tokens that arrived in the same read): one update, not n
+        observe() calls, as they all land in the first bucket. (prometheus_client keeps
+        per-bucket counts and accumulates them when collected; a test pins this.)"""
+        self._itl_first.inc(n)
 
     def ttft_by_mode(self, mode: str):  # type: ignore[no-untyped-def]
         return self._child(self.ttft, mode)

@@ -46,12 +46,10 @@ class _Clock:
             if self.policy is not None:
                 # The prompt is computed: its tokens no longer weigh on that worker's queue.
                 self.policy.on_prefill_done(self.flow.route.request_id, time.monotonic())
-            n -= 1
         else:
             m.itl.observe(now - self.last)
-            n -= 1
-        for _ in range(n):
-            m.itl.observe(0.0)
+        if n > 1:
+            m.itl_zero(n - 1)
         self.last = now
 
 
@@ -71,10 +69,17 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
     tracker = sse.PassThroughTracker(flow.parsed.kind, keep=state.cfg.migrate and flow.parsed.n == 1)
     clock = _Clock(state, flow, policy)
     try:
+        # The per-chunk hot path: no coroutine wrapper per write, bound methods hoisted.
+        read, write, feed, tokens = att.resp.content.readany, resp.write, tracker.feed, clock.tokens
         try:
-            async for chunk in att.resp.content.iter_any():
-                await _write(resp, chunk)
-                clock.tokens(tracker.feed(chunk))
+            while chunk := await read():
+                try:
+                    await write(chunk)
+                except CLIENT_GONE as e:
+                    raise _ClientGone() from e
+                n = feed(chunk)
+                if n:
+                    tokens(n)
         except RETRYABLE as e:
             if not tracker.done:
                 await _migrate(state, flow, resp, tracker, clock, failed=att.url, why=f"{type(e).__name__}")

@@ -1,0 +1,22 @@
+from prometheus_client import generate_latest
+
+from pdserve.router.metrics import RouterMetrics
+
+
+def _itl_lines(m: RouterMetrics) -> list[str]:
+    return [ln for ln in generate_latest(m.registry).decode().splitlines() if "inter_token_latency" in ln and "_created" not in ln]
+
+
+def test_itl_zero_exposes_exactly_what_n_zero_observations_would() -> None:
+    # itl_zero bumps prometheus_client's first-bucket child directly (hot path); if the
+    # library ever changes how it stores buckets, this catches it.
+    fast, slow = RouterMetrics(), RouterMetrics()
+    for m in (fast, slow):
+        m.itl.observe(0.02)
+        m.itl.observe(0.3)
+    fast.itl_zero(5)
+    for _ in range(5):
+        slow.itl.observe(0.0)
+    assert _itl_lines(fast) == _itl_lines(slow)
+    assert 'pdserve_router_inter_token_latency_seconds_bucket{le="0.01"} 5.0' in _itl_lines(fast)
+    assert "pdserve_router_inter_token_latency_seconds_count 7.0" in _itl_lines(fast)
