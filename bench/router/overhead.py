@@ -226,6 +226,11 @@ def main() -> int:
                                   w.url, "--policy", "kv_aware", "--log-level", "WARNING", "--event-loop", "asyncio"],
                           f"http://127.0.0.1:{port}/health", router_cpus)
         targets["pdserve-asyncio"] = (f"http://127.0.0.1:{port}", proc.pid)
+        port = free_port()
+        proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
+                                  w.url, "--policy", "kv_aware", "--log-level", "WARNING", "--upstream-client",
+                                  "aiohttp"], f"http://127.0.0.1:{port}/health", router_cpus)
+        targets["pdserve-aiohttp-client"] = (f"http://127.0.0.1:{port}", proc.pid)
         if args.baseline_src:
             port = free_port()
             env = {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}

@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pdserve.router.config import RouterConfig
 from pdserve.router.discovery import Endpoints, FileWatcher, KubernetesWatcher, parse_discovery
 from pdserve.router.handler import CompletionHandler, error_response
+from pdserve.router.http1 import Http1Pool
 from pdserve.router.kv_events import KvEventSubscriber
 from pdserve.router.state import RouterState
 
@@ -79,6 +80,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     # No cookies between users, no decompression: the router passes bytes through.
     state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                           cookie_jar=aiohttp.DummyCookieJar())
+    if cfg.upstream_client == "http1":
+        state.http = Http1Pool()
     if cfg.kv_events:
         state.kv_sub = KvEventSubscriber(state.index, lambda w, n: state.metrics.kv_events.labels(w).inc(n))
     tasks: list[asyncio.Task[None]] = []
@@ -107,6 +110,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         if state.kv_sub is not None:
             await state.kv_sub.close()
         await state.session.close()
+        if state.http is not None:
+            state.http.close()
 
 
 async def _scrape_loop(state: RouterState) -> None:

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-retries", type=int, default=2)
     t.add_argument("--no-migration", action="store_true", help="end a stream with an error instead of migrating")
     t.add_argument("--scrape-interval", type=float, default=0.5, help="seconds between worker /metrics scrapes")
+    p.add_argument("--upstream-client", choices=["http1", "aiohttp"], default="http1",
+                   help="client for completions sent to workers: the router's lean HTTP/1.1 client (plain http:// "
+                        "workers; https:// ones always use aiohttp) or aiohttp's")
     p.add_argument("--no-debug-header", action="store_true", help="omit the x-pdserve-route header")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
@@ -87,7 +90,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         connect_timeout_s=args.connect_timeout, prefill_timeout_s=args.prefill_timeout,
         read_timeout_s=args.read_timeout, request_timeout_s=args.request_timeout, max_retries=args.max_retries,
         migrate=not args.no_migration, scrape_interval_s=args.scrape_interval,
-        debug_header=not args.no_debug_header,
+        debug_header=not args.no_debug_header, upstream_client=args.upstream_client,
     )
 
 

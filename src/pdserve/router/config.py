@@ -37,6 +37,8 @@ class RouterConfig:
     scrape_interval_s: float = 0.5
     worker_cooldown_s: float = 2.0
     debug_header: bool = True
+    upstream_client: str = "http1"  # http1 (router's own lean client) | aiohttp
+
 
     def validate(self) -> None:
         sources = sum(bool(x) for x in (self.prefill or self.decode, self.discovery_file, self.k8s_service))
@@ -52,5 +54,7 @@ class RouterConfig:
         for name in ("connect_timeout_s", "prefill_timeout_s", "read_timeout_s", "request_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.upstream_client not in ("http1", "aiohttp"):
+            raise ValueError(f"--upstream-client must be http1 or aiohttp, got {self.upstream_client!r}")
         if self.max_retries < 0 or self.disagg_threshold_tokens < 0:
             raise ValueError("--max-retries and --disagg-threshold-tokens must be >= 0")

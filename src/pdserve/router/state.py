@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from pdserve.router.http1 import Http1Pool
 from pdserve.router.admission import AdmissionControl
 from pdserve.router.block_hasher import BlockHasher
 from pdserve.router.config import RouterConfig
@@ -51,6 +52,8 @@ class RouterState:
         self.policies: dict[str, Policy] = {}
         self._decode_policy_name = cfg.decode_policy
         self.session: aiohttp.ClientSession | None = None
+        # Completions go through the lean client unless configured otherwise (see http1.py).
+        self.http: Http1Pool | None = None
         self.kv_sub: KvEventSubscriber | None = None
         self.active = 0
         self.models_cache: tuple[float, list[dict]] = (0.0, [])

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from pdserve.router.http1 import Response as Http1Response
 from pdserve.router.policies import Policy, RouteRequest
 from pdserve.router.state import Choice, RouterState
 
@@ -35,7 +36,7 @@ class Attempt:
     """An upstream response that got as far as its status line."""
 
     choice: Choice
-    resp: aiohttp.ClientResponse
+    resp: aiohttp.ClientResponse | Http1Response
     started: float
     tried: list[str] = field(default_factory=list)
 
@@ -83,7 +84,9 @@ async def send_with_retries(
                 await r
         started = time.perf_counter()
         try:
-            if isinstance(body, bytes):
+            if state.http is not None and url.startswith("http://"):
+                resp: aiohttp.ClientResponse | Http1Response = await state.http.post(url, path, body, headers, timeout)
+            elif isinstance(body, bytes):
                 resp = await state.session.post(url + path, data=body, headers={**headers, **_JSON}, timeout=timeout)
             else:
                 resp = await state.session.post(url + path, json=body, headers=headers, timeout=timeout)

@@ -1,0 +1,407 @@
+"""A lean HTTP/1.1 client for the router's hot path: POST a JSON body to a worker and
+stream the response body back, over pooled keep-alive connections.
+
+aiohttp's client spent about a third of the router's CPU at 256 concurrent streams
+(request object construction, a timer re-armed on every received chunk, StreamReader
+wake-ups; bench/router/overhead.py). This client does only what the router needs:
+one write per request, a small framing parser (Content-Length, chunked, or
+read-until-close), a read-silence watchdog re-armed lazily rather than per chunk, and
+back-pressure by pausing the socket. Its response duck-types the parts of
+``aiohttp.ClientResponse`` the router uses (``status``, ``content_type``,
+``content.readany()``/``iter_any()``, ``read()``, ``text()``, ``release()``), and its
+failures are aiohttp's exception types, so retries and migration work unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+_PAUSE_AT = 256 * 1024  # buffered body bytes before the socket is paused
+_MAX_HEAD = 64 * 1024
+
+
+class _Conn(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.resp: Response | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:  # tokens are small writes: never wait for Nagle
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except (OSError, AttributeError):
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        if self.resp is not None:
+            self.resp._feed(data)
+        elif self.transport is not None:  # bytes on an idle connection: it cannot be reused
+            self.transport.close()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.resp is not None:
+            self.resp._lost(exc)
+
+
+class Response:
+    """One upstream response; the caller must ``release()`` it."""
+
+    def __init__(self, pool: Http1Pool, key: tuple[str, int], conn: _Conn, reused: bool,
+                 read_timeout: float | None) -> None:
+        self._pool, self._key, self._conn, self.reused = pool, key, conn, reused
+        self._loop = asyncio.get_running_loop()
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.content_type = "application/octet-stream"
+        self.content = self
+        self._head = self._loop.create_future()
+        self._buf = bytearray()
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._mode = "head"  # head | length | chunk-size | chunk-data | chunk-crlf | trailer | close | done
+        self._left = 0
+        self._keep_alive = True
+        self._exc: BaseException | None = None
+        self.got_bytes = False
+        self._released = False
+        self._read_timeout = read_timeout
+        self._last = self._loop.time()
+        self._timers: list[asyncio.TimerHandle] = []
+        if read_timeout:
+            self._timers.append(self._loop.call_later(read_timeout, self._check_silence))
+
+    # -- protocol side -------------------------------------------------------------
+
+    def _feed(self, data: bytes) -> None:
+        self.got_bytes = True
+        if self._read_timeout:
+            self._last = self._loop.time()
+        if self._mode == "close":
+            self._push(data)
+            return
+        self._buf += data
+        try:
+            self._parse()
+        except ValueError as e:
+            self._fail(aiohttp.ClientPayloadError(f"malformed response from {self._key[0]}:{self._key[1]}: {e}"))
+
+    def _parse(self) -> None:
+        buf = self._buf
+        while buf:
+            mode = self._mode
+            if mode == "head":
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(buf) > _MAX_HEAD:
+                        raise ValueError("response head too large")
+                    return
+                head = bytes(buf[:end]).decode("latin-1")
+                del buf[: end + 4]
+                self._on_head(head)
+            elif mode == "length":
+                take = min(self._left, len(buf))
+                self._push(bytes(buf[:take]))
+                del buf[:take]
+                self._left -= take
+                if self._left == 0:
+                    self._finish()
+            elif mode == "chunk-size":
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    if len(buf) > 1024:
+                        raise ValueError("chunk size line too long")
+                    return
+                size = int(bytes(buf[:end]).split(b";", 1)[0].strip(), 16)
+                del buf[: end + 2]
+                if size < 0:
+                    raise ValueError("negative chunk size")
+                self._left = size
+                self._mode = "chunk-data" if size else "trailer"
+            elif mode == "chunk-data":
+                take = min(self._left, len(buf))
+                self._push(bytes(buf[:take]))
+                del buf[:take]
+                self._left -= take
+                if self._left == 0:
+                    self._mode = "chunk-crlf"
+            elif mode == "chunk-crlf":
+                if len(buf) < 2:
+                    return
+                if buf[:2] != b"\r\n":
+                    raise ValueError("chunk not followed by CRLF")
+                del buf[:2]
+                self._mode = "chunk-size"
+            elif mode == "trailer":
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    return
+                line = buf[:end]
+                del buf[: end + 2]
+                if not line:
+                    self._finish()
+            else:  # done: anything more means the connection is out of sync
+                self._keep_alive = False
+                buf.clear()
+
+    def _on_head(self, head: str) -> None:
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
+            raise ValueError(f"bad status line {lines[0][:100]!r}")
+        status = int(parts[1])
+        if 100 <= status < 200:  # informational (100 Continue): the real head follows
+            return
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise ValueError(f"bad header line {line[:100]!r}")
+            headers[name.strip().lower()] = value.strip()
+        self.status, self.headers = status, headers
+        ctype = headers.get("content-type")
+        if ctype:
+            self.content_type = ctype.split(";", 1)[0].strip().lower()
+        conn = headers.get("connection", "").lower()
+        self._keep_alive = parts[0] == "HTTP/1.1" and "close" not in conn
+        if status in (204, 304):
+            self._finish()
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            self._mode = "chunk-size"
+        elif "content-length" in headers:
+            self._left = int(headers["content-length"])
+            if self._left < 0:
+                raise ValueError("negative Content-Length")
+            self._mode = "length"
+            if self._left == 0:
+                self._finish()
+        else:
+            self._mode = "close"
+            self._keep_alive = False
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def _push(self, data: bytes) -> None:
+        if not data:
+            return
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > _PAUSE_AT and not self._paused and self._conn.transport is not None:
+            self._paused = True
+            self._conn.transport.pause_reading()
+        self._wake()
+
+    def _finish(self) -> None:
+        self._mode = "done"
+        self._cancel_timers()
+        self._wake()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._mode == "done" or self._exc is not None:
+            return
+        self._exc = exc
+        self._keep_alive = False
+        self._cancel_timers()
+        if not self._head.done():
+            self._head.set_exception(exc)
+            self._head.exception()  # retrieved here: the waiter may already be gone
+        if self._conn.transport is not None:
+            self._conn.transport.close()
+        self._wake()
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._mode == "close" and exc is None:
+            self._finish()  # a read-until-close body ends with the connection
+            return
+        where = "before the response" if self._mode == "head" else "mid-response"
+        err: BaseException
+        if self._mode == "head":
+            err = aiohttp.ServerDisconnectedError(f"{self._key[0]}:{self._key[1]} disconnected {where}")
+        else:
+            err = aiohttp.ClientPayloadError(f"{self._key[0]}:{self._key[1]} disconnected {where}")
+        if exc is not None:
+            err.__cause__ = exc
+        self._fail(err)
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _check_silence(self) -> None:
+        assert self._read_timeout is not None
+        idle = self._loop.time() - self._last
+        if idle >= self._read_timeout:
+            self._fail(asyncio.TimeoutError(f"no data from {self._key[0]}:{self._key[1]} for {idle:.1f} s"))
+        else:  # re-armed only when it fires, not on every chunk
+            self._timers.append(self._loop.call_later(self._read_timeout - idle, self._check_silence))
+
+    def _on_total_timeout(self, total: float) -> None:
+        self._fail(asyncio.TimeoutError(f"{self._key[0]}:{self._key[1]} did not finish within {total:.1f} s"))
+
+    def _cancel_timers(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+
+    # -- caller side (the aiohttp.ClientResponse subset the router uses) -------------
+
+    async def readany(self) -> bytes:
+        while not self._chunks:
+            if self._exc is not None:
+                raise self._exc
+            if self._mode == "done":
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._chunks = []
+        self._buffered = 0
+        if self._paused and self._conn.transport is not None:
+            self._paused = False
+            self._conn.transport.resume_reading()
+        return data
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        while data := await self.readany():
+            yield data
+
+    async def read(self) -> bytes:
+        out = []
+        while data := await self.readany():
+            out.append(data)
+        return b"".join(out)
+
+    async def text(self) -> str:
+        return (await self.read()).decode(errors="replace")
+
+    def release(self) -> None:
+        """Return the connection to the pool if the body was read to its end; otherwise
+        close it (which also aborts the request on the worker)."""
+        if self._released:
+            return
+        self._released = True
+        self._cancel_timers()
+        conn = self._conn
+        conn.resp = None
+        if self._mode == "done" and self._keep_alive and self._exc is None and not conn.closed and not self._buf:
+            self._pool._put(self._key, conn)
+        elif conn.transport is not None:
+            conn.transport.close()
+
+    close = release
+
+
+class Http1Pool:
+    """Keep-alive connections per worker (host, port); safe within one event loop."""
+
+    def __init__(self, max_idle_per_host: int = 1024) -> None:
+        self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        self._targets: dict[str, tuple[tuple[str, int], bytes, bytes]] = {}  # url -> key, path prefix, Host
+        self.max_idle_per_host = max_idle_per_host
+        self.opened = 0  # connections created (tests and stats)
+
+    def _target(self, base_url: str) -> tuple[tuple[str, int], bytes, bytes]:
+        t = self._targets.get(base_url)
+        if t is None:
+            parts = urlsplit(base_url)
+            if parts.scheme != "http" or not parts.hostname:
+                raise ValueError(f"http1 client handles plain http:// URLs only, got {base_url!r}")
+            port = parts.port or 80
+            host_header = parts.netloc.rsplit("@", 1)[-1]
+            prefix = parts.path.rstrip("/").encode()
+            t = self._targets[base_url] = ((parts.hostname, port), prefix, host_header.encode("idna"))
+        return t
+
+    def _put(self, key: tuple[str, int], conn: _Conn) -> None:
+        idle = self._idle.setdefault(key, [])
+        if len(idle) < self.max_idle_per_host:
+            idle.append(conn)
+        elif conn.transport is not None:
+            conn.transport.close()
+
+    async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(loop.create_connection(_Conn, key[0], key[1]), timeout)
+        except asyncio.TimeoutError:
+            raise aiohttp.ServerTimeoutError(f"connecting to {key[0]}:{key[1]} timed out") from None
+        except OSError as e:
+            raise aiohttp.ClientConnectionError(f"cannot connect to {key[0]}:{key[1]}: {e}") from e
+        self.opened += 1
+        return conn
+
+    async def post(self, base_url: str, path: str, body: bytes | dict[str, Any], headers: dict[str, str],
+                   timeout: aiohttp.ClientTimeout) -> Response:
+        """POST ``body`` (bytes sent as JSON as is, or a dict to encode) to ``base_url + path``;
+        returns once the response head has arrived."""
+        key, prefix, host = self._target(base_url)
+        data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+        head = [b"POST ", prefix, path.encode(), b" HTTP/1.1\r\nHost: ", host,
+                b"\r\nContent-Type: application/json\r\nContent-Length: ", str(len(data)).encode(), b"\r\n"]
+        for name, value in headers.items():
+            if name.lower() in ("host", "content-length", "content-type", "transfer-encoding", "connection"):
+                continue
+            if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+                raise ValueError(f"header {name!r} has characters not allowed in HTTP/1.1")
+            head += [name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n"]
+        request = b"".join(head) + b"\r\n" + data
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout.total if timeout.total else None
+        idle = self._idle.get(key)
+        while True:
+            conn: _Conn | None = None
+            while idle:
+                c = idle.pop()
+                if not c.closed and c.transport is not None and not c.transport.is_closing():
+                    conn = c
+                    break
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(key, timeout.sock_connect or timeout.connect)
+            resp = Response(self, key, conn, reused, timeout.sock_read)
+            conn.resp = resp
+            if deadline is not None:
+                total = timeout.total
+                resp._timers.append(loop.call_at(deadline, resp._on_total_timeout, total))
+            assert conn.transport is not None
+            conn.transport.write(request)
+            try:
+                await resp._head
+            except aiohttp.ServerDisconnectedError:
+                resp.release()
+                # A pooled connection the worker had closed while idle: the request never
+                # reached it, so a fresh connection may safely resend it.
+                if reused and not resp.got_bytes:
+                    continue
+                raise
+            except BaseException:
+                resp.release()
+                raise
+            return resp
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for c in idle:
+                if c.transport is not None:
+                    c.transport.close()
+        self._idle.clear()
