@@ -42,6 +42,15 @@ __all__ = [
 _N_WORDS = len(WORD_IDS)
 
 
+def _drop(queue: list[EngineRequest] | deque[EngineRequest], req: EngineRequest) -> bool:
+    """Remove ``req`` by identity (``EngineRequest.__eq__`` would build and compare tuples of every field)."""
+    for j, r in enumerate(queue):
+        if r is req:
+            del queue[j]
+            return True
+    return False
+
+
 class Engine:
     def __init__(self, config: EngineConfig, perf: PerfModel) -> None:
         self.config = config
@@ -89,10 +98,8 @@ class Engine:
         req = self._requests.pop(request_id, None)
         if req is None:
             return False
-        if req in self.running:
-            self.running.remove(req)
-        else:
-            self.waiting.remove(req)
+        if not _drop(self.running, req):
+            _drop(self.waiting, req)
         self.pool.free_blocks(req.block_ids)
         req.block_ids = []
         return True
@@ -261,16 +268,11 @@ class Engine:
                           len(scheduled), kv_events)
 
     def _remove_finished(self, finished: list[tuple[EngineRequest, TokenEvent]]) -> None:
-        running = self.running
         if len(finished) == 1:
-            req = finished[0][0]
-            for j, r in enumerate(running):  # by identity: EngineRequest's == compares every field
-                if r is req:
-                    del running[j]
-                    return
+            _drop(self.running, finished[0][0])
             return
         done = {id(r) for r, _ in finished}
-        running[:] = [r for r in running if id(r) not in done]
+        self.running[:] = [r for r in self.running if id(r) not in done]
 
     def _admit(self, now: float, budget: int, scheduled: list[tuple[EngineRequest, int]], started: list[str]) -> int:
         cfg = self.config
