@@ -1,0 +1,165 @@
+"""The router's lean HTTP/1.1 client against a scripted raw TCP server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import pytest
+
+from pdserve.router.http1 import Http1Pool
+
+T = aiohttp.ClientTimeout(total=5, sock_connect=2, sock_read=2)
+
+
+class RawServer:
+    """Answers each request (read up to its body) with ``reply(index, request)``: a list
+    of byte pieces written with tiny pauses, or None to close without answering."""
+
+    def __init__(self, reply: Callable[[int, bytes], list[bytes] | None], close_after: bool = False) -> None:
+        self.reply = reply
+        self.close_after = close_after
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.server: asyncio.base_events.Server | None = None
+        self.url = ""
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
+                                  if ln.lower().startswith(b"content-length")))
+                req = head + await reader.readexactly(length)
+                self.requests.append(req)
+                pieces = self.reply(len(self.requests) - 1, req)
+                if pieces is None:
+                    break
+                for p in pieces:
+                    writer.write(p)
+                    await writer.drain()
+                    await asyncio.sleep(0.002)
+                if self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def __aenter__(self) -> RawServer:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[Http1Pool]:
+    p = Http1Pool()
+    yield p
+    p.close()
+
+
+def chunked(*parts: bytes) -> bytes:
+    return b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in parts) + b"0\r\n\r\n"
+
+
+def split_every(data: bytes, n: int) -> list[bytes]:
+    return [data[i : i + n] for i in range(0, len(data), n)]
+
+
+HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize("piece", [1, 3, 7, 1000])
+async def test_chunked_body_survives_any_split_and_the_connection_is_reused(pool, piece) -> None:
+    events = [b"data: {\"text\":\"a\"}\n\n", b"data: {\"text\":\"b\"}\n\n", b"data: [DONE]\n\n"]
+    wire = HEAD_CHUNKED + chunked(*events)
+    async with RawServer(lambda i, req: split_every(wire, piece)) as srv:
+        for _ in range(2):
+            resp = await pool.post(srv.url, "/v1/completions", {"prompt": "hi"}, {"X-Request-Id": "r1"}, T)
+            assert resp.status == 200 and resp.content_type == "text/event-stream"
+            body = b"".join([c async for c in resp.content.iter_any()])
+            resp.release()
+            assert body == b"".join(events)
+        assert srv.connections == 1 and pool.opened == 1
+        first = srv.requests[0]
+        assert first.startswith(b"POST /v1/completions HTTP/1.1\r\n")
+        assert b"\r\nX-Request-Id: r1\r\n" in first and first.endswith(b'{"prompt":"hi"}')
+
+
+async def test_content_length_and_read_until_close_bodies(pool) -> None:
+    fixed = b'{"ok":true}'
+    async with RawServer(lambda i, req: [b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                                         b"Content-Length: %d\r\n\r\n" % len(fixed), fixed]) as srv:
+        resp = await pool.post(srv.url, "/x", b"{}", {}, T)
+        assert resp.status == 400 and await resp.read() == fixed
+        resp.release()
+    async with RawServer(lambda i, req: [b"HTTP/1.0 200 OK\r\n\r\n", b"part one ", b"part two"],
+                         close_after=True) as srv:
+        resp = await pool.post(srv.url, "/x", b"{}", {}, T)
+        assert await resp.text() == "part one part two"
+        resp.release()
+
+
+async def test_a_pooled_connection_closed_by_the_worker_is_replaced_transparently(pool) -> None:
+    ok = [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]
+    async with RawServer(lambda i, req: ok, close_after=True) as srv:
+        for _ in range(3):
+            resp = await pool.post(srv.url, "/x", b"{}", {}, T)
+            assert await resp.read() == b"ok"
+            resp.release()
+            await asyncio.sleep(0.05)  # the server closes its side in the meantime
+        assert srv.connections == 3
+
+
+async def test_worker_lost_mid_body_is_a_payload_error_and_before_head_a_disconnect(pool) -> None:
+    cut = [HEAD_CHUNKED + b"5\r\nhel"]
+    async with RawServer(lambda i, req: cut, close_after=True) as srv:
+        resp = await pool.post(srv.url, "/x", b"{}", {}, T)
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+        resp.release()
+    async with RawServer(lambda i, req: None) as srv:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await pool.post(srv.url, "/x", b"{}", {}, T)
+
+
+async def test_silence_longer_than_the_read_timeout_fails_the_stream(pool) -> None:
+    # One chunk, then the server holds the connection open and says nothing.
+    async with RawServer(lambda i, req: [HEAD_CHUNKED + b"2\r\nhi\r\n"]) as srv:
+        resp = await pool.post(srv.url, "/x", b"{}", {}, aiohttp.ClientTimeout(total=5, sock_read=0.3))
+        assert await resp.readany() == b"hi"
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(asyncio.TimeoutError):
+            await resp.readany()
+        assert 0.2 < loop.time() - t0 < 2.0
+        resp.release()
+
+
+async def test_malformed_responses_and_unreachable_workers_are_retryable_errors(pool) -> None:
+    async with RawServer(lambda i, req: [b"SPDY/9 200 OK\r\n\r\n"]) as srv:
+        with pytest.raises(aiohttp.ClientPayloadError, match="bad status line"):
+            await pool.post(srv.url, "/x", b"{}", {}, T)
+    async with RawServer(lambda i, req: [HEAD_CHUNKED + b"zz\r\n"]) as srv:
+        resp = await pool.post(srv.url, "/x", b"{}", {}, T)
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+        resp.release()
+    async with RawServer(lambda i, req: None) as srv:
+        dead = srv.url
+    with pytest.raises(aiohttp.ClientConnectionError, match="cannot connect"):
+        await pool.post(dead, "/x", b"{}", {}, T)
+
+
+async def test_header_injection_and_non_http_urls_are_refused(pool) -> None:
+    with pytest.raises(ValueError, match="not allowed"):
+        await pool.post("http://127.0.0.1:1", "/x", b"{}", {"X-Request-Id": "a\r\nEvil: 1"}, T)
+    with pytest.raises(ValueError, match="plain http://"):
+        await pool.post("https://127.0.0.1:1", "/x", b"{}", {}, T)
