@@ -179,6 +179,22 @@ def plot(results: dict[str, dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def markdown(doc: dict) -> str:
+    """The results as a markdown table (one row per target and concurrency)."""
+    lines = [f"# Router overhead\n\nCommand: `{doc.get('command', '')}`  ",
+             f"CPU pinning: {doc.get('pin') or 'none'}; load average (1 min) at the end: "
+             f"{doc['load_average_1m_at_end']}; {doc['max_tokens']}-token streams, {doc['rounds']} interleaved rounds.\n",
+             "| target | streams | TTFT p50 ms | TTFT p99 ms | added TTFT p50 ms | added TTFT p99 ms | ITL p99 ms "
+             "| router CPU us/request | router CPU ms/1k tokens |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, levels in doc["results"].items():
+        for c, r in levels.items():
+            lines.append(f"| {name} | {c} | {r['ttft_p50_ms']} | {r['ttft_p99_ms']} | {r.get('added_ttft_p50_ms', '-')} | "
+                         f"{r.get('added_ttft_p99_ms', '-')} | {r['itl_p99_ms']} | {r.get('router_cpu_us_per_request', '-')} "
+                         f"| {r.get('router_cpu_ms_per_1k_tokens', '-')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
@@ -200,7 +216,10 @@ def main() -> int:
     ap.add_argument("--replot", type=Path, default=None, help="only redraw --plot from a results JSON")
     args = ap.parse_args()
     if args.replot:
-        plot(json.loads(args.replot.read_text())["results"], args.plot or args.replot.with_suffix(".png"))
+        doc = json.loads(args.replot.read_text())
+        plot(doc["results"], args.plot or args.replot.with_suffix(".png"))
+        if "command" in doc:
+            args.replot.with_suffix(".md").write_text(markdown(doc))
         return 0
     console = Console()
     results: dict[str, dict] = {}
@@ -280,7 +299,7 @@ def main() -> int:
                 r = summarise(rs)
                 if targets[name][1]:
                     r["router_cpu_ms_per_1k_tokens"] = round(cpu[name] * 1e6 / max(r["tokens"], 1), 2)
-                r["router_cpu_us_per_request"] = round(cpu[name] * 1e6 / max(r["requests"], 1), 1)
+                    r["router_cpu_us_per_request"] = round(cpu[name] * 1e6 / max(r["requests"], 1), 1)
                 results.setdefault(name, {})[str(c)] = r
     for name, levels in results.items():
         for c, r in levels.items():
@@ -303,11 +322,14 @@ def main() -> int:
         console.print(f"[red]{k}[/]: {v}")
     doc = {"bench": "router_overhead", "max_tokens": args.max_tokens, "rounds": args.rounds,
            "load_average_1m_at_end": round(os.getloadavg()[0], 2), "worker": "pdserve worker, --mock-speedup 1e9",
-           "http_stack": "aiohttp client + server in pdserve router (httpx was not measured as a replacement)",
+           "http_stack": "pdserve router: aiohttp server; upstream completions via its own HTTP/1.1 client (http1.py), "
+                         "or aiohttp's client with --upstream-client aiohttp (target pdserve-aiohttp-client); "
+                         "httpx was not measured",
            "cpus": os.cpu_count(), "pin": args.pin, "command": " ".join(sys.argv), "results": results, "errors": errors}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text(markdown(doc))
     if args.plot:
         plot(results, args.plot)
     return 0
