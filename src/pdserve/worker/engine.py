@@ -301,7 +301,9 @@ class Engine:
                     break
                 n = budget
             fresh = -(-(computed + n) // bs) - len(hit)
-            reused_free = sum(1 for b in hit if pool.ref_cnt[b] == 0)  # leave the free queue when taken
+            # hit blocks nobody holds leave the free queue when taken; counted in C because a blocked
+            # request re-runs this on every step over a prefix of possibly thousands of blocks
+            reused_free = list(map(pool.ref_cnt.__getitem__, hit)).count(0)
             if fresh + reused_free > pool.num_free:
                 break
             pool.touch(hit)
