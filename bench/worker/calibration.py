@@ -4,15 +4,20 @@
 
 Writes calibration_results.json, calibration_results.md and calibration.png.
 
-1. Replays the published sweep "vLLM throughput-latency sweep on NVIDIA A100"
+1. H100 (the gating part, issue 3): replays published vLLM measurements of Llama-3-8B /
+   Llama-3.1-8B BF16 on one H100 SXM through the engine model (profile llama-3.1-8b-h100)
+   with the same request set, lengths, arrival pattern and batch settings, and compares
+   model vs published per data point (pass = within 30%). Sources are in H100_SOURCES:
+   vLLM's own CI latency benchmark (benchmark_latency.py, 32 in / 128 out, batch 8) and
+   Lambda's vLLM benchmark result files (benchmark_serving.py, 10 ShareGPT prompts whose
+   exact input/output lengths are recorded, all sent at once). For every miss it solves
+   for the mbu (decode checks) or mfu (prefill checks) that would close the gap, on an
+   in-memory copy of the profile (the JSON is not touched).
+2. A100-40GB: replays the published sweep "vLLM throughput-latency sweep on NVIDIA A100"
    (https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on; vLLM 0.23.0,
    Llama-3.1-8B-Instruct BF16, one A100 40GB, 1024-token prompts, 128 output tokens,
-   --ignore-eos, closed loop at concurrency C) through the engine model, and compares
-   the published numbers: ~75 output tok/s at C=1 (about 77% of the memory-bandwidth
-   ceiling) and a 6.6x throughput gain at C=8.
-2. The same sweep for llama-3.1-8b-h100, against the H100's bandwidth ceiling scaled by
-   the efficiency the A100 measurement shows (no H100 sweep of this exact setup was
-   retrievable offline; see the results file).
+   --ignore-eos, closed loop at concurrency C): ~75 output tok/s at C=1 and a 6.6x
+   throughput gain at C=8.
 3. Qualitative facts on H100: prefill throughput vs chunk size (compute saturates at a
    few hundred tokens), decode step time vs batch (weights + KV reads), and the slowdown
    of a 32-request decode step when a 1024-token prefill chunk joins it.
@@ -43,6 +48,164 @@ PUBLISHED = {
     "c1_fraction_of_bandwidth_ceiling": 0.77,
     "c8_over_c1_throughput": 6.6,
 }
+
+H100_PROFILE = "llama-3.1-8b-h100"
+LAMBDA_INPUT_LENS = [13, 25, 27, 10, 329, 29, 399, 328, 4, 205]
+# Published vLLM measurements on one H100 SXM 80GB, BF16 8B Llama, tp=1. Each "setup" is replayed exactly
+# (same prompt/output lengths, arrival pattern and batch limits) through the engine model.
+H100_SOURCES: list[dict[str, object]] = [
+    {
+        "id": "vllm-ci-latency",
+        "title": "vLLM performance benchmark (Buildkite, vllm-project CI), 'Latency tests' table, row latency_llama8B_tp1, GPU 8xH100",
+        "url": "https://buildkite.com/elastic/enterprise-search-ruby/builds/571 (the stored copy of vLLM's "
+               "performance-benchmark report carries this Buildkite address; same report format as "
+               "https://buildkite.com/vllm/performance-benchmark/builds/9515, which shows the H200 row: 833.421 ms)",
+        "vllm_version": "vLLM main at the time of that CI build (the report does not print a version); test "
+                        "definition: vllm-project/vllm .buildkite/nightly-benchmarks/tests/latency-tests.json",
+        "setup": "benchmarks/benchmark_latency.py, llama-3.1 8B (test file: meta-llama/Meta-Llama-3-8B), tp=1 on one GPU "
+                 "of an 8xH100 node, --load-format dummy, input 32 tokens, output 128 tokens, batch size 8 "
+                 "(one generate() call of 8 prompts, ignore_eos), 5 warm-up + 15 timed iterations",
+        "published": {"mean_latency_ms": 997.542, "median_latency_ms": 997.365, "p99_latency_ms": 999.409},
+        "replay": {"input_lens": [32] * 8, "output_lens": [128] * 8, "max_num_batched_tokens": 8192,
+                   "max_model_len": 8192},
+        "checks": [("mean_latency_ms", "end-to-end latency of the batch (ms): 1 prefill + 127 decode steps at batch 8",
+                    "decode")],
+    },
+    {
+        "id": "lambda-h100-len2048",
+        "title": "LambdaLabsML/vllm-benchmark, results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json "
+                 "(report: benchmark_v0.md, 'vLLM benchmark on A100 and H100')",
+        "url": "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/results/prompt_10/1xH100-80GB-SXM/"
+               "Meta-Llama-3-8B-Instruct_tp1_len2048.json",
+        "vllm_version": "run 2024-09-07 (file 'date': 20240907-082731), two days after vLLM v0.6.0; the file does not "
+                        "record the version",
+        "setup": "vllm.entrypoints.openai.api_server --model meta-llama/Meta-Llama-3-8B-Instruct --max-model-len 2048 "
+                 "--gpu-memory-utilization 0.95 --max-num-seqs 1024 on 1x H100 80GB SXM; benchmark_serving.py --backend vllm "
+                 "--dataset-name sharegpt --num-prompts 10 --endpoint /v1/completions, request rate inf (all 10 at t=0); "
+                 "the 10 prompts' input/output lengths are in the file and replayed here",
+        "published": {"mean_ttft_ms": 62.426355000934564, "median_tpot_ms": 7.558259615148475,
+                      "duration_s": 5.3666093360079685, "output_throughput_tok_s": 347.8919151936622},
+        "replay": {"input_lens": LAMBDA_INPUT_LENS, "output_lens": [120, 429, 233, 194, 101, 741, 9, 3, 6, 31],
+                   "max_num_batched_tokens": 2048, "max_model_len": 2048},
+        "checks": [("mean_ttft_ms", "mean TTFT (ms): all 10 prompts (1,369 tokens) prefilled in one step; includes "
+                    "HTTP + tokenisation in the published number", "prefill"),
+                   ("median_tpot_ms", "median TPOT (ms): decode step time at batch <= 10", "decode"),
+                   ("duration_s", "benchmark duration (s): 741-token request, mostly batch 1-3 decode", "decode")],
+    },
+    {
+        "id": "lambda-h100-len4096",
+        "title": "LambdaLabsML/vllm-benchmark, results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len4096.json",
+        "url": "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/results/prompt_10/1xH100-80GB-SXM/"
+               "Meta-Llama-3-8B-Instruct_tp1_len4096.json",
+        "vllm_version": "run 2024-09-08 (file 'date': 20240908-071345); version not recorded (same campaign as above)",
+        "setup": "as lambda-h100-len2048 but --max-model-len 4096 (same 10 ShareGPT prompts; sampled outputs differ)",
+        "published": {"mean_ttft_ms": 62.87495340220631, "median_tpot_ms": 7.463861624912967,
+                      "duration_s": 5.407117916009156, "output_throughput_tok_s": 338.6277178418573},
+        "replay": {"input_lens": LAMBDA_INPUT_LENS, "output_lens": [120, 393, 233, 194, 101, 741, 9, 3, 6, 31],
+                   "max_num_batched_tokens": 4096, "max_model_len": 4096},
+        "checks": [("mean_ttft_ms", "mean TTFT (ms), 1,369-token one-step prefill (incl. HTTP + tokenisation)", "prefill"),
+                   ("median_tpot_ms", "median TPOT (ms), batch <= 10", "decode"),
+                   ("duration_s", "benchmark duration (s)", "decode")],
+    },
+]
+# Quoted, not an exact setup: reported with pass/fail but does not gate the exit code (see the results file).
+H100_INFORMATIONAL = {
+    "id": "vllm-blog-v0.6.0-light-load",
+    "title": "vLLM blog, 'vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction' (2024-09-05)",
+    "url": "https://blog.vllm.ai/2024/09/05/perf-update.html",
+    "vllm_version": "v0.5.x (the pre-v0.6.0 engine the post profiles)",
+    "setup": "'Llama3 8B can generate 1 token every 13 ms under light load', in the section profiling Llama 3 8B on "
+             "1 H100 where 'only 38% of the time was spent on the actual GPU execution' (API server 33%, scheduling 29%)",
+    "published_tpot_ms": 13.0,
+}
+
+
+def replay(profile, input_lens: list[int], output_lens: list[int], max_num_batched_tokens: int,
+           max_model_len: int) -> dict[str, float]:
+    """All requests arrive at t=0 (benchmark_latency batch / benchmark_serving at request rate inf); fixed lengths."""
+    perf = PerfModel(profile)
+    engine = Engine(EngineConfig(num_blocks=perf.num_kv_blocks(16, 0.9), max_num_seqs=256,
+                                 max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+                                 enable_prefix_caching=False, enable_chunked_prefill=True), perf)
+    for i, (isl, osl) in enumerate(zip(input_lens, output_lens, strict=True)):
+        engine.add_request(EngineRequest(f"r{i}", [1000 + 7919 * i + j for j in range(isl)], max_tokens=osl,
+                                         ignore_eos=True, seed=i), 0.0)
+    now = 0.0
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    steps: list[float] = []
+    while len(last) < len(input_lens):
+        out = engine.step(now)
+        now += out.duration
+        steps.append(out.duration)
+        for ev in out.tokens:
+            if ev.index == 0:
+                first[ev.request_id] = now
+            if ev.finished:
+                last[ev.request_id] = now
+    ttfts = [first[f"r{i}"] for i in range(len(input_lens))]
+    tpots = sorted((last[f"r{i}"] - first[f"r{i}"]) / (osl - 1) for i, osl in enumerate(output_lens) if osl > 1)
+    mid = len(tpots) // 2
+    median_tpot = tpots[mid] if len(tpots) % 2 else (tpots[mid - 1] + tpots[mid]) / 2
+    return {
+        "mean_latency_ms": 1e3 * sum(last.values()) / len(last),
+        "mean_ttft_ms": 1e3 * sum(ttfts) / len(ttfts),
+        "median_tpot_ms": 1e3 * median_tpot,
+        "duration_s": now,
+        "output_throughput_tok_s": sum(output_lens) / now,
+        "steps": len(steps),
+        "first_step_ms": 1e3 * steps[0],
+        "mean_decode_step_ms": 1e3 * sum(steps[1:]) / max(1, len(steps) - 1),
+    }
+
+
+def _with_efficiency(profile, **update):
+    return profile.model_copy(update={"efficiency": profile.efficiency.model_copy(update=update)})
+
+
+def _solve_efficiency(profile, src: dict, metric: str, knob: str, target: float) -> float | None:
+    """Bisect the mbu/mfu (in (0.05, 1]) at which the replayed metric equals the published value; None if out of range."""
+    def value(x: float) -> float:
+        return replay(_with_efficiency(profile, **{knob: x}), **src["replay"])[metric]  # type: ignore[arg-type]
+
+    lo, hi = 0.05, 1.0
+    f_lo, f_hi = value(lo) - target, value(hi) - target  # times fall as efficiency rises
+    if f_lo < 0 or f_hi > 0:
+        return None
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if value(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def h100_checks() -> tuple[list[dict[str, object]], dict[str, object], dict[str, dict[str, float]]]:
+    profile = load_profile(H100_PROFILE)
+    checks: list[dict[str, object]] = []
+    replays: dict[str, dict[str, float]] = {}
+    for src in H100_SOURCES:
+        model = replay(profile, **src["replay"])  # type: ignore[arg-type]
+        replays[str(src["id"])] = model
+        for metric, label, kind in src["checks"]:  # type: ignore[attr-defined]
+            published = float(src["published"][metric])  # type: ignore[index]
+            c: dict[str, object] = {"source": src["id"], "metric": metric, "check": label, "kind": kind,
+                                    "model": model[metric], "published": published}
+            c["error"] = model[metric] / published - 1
+            c["within_30pct"] = abs(c["error"]) <= 0.30  # type: ignore[arg-type]
+            knob = "mfu" if kind == "prefill" else "mbu"
+            c["knob"] = knob
+            c["knob_now"] = getattr(profile.efficiency, knob)
+            c["knob_to_match"] = _solve_efficiency(profile, src, metric, knob, published)
+            checks.append(c)
+    info = dict(H100_INFORMATIONAL)
+    b1 = PerfModel(profile).step_time(decode_contexts=[1000])
+    info["model_tpot_ms"] = 1e3 * b1
+    info["error"] = info["model_tpot_ms"] / info["published_tpot_ms"] - 1  # type: ignore[operator]
+    info["within_30pct"] = abs(info["error"]) <= 0.30  # type: ignore[arg-type]
+    info["gpu_share_of_published_ms"] = 0.38 * float(info["published_tpot_ms"])  # type: ignore[arg-type]
+    return checks, info, replays
 
 
 def closed_loop(profile: str, concurrency: int, n_requests: int, isl: int = 1024, osl: int = 128) -> dict[str, float]:
@@ -129,40 +292,102 @@ def main(argv: list[str] | None = None) -> int:
     checks = [
         {"check": "A100-40GB C=1 output tok/s", "model": c1, "published": PUBLISHED["c1_output_tok_s"]},
         {"check": "A100-40GB C=8 / C=1 throughput", "model": c8 / c1, "published": PUBLISHED["c8_over_c1_throughput"]},
-        {"check": "H100 C=1 output tok/s (bandwidth ceiling x published 77% efficiency)", "model": h100[0]["output_tok_s"],
-         "published": h100_expected_c1},
     ]
-    for c in checks:
+    derived = [
+        {"check": "H100 C=1 output tok/s vs H100 bandwidth ceiling x the A100 sweep's 77% efficiency (derived, "
+                  "not a published H100 measurement)", "model": h100[0]["output_tok_s"], "published": h100_expected_c1},
+    ]
+    for c in checks + derived:
         c["error"] = c["model"] / c["published"] - 1
         c["within_30pct"] = abs(c["error"]) <= 0.30
+    h100_exact, h100_info, h100_replays = h100_checks()
     qual = qualitative("llama-3.1-8b-h100")
-    results = {"published": PUBLISHED, "checks": checks, "sweeps": sweeps, "qualitative_h100": qual}
+    results = {"h100_sources": H100_SOURCES, "h100_checks": h100_exact, "h100_informational": h100_info,
+               "h100_replays": h100_replays, "published": PUBLISHED, "checks": checks, "derived_checks": derived,
+               "sweeps": sweeps, "qualitative_h100": qual}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "calibration_results.json").write_text(json.dumps(results, indent=2))
     _write_markdown(args.out_dir / "calibration_results.md", results)
-    _plot(args.out_dir / "calibration.png", sweeps, qual)
-    table = Table("check", "model", "published", "error")
-    for c in checks:
-        table.add_row(c["check"], f"{c['model']:.2f}", f"{c['published']:.2f}", f"{c['error']:+.0%}")
+    _plot(args.out_dir / "calibration.png", sweeps, qual, h100_exact)
+    table = Table("check", "model", "published", "error", "<=30%")
+    for c in h100_exact:
+        table.add_row(f"H100 {c['source']}: {c['metric']}", f"{c['model']:.3f}", f"{c['published']:.3f}",
+                      f"{c['error']:+.1%}", "yes" if c["within_30pct"] else "NO")
+    for c in checks + derived:
+        table.add_row(c["check"][:60], f"{c['model']:.2f}", f"{c['published']:.2f}", f"{c['error']:+.1%}",
+                      "yes" if c["within_30pct"] else "NO")
     console.print(table)
     mixed1024 = next(x["slowdown"] for x in qual["mixed"] if x["prefill_tokens"] == 1024)
     console.print(f"prefill compute-bound from {qual['compute_bound_from_tokens']} tokens; "
                   f"1024-token prefill in a 32-decode step: {mixed1024:.1f}x slower")
-    return 0 if all(c["within_30pct"] for c in checks) else 1
+    gating = h100_exact + checks
+    n_ok = sum(bool(c["within_30pct"]) for c in gating)
+    console.print(f"{n_ok}/{len(gating)} exact-setup data points within 30% (H100 + A100-40GB)")
+    return 0 if n_ok == len(gating) else 1
 
 
 def _write_markdown(path: Path, r: dict) -> None:
     q = r["qualitative_h100"]
+    hc = r["h100_checks"]
+    n_ok = sum(bool(c["within_30pct"]) for c in hc)
+    eff = load_profile(H100_PROFILE).efficiency
     lines = ["# Engine-model calibration (generated by bench/worker/calibration.py)", "",
-             f"Published reference: {r['published']['source']}  ", f"Setup: {r['published']['setup']}", "",
-             "| check | model | published | error | within 30% |", "|---|---|---|---|---|"]
-    for c in r["checks"]:
+             "## H100: published vLLM measurements replayed through the model (issue 3)", "",
+             f"Profile `{H100_PROFILE}` as committed (mfu {eff.mfu}, mbu {eff.mbu}, step overhead "
+             f"{1e3 * eff.step_overhead_s:.1f} ms; not changed here). Each setup below is replayed exactly: same "
+             "prompt and output lengths, all requests at t=0, same batch limits, no prefix caching. "
+             "Pass = model within 30% of the published number.",
+             "", f"**{n_ok} of {len(hc)} H100 data points pass.**", "",
+             "| source | check | model | published | error | within 30% | knob | now | value that would match |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in hc:
+        match = "n/a" if c["knob_to_match"] is None else f"{c['knob_to_match']:.3f}"
+        lines.append(f"| {c['source']} | {c['check']} | {c['model']:.3f} | {c['published']:.3f} | {c['error']:+.1%} | "
+                     f"{'yes' if c['within_30pct'] else 'NO'} | {c['knob']} | {c['knob_now']} | {match} |")
+    misses = [c for c in hc if not c["within_30pct"]]
+    lines += [""]
+    if misses:
+        lines += ["### Misses and what would close them", ""]
+        for c in misses:
+            change = ("no value of " + c["knob"] + " in (0.05, 1] closes it" if c["knob_to_match"] is None else
+                      f"`efficiency.{c['knob']}` in `src/pdserve/worker/profiles/{H100_PROFILE}.json` would have to go "
+                      f"from {c['knob_now']} to {c['knob_to_match']:.2f} "
+                      f"({c['knob_to_match'] / c['knob_now'] - 1:+.0%})")
+            lines.append(f"- {c['source']} `{c['metric']}`: model {c['model']:.2f} vs published {c['published']:.2f} "
+                         f"({c['error']:+.1%}). To match it as GPU time, {change}.")
+        lines += ["", "The published TTFT is measured at the HTTP client (request parsing, tokenisation, scheduling, "
+                  "the prefill, detokenisation and streaming of the first chunk); the model's TTFT is the engine's "
+                  "prefill step only (1,369 tokens of 10 prompts in one step). The gap need not be GPU time and "
+                  "these files cannot separate the two. Lowering mfu enough to close it would slow every prefill in "
+                  "the simulator by the same factor, with no prefill-only H100 measurement in hand to support that. "
+                  "The profile is left unchanged here (it is owned by the engine work): the decision is flagged, "
+                  "not taken.", ""]
+    lines += ["### Sources (H100)", ""]
+    for src in r["h100_sources"]:
+        pub = ", ".join(f"{k} = {v:.6g}" for k, v in src["published"].items())
+        lines += [f"- **{src['id']}**: {src['title']}  ", f"  URL: {src['url']}  ",
+                  f"  vLLM: {src['vllm_version']}  ", f"  Setup: {src['setup']}  ", f"  Published: {pub}"]
+    i = r["h100_informational"]
+    lines += ["", "### Quoted, not an exact setup (does not gate)", "",
+              f"- {i['title']} ({i['url']}), {i['vllm_version']}: {i['setup']}. Published ~{i['published_tpot_ms']:.0f} "
+              f"ms per token; model batch-1 decode step (context 1000): {i['model_tpot_ms']:.2f} ms "
+              f"({i['error']:+.0%}, {'within' if i['within_30pct'] else 'NOT within'} 30%). The same post says only "
+              f"38% of that time was GPU execution (~{i['gpu_share_of_published_ms']:.1f} ms); v0.6.0 removed much of "
+              "the CPU overhead and the model represents the post-v0.6 engine, so this point is reported, not used.",
+              "",
+              "Searched but not usable: the vLLM v0.6.0 post's per-engine TTFT/TPOT numbers (published only as "
+              "figures), the Microsoft ND-H100-v5 and Ori Llama-3.1-8B/vLLM posts (their result tables are not in "
+              "the stored copies), vLLM CI serving tests (ShareGPT at QPS 1/4/16/inf: the per-request lengths are not "
+              "published, so they cannot be replayed exactly), and any prefill-only (TTFT vs input length) H100 "
+              "sweep. Prefill is therefore covered only by the two Lambda TTFT points.", "",
+              "## A100-40GB: published vLLM sweep", "",
+              f"Published reference: {r['published']['source']}  ", f"Setup: {r['published']['setup']}", "",
+              "| check | model | published | error | within 30% |", "|---|---|---|---|---|"]
+    for c in r["checks"] + r["derived_checks"]:
         lines.append(f"| {c['check']} | {c['model']:.2f} | {c['published']:.2f} | {c['error']:+.1%} | "
                      f"{'yes' if c['within_30pct'] else 'NO'} |")
-    lines += ["", "The H100 row has no direct published sweep behind it (none of this exact setup was retrievable "
-              "offline): it checks that the H100 profile keeps the efficiency the A100 measurement shows "
-              "(77% of the HBM bandwidth ceiling at batch 1).", "",
-              "## Closed-loop sweeps (1024 in / 128 out)", "",
+    lines += ["", "The last row is derived, not a published H100 measurement (kept for continuity; it does not gate).",
+              "", "## Closed-loop sweeps (1024 in / 128 out)", "",
               "| profile | C | output tok/s | mean TTFT ms | mean TPOT ms |", "|---|---|---|---|---|"]
     for prof, rows in r["sweeps"].items():
         for x in rows:
@@ -180,8 +405,8 @@ def _write_markdown(path: Path, r: dict) -> None:
     path.write_text("\n".join(lines))
 
 
-def _plot(path: Path, sweeps: dict, q: dict) -> None:
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+def _plot(path: Path, sweeps: dict, q: dict, h100: list[dict]) -> None:
+    fig, ax = plt.subplots(1, 4, figsize=(20, 4.6))
     for prof, rows in sweeps.items():
         ax[0].plot([x["concurrency"] for x in rows], [x["output_tok_s"] for x in rows], marker="o", label=prof)
     ax[0].scatter([1, 8], [PUBLISHED["c1_output_tok_s"], PUBLISHED["c1_output_tok_s"] * PUBLISHED["c8_over_c1_throughput"]],
@@ -194,6 +419,15 @@ def _plot(path: Path, sweeps: dict, q: dict) -> None:
     ax[2].plot([m["prefill_tokens"] for m in q["mixed"]], [m["slowdown"] for m in q["mixed"]], marker="o")
     ax[2].set(xlabel="prefill tokens added to a 32-request decode step", ylabel="step time / decode-only",
               title="H100 mixed-step slowdown")
+    labels = [f"{c['source'].replace('lambda-h100-', 'lambda ').replace('vllm-ci-latency', 'vLLM CI')}\n{c['metric']}"
+              for c in h100]
+    ratios = [c["model"] / c["published"] for c in h100]
+    ax[3].bar(range(len(h100)), ratios, color=["tab:green" if c["within_30pct"] else "tab:red" for c in h100])
+    ax[3].axhspan(0.7, 1.3, color="gray", alpha=0.15, label="within 30%")
+    ax[3].axhline(1.0, color="k", lw=0.8)
+    ax[3].set_xticks(range(len(h100)), labels, rotation=60, ha="right", fontsize=7)
+    ax[3].set(ylabel="model / published", ylim=(0, 1.5), title="H100: model vs published vLLM")
+    ax[3].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
