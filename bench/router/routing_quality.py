@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from pdserve.router.policies import POLICIES, Decision, Policy, RouteRequest, WorkerView
+from pdserve.router.policies import POLICIES, CostWeights, Decision, Policy, RouteRequest, WorkerView, make_policy, pool_weights
 from pdserve.sim.config import SimConfig
 from pdserve.sim.simulator import Simulation, default_block_size
 from pdserve.sim.traces import Trace, from_rows, load_trace
@@ -146,6 +146,10 @@ def main() -> int:
             sim = Simulation(trace.scaled(args.rate_scale), cfg)
             if name == "oracle":
                 sim.policies[sim.entry_pool] = GlobalOracle(sim, sim.entry_pool)
+            elif name in ("kv_aware", "prefix_approx") and args.topology == "disagg":
+                # As the router builds its prefill-pool policy (RouterState._make).
+                sim.policies["prefill"] = make_policy(name, block_size=block,
+                                                      weights=pool_weights(CostWeights(), "prefill"))
             res = sim.run()
             s = res.summary
             per = {i["id"]: i for i in res.instances if i["pool"] == sim.entry_pool}

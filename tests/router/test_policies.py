@@ -13,6 +13,7 @@ from pdserve.router.policies import (
     RouteRequest,
     WorkerView,
     make_policy,
+    pool_weights,
 )
 
 BS = 16
@@ -265,3 +266,30 @@ def test_properties_hold_for_any_pool(raw, cached_depth, prompt_blocks, name) ->
             scored = score_workers(p, p.weights, r, ws, idx.overlaps(hashes))
             band = max(p.weights.tie_tokens, p.weights.tie_fraction * r.prompt_tokens)
             assert d.score <= min(s.cost for s in scored) + band
+
+
+def test_prefill_pool_ignores_transient_kv_usage_but_not_a_full_cache() -> None:
+    # A prefill worker's KV usage is prompts in flight and KV awaiting transfer: it must
+    # not push a request off its cached prefix; a nearly full cache still does.
+    hashes = list(range(1, 9))
+    index = KvIndex()
+    index.apply("w0", BlockStored(hashes[:6]))
+    views = [WorkerView("w0", kv_usage=0.6), WorkerView("w1", kv_usage=0.0)]
+    base = CostWeights(tie_fraction=0.0)
+    decode = make_policy("kv_aware", index=index, weights=pool_weights(base, "decode"), block_size=16)
+    prefill = make_policy("kv_aware", index=index, weights=pool_weights(base, "prefill"), block_size=16)
+    r = req("a", hashes, extra_tokens=0)
+    assert pool_weights(base, "prefill").kv_tokens == 0 and pool_weights(base, "decode") == base
+    assert prefill.select(r, views, 0.0).worker_id == "w0"
+    assert decode.select(r, views, 0.0).worker_id == "w1"  # 6 cached blocks < 0.6 x 2048 tokens of KV charge
+    full = [WorkerView("w0", kv_usage=0.99), WorkerView("w1")]
+    assert prefill.select(r, full, 0.0).worker_id == "w1"
+
+
+def test_router_builds_its_prefill_policy_with_the_prefill_pool_weights() -> None:
+    from pdserve.router.config import RouterConfig
+    from pdserve.router.state import RouterState
+
+    st = RouterState(RouterConfig(prefill=["http://p:1"], decode=["http://d:1"], weights={"kv_tokens": 1000}))
+    assert st.prefill_policy.weights.kv_tokens == 0  # type: ignore[attr-defined]
+    assert st.decode_policy.weights.kv_tokens == 1000  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from pdserve.router.discovery import Endpoints
 from pdserve.router.kv_events import KvEventSubscriber
 from pdserve.router.kv_index import KvIndex
 from pdserve.router.metrics import RouterMetrics
-from pdserve.router.policies import CostWeights, Decision, Policy, RouteRequest, make_policy
+from pdserve.router.policies import CostWeights, Decision, Policy, RouteRequest, make_policy, pool_weights
 from pdserve.router.workers import WorkerPool
 
 log = logging.getLogger("pdserve.router")
@@ -57,17 +57,18 @@ class RouterState:
         self.kv_sub: KvEventSubscriber | None = None
         self.active = 0
         self.models_cache: tuple[float, list[dict]] = (0.0, [])
-        self.prefill_policy = self._make(cfg.policy)
-        self.decode_policy = self._make(cfg.decode_policy or cfg.policy)
-        self.pd_decode_policy = self._make(cfg.decode_policy or "least_loaded")
+        self.prefill_policy = self._make(cfg.policy, "prefill")
+        self.decode_policy = self._make(cfg.decode_policy or cfg.policy, "decode")
+        self.pd_decode_policy = self._make(cfg.decode_policy or "least_loaded", "decode")
 
-    def _make(self, name: str) -> Policy:
+    def _make(self, name: str, pool: str) -> Policy:
         key = name.replace("-", "_")
         opts: dict = {"block_size": self.cfg.block_size}
         if key == "kv_aware":
             opts["index"] = self.index
-        if key in ("kv_aware", "prefix_approx") and self.cfg.weights:
-            opts["weights"] = cost_weights(self.cfg.weights)
+        if key in ("kv_aware", "prefix_approx"):
+            base = cost_weights(self.cfg.weights) if self.cfg.weights else CostWeights()
+            opts["weights"] = pool_weights(base, pool)
         return make_policy(name, **opts)
 
     @property

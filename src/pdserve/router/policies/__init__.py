@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.router.policies.cache_aware import CacheAwarePolicy
-from pdserve.router.policies.cost import CostWeights
+from pdserve.router.policies.cost import CostWeights, pool_weights
 from pdserve.router.policies.kv_aware import KvAwarePolicy
 from pdserve.router.policies.least_loaded import LeastLoadedPolicy
 from pdserve.router.policies.power_of_two import PowerOfTwoPolicy
@@ -52,4 +52,5 @@ __all__ = [
     "RouteRequest",
     "WorkerView",
     "make_policy",
+    "pool_weights",
 ]
