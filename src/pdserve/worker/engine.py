@@ -157,6 +157,7 @@ class Engine:
     # --- the step ------------------------------------------------------------
     # The simulator calls this millions of times at small batch sizes, so it is written for speed:
     # locals instead of attribute lookups, sampling inlined, and StepOutput built once at the end.
+    # tests/worker/test_engine_golden.py pins its outputs to those of the plainer version it replaced.
     def step(self, now: float) -> StepOutput:
         tokens: list[TokenEvent] = []
         started: list[str] = []
