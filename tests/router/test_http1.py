@@ -76,11 +76,13 @@ def split_every(data: bytes, n: int) -> list[bytes]:
 HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-@pytest.mark.parametrize("piece", [1, 3, 7, 1000])
+@pytest.mark.parametrize("piece", [1, 3, 7, 1000, 0])
 async def test_chunked_body_survives_any_split_and_the_connection_is_reused(pool, piece) -> None:
     events = [b"data: {\"text\":\"a\"}\n\n", b"data: {\"text\":\"b\"}\n\n", b"data: [DONE]\n\n"]
     wire = HEAD_CHUNKED + chunked(*events)
-    async with RawServer(lambda i, req: split_every(wire, piece)) as srv:
+    # piece 0: one chunk per read, as a worker streams tokens (the parser's fast path)
+    pieces = [HEAD_CHUNKED, *[chunked(e)[:-5] for e in events], b"0\r\n\r\n"] if piece == 0 else split_every(wire, piece)
+    async with RawServer(lambda i, req: pieces) as srv:
         for _ in range(2):
             resp = await pool.post(srv.url, "/v1/completions", {"prompt": "hi"}, {"X-Request-Id": "r1"}, T)
             assert resp.status == 200 and resp.content_type == "text/event-stream"

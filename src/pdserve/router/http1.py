@@ -92,9 +92,22 @@ class Response:
         self.got_bytes = True
         if self._read_timeout:
             self._last = self._loop.time()
-        if self._mode == "close":
+        mode = self._mode
+        if mode == "close":
             self._push(data)
             return
+        if mode == "chunk-size" and not self._buf:
+            # Fast path for a streamed token: exactly one whole chunk in this read.
+            i = data.find(b"\r\n")
+            if 0 < i < 9:
+                try:
+                    size = int(data[:i], 16)
+                except ValueError:
+                    size = 0  # extensions or garbage: the full parser decides
+                end = i + 2 + size
+                if size > 0 and len(data) == end + 2 and data.endswith(b"\r\n"):
+                    self._push(data[i + 2 : end])
+                    return
         self._buf += data
         try:
             self._parse()
