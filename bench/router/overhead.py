@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -84,13 +85,19 @@ async def one_stream(session: aiohttp.ClientSession, url: str, model: str, max_t
     return tokens
 
 
-async def drive(url: str, model: str, concurrency: int, requests: int, max_tokens: int) -> dict:
+def new_session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=300))
+
+
+async def drive(url: str, model: str, concurrency: int, requests: int, max_tokens: int,
+                session: aiohttp.ClientSession | None = None) -> dict:
     ttfts: list[float] = []
     itls: list[float] = []
     queue = list(range(requests))
     tokens = 0
-    conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as s:
+    async with contextlib.AsyncExitStack() as stack:
+        s = session or await stack.enter_async_context(new_session())
+
         async def worker() -> None:
             nonlocal tokens
             while queue:
@@ -102,6 +109,25 @@ async def drive(url: str, model: str, concurrency: int, requests: int, max_token
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - t0
     return {"ttft": ttfts, "itl": itls, "tokens": tokens, "requests": requests, "wall_s": wall}
+
+
+async def measure(url: str, model: str, concurrency: int, requests: int, max_tokens: int, pid: int | None,
+                  cold: bool) -> tuple[dict, float]:
+    """A warm-up, then the measured burst; returns its results and the router's CPU
+    seconds during it. Warm (default): the warm-up runs at full concurrency on the same
+    client session, so the burst opens no connections anywhere (client -> router ->
+    worker pools are all warm) and measures steady-state proxying. Cold: a small warm-up
+    and a fresh session, so the burst includes connection set-up on every hop (and the
+    mock worker's 128-entry listen backlog, which drops SYNs under a 256-connect burst:
+    1 s retransmits in the p99)."""
+    async with new_session() as s:
+        if cold:
+            await drive(url, model, min(concurrency, 4), 8, max_tokens, s)
+        else:
+            await drive(url, model, concurrency, concurrency, max_tokens, s)
+        cpu0 = cpu_seconds(pid) if pid else 0.0
+        r = await drive(url, model, concurrency, requests, max_tokens, None if cold else s)
+        return r, (cpu_seconds(pid) - cpu0 if pid else 0.0)
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -182,7 +208,7 @@ def plot(results: dict[str, dict], path: Path) -> None:
 def markdown(doc: dict) -> str:
     """The results as a markdown table (one row per target and concurrency)."""
     lines = [f"# Router overhead\n\nCommand: `{doc.get('command', '')}`  ",
-             f"CPU pinning: {doc.get('pin') or 'none'}; load average (1 min) at the end: "
+             f"CPU pinning: {doc.get('pin') or 'none'}; connections: {'cold' if doc.get('cold_connections') else 'warm'}; load average (1 min) at the end: "
              f"{doc['load_average_1m_at_end']}; {doc['max_tokens']}-token streams, {doc['rounds']} interleaved rounds.\n",
              "| target | streams | TTFT p50 ms | TTFT p99 ms | added TTFT p50 ms | added TTFT p99 ms | ITL p99 ms "
              "| router CPU us/request | router CPU ms/1k tokens |",
@@ -210,6 +236,8 @@ def main() -> int:
     ap.add_argument("--baseline-src", type=Path, default=None,
                     help="also run `pdserve router` from this source tree (its src/ folder, e.g. an older commit "
                          "unpacked with `git archive COMMIT src | tar -x -C DIR`) as target pdserve-baseline")
+    ap.add_argument("--cold-connections", action="store_true",
+                    help="measure each burst on fresh client connections (default: warm keep-alive connections)")
     ap.add_argument("--only", nargs="+", default=None, help="run only these targets (direct is always run)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None, help="PNG of TTFT/ITL vs concurrency")
@@ -286,11 +314,9 @@ def main() -> int:
                     console.print(f"[bold]{name}[/] concurrency {c}, round {rnd + 1}/{args.rounds}: "
                                   f"{n} streams x {args.max_tokens} tokens")
                     try:
-                        asyncio.run(drive(url, model, min(c, 4), 8, args.max_tokens))  # warm-up
-                        cpu0 = cpu_seconds(pid) if pid else 0.0
-                        runs[name].append(asyncio.run(drive(url, model, c, n, args.max_tokens)))
-                        if pid:
-                            cpu[name] += cpu_seconds(pid) - cpu0
+                        r, used = asyncio.run(measure(url, model, c, n, args.max_tokens, pid, args.cold_connections))
+                        runs[name].append(r)
+                        cpu[name] += used
                     except Exception as e:  # record and go on with the others
                         errors[f"{name}@{c}"] = f"{type(e).__name__}: {e}"[:300]
             for name, rs in runs.items():
@@ -325,7 +351,7 @@ def main() -> int:
            "http_stack": "pdserve router: aiohttp server; upstream completions via its own HTTP/1.1 client (http1.py), "
                          "or aiohttp's client with --upstream-client aiohttp (target pdserve-aiohttp-client); "
                          "httpx was not measured",
-           "cpus": os.cpu_count(), "pin": args.pin, "command": " ".join(sys.argv), "results": results, "errors": errors}
+           "cpus": os.cpu_count(), "pin": args.pin, "cold_connections": args.cold_connections, "command": " ".join(sys.argv), "results": results, "errors": errors}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
 
 
 def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
-    # uvloop: 3-6 % less router CPU per request and a lower TTFT tail (bench/router/overhead.py).
+    # uvloop: 6-17 % less router CPU per request at 64-256 streams (bench/router/overhead.py).
     if kind in ("auto", "uvloop"):
         try:
             import uvloop
