@@ -393,9 +393,8 @@ class Http1Pool:
                 conn = await self._connect(key, timeout.sock_connect or timeout.connect)
             resp = Response(self, key, conn, reused, timeout.sock_read)
             conn.resp = resp
-            if deadline is not None:
-                total = timeout.total
-                resp._timers.append(loop.call_at(deadline, resp._on_total_timeout, total))
+            if deadline is not None and timeout.total:
+                resp._timers.append(loop.call_at(deadline, resp._on_total_timeout, float(timeout.total)))
             assert conn.transport is not None
             conn.transport.write(request)
             try:
