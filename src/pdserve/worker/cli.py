@@ -167,7 +167,9 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
     server = WorkerServer(settings, runner)
     web_runner = web.AppRunner(server.app(args.mock_max_body_bytes), access_log=None, handle_signals=False)
     await web_runner.setup()
-    site = web.TCPSite(web_runner, args.host, args.port, reuse_address=True)
+    # A burst of hundreds of connects (a router or benchmark opening its pool) overflows
+    # aiohttp's default backlog of 128, and each dropped SYN costs the client a 1 s retry.
+    site = web.TCPSite(web_runner, args.host, args.port, reuse_address=True, backlog=4096)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     print(f"{READY_MARKER} http://{args.host}:{port} model={names[0]} profile={perf.profile.name} "
