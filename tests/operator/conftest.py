@@ -26,7 +26,9 @@ def operator_kubeconfig(kube_cluster: Any, admin: client.ApiClient) -> Path:
     return Path(kube_cluster.kubeconfig_for(OPERATOR_USER))
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: an operator watching all namespaces that outlives these
+# tests would fight the chart-installed operator of the e2e suite over the same children.
+@pytest.fixture(scope="module")
 def operator(operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     proc = OperatorProcess(operator_kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log", resync_seconds=3.0)
     proc.start()
