@@ -130,6 +130,139 @@ async def measure(url: str, model: str, concurrency: int, requests: int, max_tok
         return r, (cpu_seconds(pid) - cpu0 if pid else 0.0)
 
 
+async def steady(url: str, model: str, concurrency: int, seconds: float, discard: int, max_tokens: int,
+                 pid: int | None, metrics_url: str | None) -> dict:
+    """Steady state: ``concurrency`` closed-loop streams, each sending requests back to
+    back for ``seconds``; each stream's first ``discard`` requests are not recorded (the
+    first wave is a burst of simultaneous arrivals every proxy serialises, the next
+    still partly in step with it), nor anything started after the deadline (while
+    streams stop, concurrency falls). Router CPU and its own metrics cover the window."""
+    ttfts: list[float] = []
+    itls: list[float] = []
+    counts = {"recorded": 0, "all": 0, "tokens": 0}
+    async with new_session() as s:
+        # Open every connection on every hop first (a full-concurrency wave, discarded).
+        await drive(url, model, concurrency, concurrency, max_tokens, s)
+        before = await scrape_router_metrics(s, metrics_url)
+        cpu0 = cpu_seconds(pid) if pid else 0.0
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+
+        async def stream() -> None:
+            i = 0
+            while time.perf_counter() < deadline:
+                t, g = (ttfts, itls) if i >= discard else ([], [])
+                n = await one_stream(s, url, model, max_tokens, t, g)
+                counts["all"] += 1
+                if i >= discard:
+                    counts["recorded"] += 1
+                    counts["tokens"] += n
+                i += 1
+
+        await asyncio.gather(*(stream() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+        cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+        after = await scrape_router_metrics(s, metrics_url)
+    ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
+    out = {"ttft_p50_ms": ms(pct(ttfts, 0.5)), "ttft_p99_ms": ms(pct(ttfts, 0.99)),
+           "itl_p50_ms": ms(pct(itls, 0.5)), "itl_p99_ms": ms(pct(itls, 0.99)),
+           "recorded": counts["recorded"], "requests": counts["all"], "tokens": counts["tokens"],
+           "wall_s": round(wall, 3), "requests_per_s": round(counts["all"] / wall, 1)}
+    if pid:
+        out["router_cpu_us_per_request"] = round(cpu * 1e6 / max(counts["all"], 1), 1)
+        out["router_cpu_busy"] = round(cpu / wall, 3)  # fraction of one core
+    if before is not None and after is not None:
+        out["internal"] = internal_overhead(before, after)
+    return out
+
+
+ROUTER_HISTOGRAMS = {"pdserve_router_request_overhead_seconds": "arrival_to_upstream_write",
+                     "pdserve_router_first_chunk_relay_seconds": "first_upstream_byte_to_client_write"}
+
+
+async def scrape_router_metrics(s: aiohttp.ClientSession, url: str | None) -> dict[str, dict[str, float]] | None:
+    """The router's own latency histograms (cumulative bucket counts, sum, count)."""
+    if url is None:
+        return None
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with s.get(url) as r:
+        text = await r.text()
+    out: dict[str, dict[str, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name not in ROUTER_HISTOGRAMS:
+            continue
+        h: dict[str, float] = {}
+        for sample in fam.samples:
+            if sample.name.endswith("_bucket"):
+                h[sample.labels["le"]] = sample.value
+            elif sample.name.endswith("_sum"):
+                h["sum"] = sample.value
+            elif sample.name.endswith("_count"):
+                h["count"] = sample.value
+        out[ROUTER_HISTOGRAMS[fam.name]] = h
+    return out
+
+
+def internal_overhead(before: dict, after: dict) -> dict:
+    """Mean and bucket-bound p50/p99 (ms) of the router's histograms over a window: the
+    router's own time, to tell it apart from queueing elsewhere on the shared box."""
+    out = {}
+    for key, h1 in after.items():
+        h0 = before.get(key, {})
+        n = h1.get("count", 0) - h0.get("count", 0)
+        if n <= 0:
+            continue
+        edges = sorted((float(le), h1[le] - h0.get(le, 0.0)) for le in h1 if le not in ("sum", "count"))
+
+        def q(p: float) -> float | None:
+            for edge, cum in edges:  # the bucket's upper edge: an upper bound on the quantile
+                if cum >= p * n:
+                    return None if edge == float("inf") else round(edge * 1000, 3)
+            return None
+
+        out[key] = {"mean_ms": round((h1["sum"] - h0.get("sum", 0.0)) / n * 1000, 3), "p50_le_ms": q(0.5),
+                    "p99_le_ms": q(0.99), "count": int(n)}
+    return out
+
+
+def spread(xs: list[float]) -> dict:
+    """Median over rounds, with min and max."""
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    med = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    return {"median": round(med, 3), "min": round(xs[0], 3), "max": round(xs[-1], 3), "rounds": len(xs)}
+
+
+def steady_summary(rounds: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per target: added TTFT/ITL p50/p99 as the median (min..max) over rounds of
+    (target - direct in the same round), plus the medians of the raw values."""
+    out: dict[str, dict] = {}
+    direct = rounds.get("direct", [])
+    for name, rs in rounds.items():
+        if not rs:
+            continue
+        o: dict = {}
+        for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "requests_per_s",
+                    "router_cpu_us_per_request", "router_cpu_busy"):
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            if vals:
+                o[key] = spread(vals)
+        if name != "direct":
+            for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms"):
+                diffs = [r[key] - d[key] for r, d in zip(rs, direct) if r.get(key) is not None and d.get(key) is not None]
+                if diffs:
+                    o["added_" + key] = spread(diffs)
+        internal = [r["internal"] for r in rs if r.get("internal")]
+        for k in ROUTER_HISTOGRAMS.values():
+            for m in ("mean_ms", "p50_le_ms", "p99_le_ms"):
+                vals = [i[k][m] for i in internal if i.get(k) and i[k].get(m) is not None]
+                if vals:
+                    o.setdefault("internal", {}).setdefault(k, {})[m] = spread(vals)
+        out[name] = o
+    return out
+
+
 def summarise(runs: list[dict]) -> dict:
     ttfts = [x for r in runs for x in r["ttft"]]
     itls = [x for r in runs for x in r["itl"]]
@@ -205,19 +338,85 @@ def plot(results: dict[str, dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def fmt_spread(o: dict | None, digits: int = 1) -> str:
+    if not o:
+        return "-"
+    f = lambda v: f"{v:+.{digits}f}" if digits else f"{v:.0f}"  # noqa: E731
+    if digits and o["min"] >= 0 and o["median"] >= 0:
+        f = lambda v: f"{v:.{digits}f}"  # noqa: E731
+    return f"{f(o['median'])} [{f(o['min'])}..{f(o['max'])}]"
+
+
+def plot_steady(steady: dict[str, dict], path: Path) -> None:
+    """Added TTFT p50/p99 and ITL p99 over direct: median over rounds, bars min..max."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    keys = ("added_ttft_p50_ms", "added_ttft_p99_ms", "added_itl_p99_ms")
+    names = [n for n in steady if n != "direct"]
+    for i, name in enumerate(names):
+        levels = steady[name]
+        cs = sorted(levels, key=int)
+        for ax, key in zip(axes, keys):
+            pts = [(int(c), levels[c][key]) for c in cs if levels[c].get(key)]
+            if not pts:
+                continue
+            # Side by side, not on top of each other: a small shift per target.
+            xs = [c * (1 + 0.06 * (i - len(names) / 2)) for c, _ in pts]
+            med = [o["median"] for _, o in pts]
+            err = [[o["median"] - o["min"] for _, o in pts], [o["max"] - o["median"] for _, o in pts]]
+            ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=name)
+    for ax, title in zip(axes, ("added TTFT p50 (ms)", "added TTFT p99 (ms)", "added ITL p99 (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xlabel("concurrent streams")
+        ax.set_title(title)
+    axes[1].axhline(2, color="red", lw=0.8, ls="--", label="target (2 ms at 256)")
+    axes[1].legend(fontsize=8)
+    fig.suptitle("steady state, added over direct: median over rounds, bars min..max (shared 2-core VM)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def markdown(doc: dict) -> str:
     """The results as a markdown table (one row per target and concurrency)."""
     lines = [f"# Router overhead\n\nCommand: `{doc.get('command', '')}`  ",
-             f"CPU pinning: {doc.get('pin') or 'none'}; connections: {'cold' if doc.get('cold_connections') else 'warm'}; load average (1 min) at the end: "
-             f"{doc['load_average_1m_at_end']}; {doc['max_tokens']}-token streams, {doc['rounds']} interleaved rounds.\n",
+             f"CPU pinning: {doc.get('pin') or 'none'}; connections: {'cold' if doc.get('cold_connections') else 'warm'}; load average (1 min): "
+             f"{doc.get('load_average_1m_at_start', '?')} at the start, {doc['load_average_1m_at_end']} at the end; {doc['max_tokens']}-token streams, {doc['rounds']} interleaved rounds.\n",
              "| target | streams | TTFT p50 ms | TTFT p99 ms | added TTFT p50 ms | added TTFT p99 ms | ITL p99 ms "
              "| router CPU us/request | router CPU ms/1k tokens |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, levels in doc["results"].items():
+    for name, levels in doc.get("results", {}).items():
         for c, r in levels.items():
             lines.append(f"| {name} | {c} | {r['ttft_p50_ms']} | {r['ttft_p99_ms']} | {r.get('added_ttft_p50_ms', '-')} | "
                          f"{r.get('added_ttft_p99_ms', '-')} | {r['itl_p99_ms']} | {r.get('router_cpu_us_per_request', '-')} "
                          f"| {r.get('router_cpu_ms_per_1k_tokens', '-')} |")
+    if not doc.get("results"):
+        lines = lines[:2]
+    else:
+        lines.insert(2, "## Burst (standing start; a third of the requests are the first simultaneous wave)\n")
+    if doc.get("steady"):
+        lines += ["", f"## Steady state ({doc['steady_seconds']:g} s closed loop per target and round, first "
+                      f"{doc['discard']} requests of each stream dropped)", "",
+                  "Median over rounds [min..max] of the per-round difference to direct (ms); router-internal "
+                  "times from its own histograms (p99 is a bucket upper bound).", "",
+                  "| target | streams | added TTFT p50 | added TTFT p99 | added ITL p50 | added ITL p99 | TTFT p99 "
+                  "| req/s | router CPU us/request | router busy (cores) | internal arrival->upstream write p99 "
+                  "| internal 1st byte->client p99 |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, levels in doc["steady"].items():
+            for c, o in levels.items():
+                it = o.get("internal", {})
+                lines.append(
+                    f"| {name} | {c} | {fmt_spread(o.get('added_ttft_p50_ms'))} | {fmt_spread(o.get('added_ttft_p99_ms'))} "
+                    f"| {fmt_spread(o.get('added_itl_p50_ms'))} | {fmt_spread(o.get('added_itl_p99_ms'))} "
+                    f"| {fmt_spread(o.get('ttft_p99_ms'))} | {fmt_spread(o.get('requests_per_s'), 0)} "
+                    f"| {fmt_spread(o.get('router_cpu_us_per_request'), 0)} | {fmt_spread(o.get('router_cpu_busy'), 2)} "
+                    f"| {fmt_spread(it.get('arrival_to_upstream_write', {}).get('p99_le_ms'))} "
+                    f"| {fmt_spread(it.get('first_upstream_byte_to_client_write', {}).get('p99_le_ms'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -238,6 +437,12 @@ def main() -> int:
                          "unpacked with `git archive COMMIT src | tar -x -C DIR`) as target pdserve-baseline")
     ap.add_argument("--cold-connections", action="store_true",
                     help="measure each burst on fresh client connections (default: warm keep-alive connections)")
+    ap.add_argument("--modes", nargs="+", choices=["burst", "steady"], default=["burst", "steady"],
+                    help="burst: concurrency x --requests-per-stream requests from a standing start (a third of "
+                         "them the initial simultaneous wave); steady: closed-loop streams for --steady-seconds, "
+                         "first --discard requests of each stream dropped")
+    ap.add_argument("--steady-seconds", type=float, default=5.0, help="measured window per target and round")
+    ap.add_argument("--discard", type=int, default=2, help="steady: requests per stream not recorded (warm-up)")
     ap.add_argument("--only", nargs="+", default=None, help="run only these targets (direct is always run)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None, help="PNG of TTFT/ITL vs concurrency")
@@ -245,11 +450,16 @@ def main() -> int:
     args = ap.parse_args()
     if args.replot:
         doc = json.loads(args.replot.read_text())
-        plot(doc["results"], args.plot or args.replot.with_suffix(".png"))
+        out = args.plot or args.replot.with_suffix(".png")
+        if doc.get("steady"):
+            plot_steady(doc["steady"], out)
+        else:
+            plot(doc["results"], out)
         if "command" in doc:
             args.replot.with_suffix(".md").write_text(markdown(doc))
         return 0
     console = Console()
+    load_start = round(os.getloadavg()[0], 2)
     results: dict[str, dict] = {}
     errors: dict[str, str] = {}
     model = "mock-llama"
@@ -263,34 +473,34 @@ def main() -> int:
         if load_cpus:
             subprocess.run(["taskset", "-a", "-cp", load_cpus, str(w.proc.pid)], check=True, capture_output=True)
         targets: dict[str, tuple[str, int | None]] = {"direct": (w.url, None)}
-        port = free_port()
-        proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
-                                  w.url, "--policy", "kv_aware", "--log-level", "WARNING"],
-                          f"http://127.0.0.1:{port}/health", router_cpus)
-        targets["pdserve"] = (f"http://127.0.0.1:{port}", proc.pid)
-        port = free_port()
-        proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
-                                  w.url, "--policy", "kv_aware", "--log-level", "WARNING", "--event-loop", "asyncio"],
-                          f"http://127.0.0.1:{port}/health", router_cpus)
-        targets["pdserve-asyncio"] = (f"http://127.0.0.1:{port}", proc.pid)
-        port = free_port()
-        proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
-                                  w.url, "--policy", "kv_aware", "--log-level", "WARNING", "--upstream-client",
-                                  "aiohttp"], f"http://127.0.0.1:{port}/health", router_cpus)
-        targets["pdserve-aiohttp-client"] = (f"http://127.0.0.1:{port}", proc.pid)
+
+        def wanted(name: str) -> bool:
+            return not args.only or name in args.only
+
+        router = [sys.executable, "-m", "pdserve.cli", "router", "--decode", w.url, "--policy", "kv_aware",
+                  "--log-level", "WARNING"]
+        variants: list[tuple[str, list[str], dict[str, str] | None]] = [
+            ("pdserve", [], None),
+            ("pdserve-asyncio", ["--event-loop", "asyncio"], None),
+            ("pdserve-aiohttp-client", ["--upstream-client", "aiohttp"], None),
+        ]
         if args.baseline_src:
+            variants.append(("pdserve-baseline", [], {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}))
+        for name, extra, env in variants:
+            if not wanted(name):
+                continue
             port = free_port()
-            env = {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}
-            proc = start_proc(stack, [sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode",
-                                      w.url, "--policy", "kv_aware", "--log-level", "WARNING"],
-                              f"http://127.0.0.1:{port}/health", router_cpus, env)
-            targets["pdserve-baseline"] = (f"http://127.0.0.1:{port}", proc.pid)
+            proc = start_proc(stack, [*router, "--port", str(port), *extra], f"http://127.0.0.1:{port}/health",
+                              router_cpus, env)
+            targets[name] = (f"http://127.0.0.1:{port}", proc.pid)
         for name, cmd in (
             ("vllm-router", ["vllm-router", "--worker-urls", w.url, "--policy", "round_robin", "--log-level", "warning"]),
             ("sglang-router", ["sglang-router", "launch", "--worker-urls", w.url, "--policy", "round_robin",
                                "--log-level", "warn"]),
         ):
             exe = args.bench_venv / "bin" / cmd[0]
+            if not wanted(name):
+                continue
             if not exe.exists():
                 errors[name] = f"not installed in {args.bench_venv}"
                 continue
@@ -303,7 +513,35 @@ def main() -> int:
                 targets[name] = (f"http://127.0.0.1:{port}", proc.pid)
             except RuntimeError as e:
                 errors[name] = str(e)
-        for c in args.concurrency:
+        steady_results: dict[str, dict] = {}
+        steady_rounds: dict[str, dict[str, list[dict]]] = {}
+        for c in args.concurrency if "steady" in args.modes else []:
+            rounds: dict[str, list[dict]] = {name: [] for name in targets}
+            names = list(targets)
+            for rnd in range(args.rounds):
+                # Direct first in every round (its pair for the differences), the others in a
+                # rotating order so slow drift of the shared box does not favour one.
+                others = [x for x in names if x != "direct"]
+                k = rnd % max(len(others), 1)
+                for name in ["direct", *others[k:], *others[:k]]:
+                    url, pid = targets[name]
+                    if f"{name}@{c}/steady" in errors or (args.only and name != "direct" and name not in args.only):
+                        continue
+                    console.print(f"[bold]{name}[/] steady, concurrency {c}, round {rnd + 1}/{args.rounds}: "
+                                  f"{args.steady_seconds:g} s x {args.max_tokens}-token streams")
+                    metrics_url = f"{url}/metrics" if name.startswith("pdserve") else None
+                    try:
+                        r = asyncio.run(steady(url, model, c, args.steady_seconds, args.discard, args.max_tokens, pid,
+                                               metrics_url))
+                        r["load_average_1m"] = round(os.getloadavg()[0], 2)
+                        rounds[name].append(r)
+                    except Exception as e:  # record and go on with the others
+                        errors[f"{name}@{c}/steady"] = f"{type(e).__name__}: {e}"[:300]
+                        rounds[name].append({})  # keep rounds aligned with direct's
+            steady_rounds[str(c)] = rounds
+            for name, o in steady_summary(rounds).items():
+                steady_results.setdefault(name, {})[str(c)] = o
+        for c in args.concurrency if "burst" in args.modes else []:
             n = max(30, c * args.requests_per_stream)
             runs: dict[str, list[dict]] = {name: [] for name in targets}
             cpu: dict[str, float] = {name: 0.0 for name in targets}
@@ -343,21 +581,42 @@ def main() -> int:
             table.add_row(name, c, str(r["ttft_p50_ms"]), str(r["ttft_p99_ms"]), str(r.get("added_ttft_p99_ms", "-")),
                           str(r["itl_p50_ms"]), str(r["itl_p99_ms"]), str(r.get("router_cpu_ms_per_1k_tokens", "-")),
                           str(r.get("router_cpu_us_per_request", "-")))
-    console.print(table)
+    if results:
+        console.print(table)
+    if steady_results:
+        st = Table(title="steady state: added over direct (ms), median over rounds [min..max]; router-internal ms")
+        for col in ("target", "conc", "added TTFT p50", "added TTFT p99", "added ITL p99", "req/s", "CPU us/req",
+                    "internal in->up p99", "internal 1st byte p99"):
+            st.add_column(col)
+        for name, levels in steady_results.items():
+            for c, o in levels.items():
+                st.add_row(name, c, fmt_spread(o.get("added_ttft_p50_ms")), fmt_spread(o.get("added_ttft_p99_ms")),
+                           fmt_spread(o.get("added_itl_p99_ms")), fmt_spread(o.get("requests_per_s"), 0),
+                           fmt_spread(o.get("router_cpu_us_per_request"), 0),
+                           fmt_spread(o.get("internal", {}).get("arrival_to_upstream_write", {}).get("p99_le_ms")),
+                           fmt_spread(o.get("internal", {}).get("first_upstream_byte_to_client_write", {})
+                                      .get("p99_le_ms")))
+        console.print(st)
     for k, v in errors.items():
         console.print(f"[red]{k}[/]: {v}")
     doc = {"bench": "router_overhead", "max_tokens": args.max_tokens, "rounds": args.rounds,
-           "load_average_1m_at_end": round(os.getloadavg()[0], 2), "worker": "pdserve worker, --mock-speedup 1e9",
+           "load_average_1m_at_start": load_start, "load_average_1m_at_end": round(os.getloadavg()[0], 2), "worker": "pdserve worker, --mock-speedup 1e9",
            "http_stack": "pdserve router: aiohttp server; upstream completions via its own HTTP/1.1 client (http1.py), "
                          "or aiohttp's client with --upstream-client aiohttp (target pdserve-aiohttp-client); "
                          "httpx was not measured",
-           "cpus": os.cpu_count(), "pin": args.pin, "cold_connections": args.cold_connections, "command": " ".join(sys.argv), "results": results, "errors": errors}
+           "cpus": os.cpu_count(), "pin": args.pin, "cold_connections": args.cold_connections,
+           "command": " ".join(sys.argv), "modes": args.modes, "steady_seconds": args.steady_seconds,
+           "discard": args.discard, "results": results, "steady": steady_results, "steady_rounds": steady_rounds,
+           "errors": errors}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
         args.out.with_suffix(".md").write_text(markdown(doc))
     if args.plot:
-        plot(results, args.plot)
+        if steady_results:  # the steady-state differences are the measurement the target is judged on
+            plot_steady(steady_results, args.plot)
+        else:
+            plot(results, args.plot)
     return 0
 
 

@@ -162,3 +162,20 @@ async def test_first_token_clears_the_prompt_from_the_routing_ledger(colocated) 
                        what="the prompt to leave the queue estimate")
         await read_sse(resp)
         await wait_for(lambda: ledger.requests(colocated[0].url) == 0, what="the request to leave the ledger")
+
+
+async def test_router_internal_overhead_metrics_cover_each_stream(colocated) -> None:
+    # The two router-internal latencies the overhead bench reads: arrival -> upstream
+    # request written, and first upstream body byte -> written to the client.
+    async with run_router(RouterConfig(decode=[w.url for w in colocated])) as r:
+        for _ in range(3):
+            resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "hello there", "max_tokens": 4,
+                                                    "stream": True})
+            assert "[DONE]" in await read_sse(resp)
+        text = await (await r.session.get(r.url + "/metrics")).text()
+        for name in ("pdserve_router_request_overhead_seconds", "pdserve_router_first_chunk_relay_seconds"):
+            assert metric_sum(text, name + "_count") == 3, name
+            # Positive (measured, not a default) and far below the client's TTFT bound.
+            assert 0 < metric_sum(text, name + "_sum") < 3.0, name
+        ttft_sum = metric_sum(text, "pdserve_router_time_to_first_token_seconds_sum")
+        assert metric_sum(text, "pdserve_router_request_overhead_seconds_sum") < ttft_sum

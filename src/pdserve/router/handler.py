@@ -18,7 +18,7 @@ from pdserve.router.policies import Decision, Policy, RouteRequest
 from pdserve.router.relay import relay_stream
 from pdserve.router.requests import Kind, ParsedRequest, RequestError, parse_request
 from pdserve.router.state import Choice, RouterState
-from pdserve.router.upstream import RETRYABLE, UpstreamFailed, send_with_retries
+from pdserve.router.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
 
 ROUTE_HEADER = "x-pdserve-route"
 log = logging.getLogger("pdserve.router")
@@ -42,7 +42,8 @@ class Flow:
     prefill: Decision | None = None
     decode: Decision | None = None
     notes: list[str] = field(default_factory=list)
-    arrived: float = field(default_factory=time.perf_counter)
+    arrived: float = field(default_factory=time.perf_counter)  # perf_counter() at the handler's entry
+    overhead_seen: bool = False  # the arrival -> first upstream write time is recorded
 
     def header(self) -> str:
         parts = [f"mode={self.mode}"]
@@ -81,6 +82,7 @@ class CompletionHandler:
             for stream in (True, False)}
 
     async def __call__(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+        arrived = time.perf_counter()
         st = self.state
         route = request.path
         if st.active >= st.cfg.max_concurrency:
@@ -93,7 +95,7 @@ class CompletionHandler:
         mode = "-"
         try:
             try:
-                flow = self._prepare(await read_body(request, st.cfg.max_body_bytes), kind, request)
+                flow = self._prepare(await read_body(request, st.cfg.max_body_bytes), kind, request, arrived)
                 mode = flow.mode
                 resp = await self._serve(flow, request)
                 mode = flow.mode
@@ -114,7 +116,7 @@ class CompletionHandler:
             st.active -= 1
             st.metrics.inflight.dec()
 
-    def _prepare(self, raw: bytes, kind: Kind, request: web.Request) -> Flow:
+    def _prepare(self, raw: bytes, kind: Kind, request: web.Request, arrived: float) -> Flow:
         st = self.state
         parsed = parse_request(raw, kind)
         known = st.pool.known_models()
@@ -125,7 +127,15 @@ class CompletionHandler:
         # Hashing every block (sha256) is wasted work for policies that ignore prefixes.
         hashes = st.hasher.external_hashes(parsed.prompt_ids) if st.uses_prefixes else []
         rreq = RouteRequest(rid, parsed.prompt_ids, hashes, len(parsed.prompt_ids))
-        return Flow(rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions")
+        return Flow(rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions",
+                    arrived=arrived)
+
+    def _sent(self, flow: Flow, att: Attempt) -> None:
+        """Record the router's own time before the first upstream request went out."""
+        if not flow.overhead_seen:
+            flow.overhead_seen = True
+            sent = getattr(att.resp, "sent_at", 0.0) or att.started
+            self.state.metrics.overhead.observe(sent - flow.arrived)
 
     async def _serve(self, flow: Flow, request: web.Request) -> web.StreamResponse:
         st = self.state
@@ -163,7 +173,6 @@ class CompletionHandler:
                 self._admit(decode_policy, first_decode, flow)
                 st.metrics.observe_prefix(flow.route.prompt_tokens,
                                           flow.route.prompt_tokens - first_decode.decision.new_prefill_tokens)
-        st.metrics.overhead.observe(time.perf_counter() - flow.arrived)
         return await self._decode(flow, request, decode_policy, first_decode, decode_body, headers)
 
     def _admit(self, policy: Policy, choice: Choice, flow: Flow) -> None:
@@ -196,6 +205,7 @@ class CompletionHandler:
             st.metrics.handoffs.labels("prefill_failed").inc()
             flow.notes.append(f"prefill failed ({e.detail[:200]}): decode prefills locally")
             return None
+        self._sent(flow, att)
         flow.prefill = att.choice.decision
         if len(att.tried) > 1:
             flow.notes.append(f"prefill retried after {att.tried[:-1]}")
@@ -239,6 +249,7 @@ class CompletionHandler:
                                           first=first, path=flow.path, body=body, headers=headers, timeout=timeout,
                                           exclude=tried)
             first = None
+            self._sent(flow, att)
             flow.decode = att.choice.decision
             if len(att.tried) > 1 or tried:
                 flow.notes.append(f"decode retried after {sorted(tried) + att.tried[:-1]}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -79,6 +80,10 @@ class Response:
         self._keep_alive = True
         self._exc: BaseException | None = None
         self.got_bytes = False
+        # perf_counter() when the request was written and when the first body byte came
+        # (router-internal overhead metrics; 0.0 = not yet).
+        self.sent_at = 0.0
+        self.first_body_at = 0.0
         self._released = False
         self._read_timeout = read_timeout
         self._last = self._loop.time()
@@ -212,6 +217,8 @@ class Response:
     def _push(self, data: bytes) -> None:
         if not data:
             return
+        if not self.first_body_at:
+            self.first_body_at = time.perf_counter()
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > _PAUSE_AT and not self._paused and self._conn.transport is not None:
@@ -397,6 +404,7 @@ class Http1Pool:
                 resp._timers.append(loop.call_at(deadline, resp._on_total_timeout, float(timeout.total)))
             assert conn.transport is not None
             conn.transport.write(request)
+            resp.sent_at = time.perf_counter()
             try:
                 await resp._head
             except aiohttp.ServerDisconnectedError:

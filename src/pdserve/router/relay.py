@@ -72,11 +72,16 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
         # The per-chunk hot path: no coroutine wrapper per write, bound methods hoisted.
         read, write, feed, tokens = att.resp.content.readany, resp.write, tracker.feed, clock.tokens
         try:
+            first = True
             while chunk := await read():
                 try:
                     await write(chunk)
                 except CLIENT_GONE as e:
                     raise _ClientGone() from e
+                if first:  # router time from the first upstream byte to the client
+                    first = False
+                    now = time.perf_counter()
+                    state.metrics.first_chunk.observe(now - (getattr(att.resp, "first_body_at", 0.0) or now))
                 n = feed(chunk)
                 if n:
                     tokens(n)
