@@ -65,12 +65,13 @@ def test_defaults_only_writes_everything_and_is_byte_identical(tmp_path: Path, m
 def test_layout_and_slo_flags(tmp_path: Path, mooncake: Path) -> None:
     out = tmp_path / "o"
     r = pdserve("sim", "--trace", str(mooncake), "--out", str(out), "--quiet", "--no-sweep", "--config", "chunked:2",
-                "--ttft-slo-ms", "1", "--itl-slo-ms", "1", "--rate-scale", "2")
+                "--ttft-slo-ms", "1", "--itl-slo-ms", "1", "--rate-scale", "2", "--ingress-ms", "3", "--pd-handoff-ms", "2")
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "result.json").read_text())
     assert doc["config"]["layout"] == "chunked:2"
     assert doc["summary"]["attainment"] == 0.0  # nothing meets a 1 ms TTFT
     assert doc["header"]["rate_scale"] == 2.0
+    assert (doc["config"]["ingress_s"], doc["config"]["pd_handoff_s"]) == (0.003, 0.002)
     assert doc["header"]["trace"]["duration_s"] == pytest.approx(119 * 0.15 / 2)
     assert not (out / "attainment_vs_rate.png").exists()
 
@@ -83,6 +84,7 @@ def test_layout_and_slo_flags(tmp_path: Path, mooncake: Path) -> None:
         ('{"timestamp": 0, "input_length": 30, "output_length": 1}\n', ("--profile", "opt-66b-a100", "--tp", "1"),
          "needs 13"),
         ('{"timestamp": 0, "input_length": 30, "output_length": 1}\n', ("--kv-link-gbps", "0"), "kv_link_gbps"),
+        ('{"timestamp": 0, "input_length": 30, "output_length": 1}\n', ("--ingress-ms", "-1"), "ingress_s"),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(tmp_path: Path, content: str, args: tuple[str, ...], message: str) -> None:

@@ -44,9 +44,10 @@ def test_every_request_finishes_with_its_tokens(layout: str) -> None:
 
 
 def _shared_prefix_trace(tmp_path: Path, n: int) -> Path:
-    # Every request starts with the same 8 blocks (4096 tokens) then 2 of its own.
+    # Every request starts with the same 8 blocks (4096 tokens) then 2 of its own, 1 s
+    # apart: each has finished (and cached its prefix everywhere) before the next comes.
     rows = [
-        {"timestamp": i * 200, "input_length": 5000, "output_length": 20,
+        {"timestamp": i * 1000, "input_length": 5000, "output_length": 20,
          "hash_ids": list(range(8)) + [100 + 2 * i, 101 + 2 * i]}
         for i in range(n)
     ]
@@ -170,3 +171,24 @@ def test_scraped_views_are_refreshed_periodically_and_runs_still_finish() -> Non
     assert a.records == b.records
     # The clock stops with the last request, not with the scrape cadence.
     assert a.end_time_s == max(r.finish_s for r in a.records)
+
+
+@pytest.mark.parametrize("layout", ["chunked:1", "1p1d"])
+def test_host_terms_shift_an_isolated_request_exactly(layout: str) -> None:
+    # Requests far apart never meet, so the host terms add to TTFT one for one and
+    # leave the engine's own timing (time per output token) alone.
+    trace = synthetic_trace(5, 0.05, 900, 20, seed=1)
+    base = SimConfig(**parse_layout(layout))
+    plain = run_simulation(trace, base)
+    hosted = run_simulation(trace, base.model_copy(update={"ingress_s": 0.004, "pd_handoff_s": 0.003}))
+    extra = 0.004 + (0.003 if layout == "1p1d" else 0.0)
+    for a, b in zip(plain.records, hosted.records):
+        assert b.ttft == pytest.approx(a.ttft + extra, abs=1e-9)
+        assert b.tpot == pytest.approx(a.tpot, abs=1e-9)
+        assert b.decode_instance == a.decode_instance
+
+
+def test_negative_host_terms_are_refused_by_name() -> None:
+    for field in ("ingress_s", "pd_handoff_s"):
+        with pytest.raises(ValueError, match=field):
+            SimConfig(**{field: -0.001})

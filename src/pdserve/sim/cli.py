@@ -46,6 +46,12 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
                    help="KV block size (default: 16, or 512 for traces with Mooncake hash_ids)")
     g.add_argument("--kv-link-gbps", type=float, default=100.0, help="KV link per instance, Gbit/s")
     g.add_argument("--kv-transfer", choices=("serial", "layerwise"), default="serial")
+    g.add_argument("--ingress-ms", type=float, default=0.0,
+                   help="host/HTTP time from the client's send to the engine (router hops, parsing); default 0 = "
+                   "not modelled. pdserve's mock stack measures ~3 ms on loopback (bench/sim/hop_probe.py)")
+    g.add_argument("--pd-handoff-ms", type=float, default=0.0,
+                   help="disagg: host/HTTP time from prefill end to the decode side's KV pull, on top of the "
+                   "link time; default 0. The mock stack measures ~3 ms on loopback (bench/sim/hop_probe.py)")
     s = ap.add_argument_group("SLOs")
     s.add_argument("--ttft-slo-ms", type=float, default=1000.0)
     s.add_argument("--itl-slo-ms", type=float, default=100.0, help="TPOT (mean inter-token latency) objective")
@@ -63,6 +69,8 @@ def engine_fields(args: argparse.Namespace) -> dict[str, object]:
         "block_size": args.block_size,
         "kv_link_gbps": args.kv_link_gbps,
         "kv_transfer": args.kv_transfer,
+        "ingress_s": args.ingress_ms / 1000,
+        "pd_handoff_s": args.pd_handoff_ms / 1000,
         "slo": Slo(ttft_s=args.ttft_slo_ms / 1000, tpot_s=args.itl_slo_ms / 1000, target=args.target),
     }
 

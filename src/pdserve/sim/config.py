@@ -61,6 +61,17 @@ class SimConfig(BaseModel):
     kv_link_gbps: float = Field(100.0, gt=0, description="KV link bandwidth per instance, Gbit/s")
     kv_transfer: Literal["serial", "layerwise"] = "serial"
     kv_lease_s: float = Field(480.0, gt=0, description="prefill side holds blocks this long at most (vLLM default)")
+    ingress_s: float = Field(
+        0.0, ge=0,
+        description="host/network time from the client's send to the engine's queue (HTTP hops through the "
+        "router, the routing decision, request parsing); TTFT still counts from the send. 0 = not modelled",
+    )
+    pd_handoff_s: float = Field(
+        0.0, ge=0,
+        description="disagg: host/network time from the prefill's end to the decode engine's KV pull "
+        "(prefill response to the router, the decode request, the side-channel round trip), on top of the "
+        "KV bytes' link time. 0 = not modelled",
+    )
     view_refresh_s: float = Field(
         0.0, ge=0,
         description="router sees engine gauges as of periodic scrapes this far apart (0 = exact, instantaneous)",

@@ -14,6 +14,13 @@ Life of a request:
   ``remote_prefilled`` and the prefill side releases its blocks. If the prefill
   side's lease expired first, decode recomputes the prompt (vLLM's ``recompute``
   kv_load_failure_policy). The client's first token is the decode engine's first.
+
+Host and network time (optional, 0 by default): ``ingress_s`` delays each request's
+arrival at the router's decision and the engine (its HTTP hops), ``pd_handoff_s``
+delays the decode side's choice and KV pull after a prefill (the prefill response
+through the router, the decode request, the side-channel round trip). Both are
+wall-clock costs of a real deployment; bench/sim/fidelity.py measures them on the
+live stack with zero-GPU-time probes.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from pdserve.sim.traces import Trace
 from pdserve.sim.windows import WindowTracker
 from pdserve.worker.engine import StepOutput
 
-_KICK, _STEP_DONE, _KV_DONE, _READY, _TICK, _SCRAPE = range(6)
+_KICK, _STEP_DONE, _KV_DONE, _READY, _TICK, _SCRAPE, _DISPATCH, _HANDOFF = range(8)
 
 
 @dataclass(slots=True)
@@ -47,6 +54,7 @@ class _Req:
     rec: RequestRecord
     keys: list[int]
     last_token_s: float = -1.0
+    prefill_start_s: float = 0.0  # disagg: start of the prefill's last step (layer-wise transfer overlap)
     prefill: Instance | None = None
     decode: Instance | None = None
 
@@ -202,7 +210,7 @@ class Simulation:
         nbytes = int(max(0, rec.input_tokens - hit * self.cfg.block_size) * p.spec.perf.kv_bytes_per_token)
         tr = schedule_transfer(
             p.link, d.link, nbytes,
-            prefill_start_s=p.step_start, prefill_end_s=self.now,
+            prefill_start_s=st.prefill_start_s, prefill_end_s=self.now,
             num_layers=p.spec.perf.profile.model.num_layers, mode=self.cfg.kv_transfer,
         )
         rec.kv_bytes = nbytes
@@ -213,7 +221,11 @@ class Simulation:
     def _on_arrival(self, st: _Req) -> None:
         self.outstanding += 1
         self.windows.arrived(st.rec)
-        self._dispatch_entry(st)
+        if self.cfg.ingress_s > 0:
+            # The request reaches an engine (and the router decides) only after its HTTP hops.
+            self._push(self.now + self.cfg.ingress_s, _DISPATCH, st)
+        else:
+            self._dispatch_entry(st)
 
     def _on_kick(self, inst: Instance) -> None:
         inst.kicked = False
@@ -256,7 +268,13 @@ class Simulation:
                 pol = self.policies["prefill"]
                 pol.on_prefill_done(ev.request_id, now)
                 pol.on_finished(ev.request_id, inst.instance_id, now)
-                self._dispatch_decode(st)
+                st.prefill_start_s = inst.step_start
+                if self.cfg.pd_handoff_s > 0:
+                    # Prefill response -> router -> decode request -> side-channel pull: the decode
+                    # side is chosen and starts pulling only after these hops.
+                    self._push(now + self.cfg.pd_handoff_s, _HANDOFF, st)
+                else:
+                    self._dispatch_decode(st)
                 continue
             if ev.index == 0:
                 rec.first_token_s = now
@@ -371,6 +389,10 @@ class Simulation:
                     self._on_kv_done(obj)  # type: ignore[arg-type]
                 elif kind == _READY:
                     self._on_ready(obj)  # type: ignore[arg-type]
+                elif kind == _DISPATCH:
+                    self._dispatch_entry(obj)  # type: ignore[arg-type]
+                elif kind == _HANDOFF:
+                    self._dispatch_decode(obj)  # type: ignore[arg-type]
                 elif kind == _SCRAPE:
                     self._on_scrape(i < n)
                 else:
