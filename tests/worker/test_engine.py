@@ -279,3 +279,68 @@ def test_overloaded_shared_prefix_workload_drains() -> None:
     _, outs = run(e, limit=200_000)
     assert len(tokens_by_request(outs)) == 60
     assert e.stats().free_blocks == 120 and e.stats().prefix_hits > 0
+
+
+# --- the modelled front-end latency ---------------------------------------------------------------------
+
+
+def test_frontend_latency_delays_scheduling_and_first_token() -> None:
+    fe = 0.02
+    e = Engine(EngineConfig(num_blocks=1000, frontend_latency_s=fe), PERF)
+    e.add_request(req("a", 500, 3), 0.0)
+    out = e.step(0.0)
+    # still in the front-end: nothing runs, no time passes, and the engine says when to come back
+    assert out.num_scheduled == 0 and out.duration == 0.0 and not out.tokens
+    assert e.next_event_time(0.0) == pytest.approx(fe)
+    out = e.step(fe)
+    assert out.started == ["a"] and out.num_prefill_tokens == 500
+    assert out.tokens[0].index == 0
+    # first token at arrival + front-end + the prefill step: the same step as without the front-end
+    plain = Engine(EngineConfig(num_blocks=1000), PERF)
+    plain.add_request(req("a", 500, 3), 0.0)
+    assert out.duration == pytest.approx(plain.step(0.0).duration)
+
+
+def test_requests_arriving_within_the_frontend_latency_are_batched_by_readiness() -> None:
+    fe = 0.02
+    e = Engine(EngineConfig(num_blocks=1000, frontend_latency_s=fe), PERF)
+    e.add_request(req("a", 100, 2, base=0), 0.0)
+    e.add_request(req("b", 100, 2, base=1000), 0.005)
+    assert e.step(0.01).num_scheduled == 0
+    out = e.step(0.02)
+    assert out.started == ["a"]  # b leaves the front-end 5 ms later
+    assert e.next_event_time(0.02) == pytest.approx(0.025)
+    out = e.step(0.025)
+    assert "b" in out.started
+
+
+def test_remote_kv_arriving_after_the_frontend_gates_admission() -> None:
+    e = Engine(EngineConfig(num_blocks=1000, frontend_latency_s=0.02), PERF)
+    e.add_request(req("d", 1000, 3, remote_prefilled=True, kv_ready_time=0.5), 0.0)
+    assert e.next_event_time(0.0) == pytest.approx(0.5)
+    assert e.step(0.1).num_scheduled == 0
+    assert e.step(0.5).started == ["d"]
+
+
+def test_next_event_time_skips_gates_already_passed() -> None:
+    # a request past its gate but blocked by KV must not make a caller wait for a time already gone
+    e = Engine(EngineConfig(num_blocks=4, block_size=16, frontend_latency_s=0.02), PERF)
+    e.add_request(req("big", 60, 1, hold_kv=True), 0.0)
+    run(e, 0.02)
+    assert e.held  # its 4 blocks are held for a remote decode
+    e.add_request(req("next", 40, 1, base=9000), 0.03)
+    assert e.step(0.06).num_scheduled == 0  # past its gate, blocked by the held KV
+    lease_end = next(iter(e.held.values())).expires_at
+    assert e.next_event_time(0.06) == pytest.approx(lease_end)
+    assert e.next_event_time() == pytest.approx(0.05)  # without `now`: every gate, as before
+
+
+def test_frontend_latency_is_opt_in_and_validated() -> None:
+    assert EngineConfig(num_blocks=10).frontend_latency_s == 0.0  # the engine alone models none
+    with pytest.raises(ValueError, match="frontend_latency_s"):
+        EngineConfig(num_blocks=10, frontend_latency_s=-0.001)
+    # the calibrated profile carries a value, with where it comes from
+    profile = load_profile("llama-3.1-8b-h100")
+    assert profile.efficiency.frontend_latency_s > 0
+    assert "frontend_latency_s" in profile.calibration
+    assert load_profile("opt-13b-a100").efficiency.frontend_latency_s == 0.0  # no measurement behind one there

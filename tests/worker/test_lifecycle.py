@@ -80,6 +80,7 @@ def test_sigterm_drains_in_flight_requests() -> None:
         (["--max-num-seqs", "0"], "must be positive"),
         (["--mock-profile", "gpt-9"], "unknown performance profile 'gpt-9'"),
         (["--max-model-len", "100000000"], "less than max_model_len"),
+        (["--mock-frontend-latency", "-0.01"], "must be >= 0"),
     ],
 )
 def test_cli_rejects_bad_arguments(args: list[str], fragment: str) -> None:
@@ -93,3 +94,22 @@ def test_start_worker_reports_a_worker_that_fails_to_start() -> None:
     with pytest.raises(RuntimeError, match="unknown performance profile"):
         with start_worker("m", profile="no-such-gpu"):
             pass  # pragma: no cover - never reached
+
+
+def _completion_seconds(url: str) -> float:
+    body = {"model": "m", "prompt": "hello there", "max_tokens": 1}
+    with httpx.Client(timeout=30) as c:
+        c.post(f"{url}/v1/completions", json=body).raise_for_status()  # warm the connection and the handlers
+        t0 = time.monotonic()
+        c.post(f"{url}/v1/completions", json=body).raise_for_status()
+        return time.monotonic() - t0
+
+
+def test_profile_frontend_latency_delays_the_first_token_unless_turned_off() -> None:
+    # At speed-up 0.1 the profile's 22 ms front-end takes 220 ms of wall time: far above scheduling noise.
+    with start_worker("m", speedup=0.1) as w:
+        with_frontend = _completion_seconds(w.url)
+    with start_worker("m", speedup=0.1, args=["--mock-frontend-latency", "0"]) as w:
+        without = _completion_seconds(w.url)
+    assert with_frontend >= 0.22
+    assert with_frontend - without == pytest.approx(0.22, abs=0.08)

@@ -51,6 +51,18 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+def _non_negative(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if not v >= 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return v
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pdserve worker", description="Mock vLLM worker: vLLM's HTTP API, metrics and "
                                 "KV events on a simulated GPU (roofline engine model).")
@@ -77,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--mock-profile", default="llama-3.1-8b-h100", help=f"one of: {', '.join(available_profiles())}")
     m.add_argument("--mock-speedup", type=_positive(float), default=1.0,
                    help="run the simulated GPU this many times faster than real time")
+    m.add_argument("--mock-frontend-latency", type=_non_negative(float), default=None,
+                   help="simulated seconds each request spends in vLLM's API server before the engine can "
+                        "schedule it (default: the profile's calibrated value; 0 = not modelled)")
     m.add_argument("--mock-startup-delay", type=float, default=0.0,
                    help="seconds before the port listens (model load time)")
     m.add_argument("--mock-kv-link-gbps", type=_positive(float), default=100.0,
@@ -144,7 +159,9 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
                        enable_prefix_caching=args.enable_prefix_caching,
                        enable_chunked_prefill=args.enable_chunked_prefill,
                        long_prefill_token_threshold=args.long_prefill_token_threshold,
-                       kv_lease_s=_lease_seconds(args) * args.mock_speedup)
+                       kv_lease_s=_lease_seconds(args) * args.mock_speedup,
+                       frontend_latency_s=(perf.profile.efficiency.frontend_latency_s
+                                           if args.mock_frontend_latency is None else args.mock_frontend_latency))
     metrics = WorkerMetrics(names[0], max_len)
     ev_cfg: KVEventsConfig | None = args.kv_events_config
     publisher = ZmqEventPublisher(ev_cfg) if ev_cfg and ev_cfg.enable_kv_cache_events and ev_cfg.publisher != "null" else None

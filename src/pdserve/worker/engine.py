@@ -12,6 +12,16 @@ P/D: a request with ``hold_kv`` (prefill for remote decode) keeps its blocks aft
 finishes until ``release`` or until its lease expires; a ``remote_prefilled`` request
 arrives with its prompt KV already transferred, so only the last prompt token is
 recomputed (vLLM recomputes it to get logits), once ``kv_ready_time`` has passed.
+
+Front-end latency: ``EngineConfig.frontend_latency_s`` (from a profile's
+``efficiency.frontend_latency_s``) is the time a request spends in vLLM outside the
+engine's steps (API server: HTTP, tokenisation, hand-off to the engine process, and the
+first token's way back to the client). The mock's own front-end is far lighter than
+vLLM's, so the engine models it: a request cannot be scheduled before
+``arrival + frontend_latency_s``. Every request pays it once per engine it passes
+through, so a P/D request pays it on the prefill and on the decode worker, as it does
+behind vLLM's disaggregation proxy. It is 0 unless the caller sets it (the worker CLI
+takes the profile's value; see bench/worker/calibration_results.md for where it comes from).
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ class Engine:
         self.config = config
         self.perf = perf
         self._step_cost = step_cost_fn(perf)
+        self._frontend_s = config.frontend_latency_s
         self.pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
@@ -88,6 +99,12 @@ class Engine:
         req.num_prompt_tokens = n_prompt
         req.num_tokens = n_prompt + len(req.output_token_ids)
         req.rng = (req.seed * 0x9E3779B1 + 0x7F4A7C15) & 0xFFFFFFFF
+        gate = req.kv_ready_time
+        if self._frontend_s > 0.0:
+            # the front-end runs alongside a caller-modelled KV arrival: whichever ends later gates the request
+            ready = now + self._frontend_s
+            gate = ready if gate is None or gate < ready else gate
+        req.schedulable_at = gate
         self._requests[req.request_id] = req
         self.waiting.append(req)
 
@@ -133,10 +150,15 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
-    def next_event_time(self) -> float | None:
-        """Earliest time something changes without new input (a lease expiry or remote KV arriving)."""
+    def next_event_time(self, now: float | None = None) -> float | None:
+        """Earliest time something changes without new input (a lease expiry, remote KV arriving, a request
+        leaving the modelled front-end). With ``now``, gates already passed are left out: such a request is
+        blocked by something else (KV, batch limits), and a caller waiting for this time would spin."""
         times = [next(iter(self.held.values())).expires_at] if self.held else []
-        times += [r.kv_ready_time for r in self.waiting if r.kv_ready_time is not None]
+        if now is None:
+            times += [r.schedulable_at for r in self.waiting if r.schedulable_at is not None]
+        else:
+            times += [r.schedulable_at for r in self.waiting if r.schedulable_at is not None and r.schedulable_at > now]
         return min(times) if times else None
 
     def stats(self) -> EngineStats:
@@ -283,8 +305,8 @@ class Engine:
         skipped: list[EngineRequest] = []
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             req = self.waiting[0]
-            if req.kv_ready_time is not None and req.kv_ready_time > now:
-                skipped.append(self.waiting.popleft())  # its KV is still in flight; others may go
+            if req.schedulable_at is not None and req.schedulable_at > now:
+                skipped.append(self.waiting.popleft())  # its KV is in flight or it is in the front-end; others may go
                 continue
             # Like vLLM, a waiting request holds no blocks: the prefix hit is looked up on every attempt and
             # only taken together with the fresh blocks it needs (holding hits while blocked can deadlock).

@@ -22,11 +22,16 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0  # 0 = no per-request cap on a chunk
     kv_lease_s: float = 480.0  # vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT default
+    # a request waits this long after add_request before it can be scheduled: vLLM's API-server time, from a
+    # profile's efficiency.frontend_latency_s; 0 = not modelled (callers opt in, see pdserve.worker.engine)
+    frontend_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.frontend_latency_s >= 0:
+            raise ValueError(f"frontend_latency_s must be >= 0, got {self.frontend_latency_s}")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise ValueError("without chunked prefill, max_num_batched_tokens must be >= max_model_len")
 
@@ -58,6 +63,8 @@ class EngineRequest:
     rng: int = 0
     num_prompt_tokens: int = 0
     num_tokens: int = 0  # prompt + output so far, kept in step with output_token_ids
+    # not scheduled before this time: the later of kv_ready_time and arrival + the profile's front-end latency
+    schedulable_at: float | None = None
 
 
     def all_token_ids(self) -> list[int]:

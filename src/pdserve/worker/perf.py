@@ -19,6 +19,8 @@ few hundred tokens or more are compute-bound, and a long prefill chunk mixed int
 decode batch stretches that step several-fold: the facts the simulator relies on.
 The efficiency constants live in the JSON profiles next to the public specs they
 scale (model config.json values, GPU datasheets), so the calibration is visible.
+``frontend_latency_s`` is not part of a step: the engine applies it per request (see
+``pdserve.worker.engine``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,12 @@ class Efficiency(BaseModel):
     per_seq_overhead_s: float = Field(ge=0)
     allreduce_latency_s: float = Field(ge=0)
     activation_reserve_bytes: float = Field(ge=0, description="per-GPU memory kept for activations / CUDA graphs")
+    frontend_latency_s: float = Field(
+        0.0, ge=0,
+        description="time a request spends in vLLM outside the engine's steps (API server: HTTP, tokenisation, "
+        "hand-off to the engine, the first token's way back); the engine holds each request this long before "
+        "it can be scheduled. 0 = not modelled (only profiles with a measurement behind it set it)",
+    )
 
 
 class PerfProfile(BaseModel):

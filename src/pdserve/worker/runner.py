@@ -142,7 +142,7 @@ class EngineRunner:
             started = self._clock()
             out = self._step_once()
             if out.num_scheduled == 0:
-                await self._idle(eng.next_event_time())
+                await self._idle(eng.next_event_time(self._step_start))
                 continue
             target = self._wall_at(self._step_start + out.duration)
             delay = target - self._clock()
