@@ -12,7 +12,14 @@ Writes calibration_results.json, calibration_results.md and calibration.png.
    Lambda's vLLM benchmark result files (benchmark_serving.py, 10 ShareGPT prompts whose
    exact input/output lengths are recorded, all sent at once). For every miss it solves
    for the mbu (decode checks) or mfu (prefill checks) that would close the gap, on an
-   in-memory copy of the profile (the JSON is not touched).
+   in-memory copy of the profile (the JSON is not touched). Published TTFTs are client-side, so
+   the replay includes the profile's modelled front-end latency (``frontend_latency_s``: vLLM's
+   API server, tokenisation, hand-off and the first token's way back). That value is not fitted
+   to the Llama points: it is estimated from other models of the same Lambda campaign (Mistral-7B
+   and Mistral-Nemo-12B on the same H100 machine, same prompts, same vLLM) as published TTFT
+   minus the model's GPU time, and the script checks the profile carries that estimate.
+   Cross-checks that do not gate: the same prompts on an A100-80GB, the FP8 8B run, and the
+   model's prefill efficiency against Vidur's H100 operator profile (Llama-2-7B layers).
 2. A100-40GB: replays the published sweep "vLLM throughput-latency sweep on NVIDIA A100"
    (https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on; vLLM 0.23.0,
    Llama-3.1-8B-Instruct BF16, one A100 40GB, 1024-token prompts, 128 output tokens,
@@ -38,7 +45,7 @@ from rich.progress import track  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from pdserve.worker.engine import Engine, EngineConfig, EngineRequest  # noqa: E402
-from pdserve.worker.perf import PerfModel, load_profile  # noqa: E402
+from pdserve.worker.perf import ModelSpec, PerfModel, load_profile  # noqa: E402
 
 PUBLISHED = {
     "source": "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on",
@@ -67,7 +74,7 @@ H100_SOURCES: list[dict[str, object]] = [
                  "(one generate() call of 8 prompts, ignore_eos), 5 warm-up + 15 timed iterations",
         "published": {"mean_latency_ms": 997.542, "median_latency_ms": 997.365, "p99_latency_ms": 999.409},
         "replay": {"input_lens": [32] * 8, "output_lens": [128] * 8, "max_num_batched_tokens": 8192,
-                   "max_model_len": 8192},
+                   "max_model_len": 8192, "frontend": False},
         "checks": [("mean_latency_ms", "end-to-end latency of the batch (ms): 1 prefill + 127 decode steps at batch 8",
                     "decode")],
     },
@@ -88,7 +95,7 @@ H100_SOURCES: list[dict[str, object]] = [
         "replay": {"input_lens": LAMBDA_INPUT_LENS, "output_lens": [120, 429, 233, 194, 101, 741, 9, 3, 6, 31],
                    "max_num_batched_tokens": 2048, "max_model_len": 2048},
         "checks": [("mean_ttft_ms", "mean TTFT (ms): all 10 prompts (1,369 tokens) prefilled in one step; includes "
-                    "HTTP + tokenisation in the published number", "prefill"),
+                    "HTTP + tokenisation in the published number, modelled as the profile's front-end latency", "prefill"),
                    ("median_tpot_ms", "median TPOT (ms): decode step time at batch <= 10", "decode"),
                    ("duration_s", "benchmark duration (s): 741-token request, mostly batch 1-3 decode", "decode")],
     },
@@ -103,11 +110,85 @@ H100_SOURCES: list[dict[str, object]] = [
                       "duration_s": 5.407117916009156, "output_throughput_tok_s": 338.6277178418573},
         "replay": {"input_lens": LAMBDA_INPUT_LENS, "output_lens": [120, 393, 233, 194, 101, 741, 9, 3, 6, 31],
                    "max_num_batched_tokens": 4096, "max_model_len": 4096},
-        "checks": [("mean_ttft_ms", "mean TTFT (ms), 1,369-token one-step prefill (incl. HTTP + tokenisation)", "prefill"),
+        "checks": [("mean_ttft_ms", "mean TTFT (ms), 1,369-token one-step prefill + front-end", "prefill"),
+                   ("median_tpot_ms", "median TPOT (ms), batch <= 10", "decode"),
+                   ("duration_s", "benchmark duration (s)", "decode")],
+    },
+    {
+        "id": "lambda-h100-len8192",
+        "title": "LambdaLabsML/vllm-benchmark, results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len8192.json",
+        "url": "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/results/prompt_10/1xH100-80GB-SXM/"
+               "Meta-Llama-3-8B-Instruct_tp1_len8192.json",
+        "vllm_version": "run 2024-09-08 (file 'date': 20240908-071442); version not recorded (same campaign as above)",
+        "setup": "as lambda-h100-len2048 but --max-model-len 8192 (same 10 ShareGPT prompts; sampled outputs differ)",
+        "published": {"mean_ttft_ms": 62.27543429995421, "median_tpot_ms": 7.503602112230782,
+                      "duration_s": 5.4596093260042835, "output_throughput_tok_s": 339.21841095458393},
+        "replay": {"input_lens": LAMBDA_INPUT_LENS, "output_lens": [120, 414, 233, 194, 101, 741, 9, 3, 6, 31],
+                   "max_num_batched_tokens": 8192, "max_model_len": 8192},
+        "checks": [("mean_ttft_ms", "mean TTFT (ms), 1,369-token one-step prefill + front-end", "prefill"),
                    ("median_tpot_ms", "median TPOT (ms), batch <= 10", "decode"),
                    ("duration_s", "benchmark duration (s)", "decode")],
     },
 ]
+LAMBDA_REPO = "https://github.com/LambdaLabsML/vllm-benchmark/blob/main/"
+# The front-end latency's hold-out set: two other models run by the same Lambda campaign on the same H100 SXM
+# machine with the same vLLM build and the same 10 ShareGPT prompts, all sent at once (their tokenizers give
+# other lengths, recorded in the files). Published TTFT minus the model's GPU time for that batch is the time the
+# request spent outside the engine's steps. The Llama-3-8B points are not used here, so they test the estimate.
+# Model shapes are from each model's config.json on the Hugging Face hub; parameter counts from the safetensors
+# index (7,248,023,552 and 12,247,782,400), which the layer shapes reproduce.
+FRONTEND_SOURCES: list[dict[str, object]] = [
+    {
+        "id": "lambda-h100-mistral-7b",
+        "path": "results/prompt_10/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2048.json",
+        "date": "20240907-083041",
+        "model": {"name": "mistralai/Mistral-7B-Instruct-v0.3", "num_params": 7248023552.0, "num_layers": 32,
+                  "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+                  "intermediate_size": 14336, "vocab_size": 32768, "max_position_embeddings": 32768,
+                  "dtype_bytes": 2,
+                  "source": "https://huggingface.co/mistralai/Mistral-7B-Instruct-v0.3/blob/main/config.json"},
+        "input_lens": [14, 30, 28, 12, 375, 29, 487, 369, 5, 236],
+        # 'ttfts' of the 9 requests that streamed text (the 375-token prompt produced none: ttft 0 in the file)
+        "ttfts_s": [0.0689462150039617, 0.06846686100470833, 0.06834350300778169, 0.06823548700776882,
+                    0.06793409600504674, 0.06805385299958289, 0.06780922701000236, 0.06771942999330349,
+                    0.06771252800535876],
+    },
+    {
+        "id": "lambda-h100-mistral-nemo-12b",
+        "path": "results/prompt_10/1xH100-80GB-SXM/Mistral-Nemo-Instruct-2407_tp1_len2048.json",
+        "date": "20240907-083205",
+        "model": {"name": "mistralai/Mistral-Nemo-Instruct-2407", "num_params": 12247782400.0, "num_layers": 40,
+                  "hidden_size": 5120, "num_attention_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+                  "intermediate_size": 14336, "vocab_size": 131072, "max_position_embeddings": 1024000,
+                  "dtype_bytes": 2,
+                  "source": "https://huggingface.co/mistralai/Mistral-Nemo-Instruct-2407/blob/main/config.json"},
+        "input_lens": [13, 27, 28, 12, 336, 29, 405, 331, 4, 206],
+        # the 7 requests that streamed text (3 produced none: ttft 0 in the file; their prompts were still prefilled)
+        "ttfts_s": [0.08328015099687036, 0.08299616700969636, 0.08266332998755388, 0.08256421900296118,
+                    0.08242909201362636, 0.08195444098964799, 0.08194724998611491],
+    },
+]
+FRONTEND_TOLERANCE_S = 0.001  # the profile's value must be the hold-out estimate to the millisecond
+# Cross-checks that do not gate.
+# Same campaign, same prompts, one A100-80GB SXM (another host): the 8B A100 profile with the 80GB part's bandwidth.
+A100_80GB_TTFT = {
+    "path": "results/prompt_10/1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json", "date": "20240908-071536",
+    "published_mean_ttft_ms": 126.86908692121507, "median_tpot_ms": 12.013653567765019,
+    "bandwidth": 2.039e12, "memory_bytes": 85899345920.0,
+    "gpu_source": "NVIDIA A100 datasheet: 80GB SXM4 HBM2e 2,039 GB/s, same 312 TFLOPS BF16 dense as the 40GB part",
+}
+FP8_NOTE = {
+    "path": "results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len2048.json", "date": "20240907-082634",
+    "median_ttft_ms": 62.47698800143553, "itl_ms": 50.59480300405994,
+}
+# Vidur's operator profile of Llama-2-7B layers on an H100 (Sarathi-Serve's model code, torch/cuBLAS GEMMs, mean
+# ms per op per layer). Sum of input_layernorm, attn_pre_proj, attn_rope, attn_post_proj, post_attention_layernorm,
+# mlp_up_proj, mlp_act, mlp_down_proj and add (attention itself is profiled separately and left out). Layer FLOPs
+# = 2 * tokens * (4096*12288 + 4096*4096 + 4096*2*11008 + 11008*4096).
+VIDUR_URL = ("https://github.com/microsoft/vidur/blob/e26eb8f79fa9a6a7c38eac0f5291302402b20364/data/profiling/"
+             "compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv")
+VIDUR_LAYER_MS = {256: 0.28695, 768: 0.5878, 1376: 0.96205, 4096: 2.5867}
+VIDUR_LAYER_PARAMS = 4096 * 12288 + 4096 * 4096 + 4096 * 2 * 11008 + 11008 * 4096
 # Quoted, not an exact setup: reported with pass/fail but does not gate the exit code (see the results file).
 H100_INFORMATIONAL = {
     "id": "vllm-blog-v0.6.0-light-load",
@@ -121,12 +202,16 @@ H100_INFORMATIONAL = {
 
 
 def replay(profile, input_lens: list[int], output_lens: list[int], max_num_batched_tokens: int,
-           max_model_len: int) -> dict[str, float]:
-    """All requests arrive at t=0 (benchmark_latency batch / benchmark_serving at request rate inf); fixed lengths."""
+           max_model_len: int, frontend: bool = True) -> dict[str, float]:
+    """All requests arrive at t=0 (benchmark_latency batch / benchmark_serving at request rate inf); fixed lengths.
+    ``frontend=False`` for offline runs (LLM.generate: no API server in the path)."""
+    if not frontend:
+        profile = _with_efficiency(profile, frontend_latency_s=0.0)
     perf = PerfModel(profile)
     engine = Engine(EngineConfig(num_blocks=perf.num_kv_blocks(16, 0.9), max_num_seqs=256,
                                  max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-                                 enable_prefix_caching=False, enable_chunked_prefill=True), perf)
+                                 enable_prefix_caching=False, enable_chunked_prefill=True,
+                                 frontend_latency_s=profile.efficiency.frontend_latency_s), perf)
     for i, (isl, osl) in enumerate(zip(input_lens, output_lens, strict=True)):
         engine.add_request(EngineRequest(f"r{i}", [1000 + 7919 * i + j for j in range(isl)], max_tokens=osl,
                                          ignore_eos=True, seed=i), 0.0)
@@ -136,6 +221,9 @@ def replay(profile, input_lens: list[int], output_lens: list[int], max_num_batch
     steps: list[float] = []
     while len(last) < len(input_lens):
         out = engine.step(now)
+        if out.num_scheduled == 0:
+            now = _next_event(engine, now)
+            continue
         now += out.duration
         steps.append(out.duration)
         for ev in out.tokens:
@@ -146,7 +234,10 @@ def replay(profile, input_lens: list[int], output_lens: list[int], max_num_batch
     ttfts = [first[f"r{i}"] for i in range(len(input_lens))]
     tpots = sorted((last[f"r{i}"] - first[f"r{i}"]) / (osl - 1) for i, osl in enumerate(output_lens) if osl > 1)
     mid = len(tpots) // 2
-    median_tpot = tpots[mid] if len(tpots) % 2 else (tpots[mid - 1] + tpots[mid]) / 2
+    if not tpots:
+        median_tpot = float("nan")  # single-token outputs (TTFT-only replays)
+    else:
+        median_tpot = tpots[mid] if len(tpots) % 2 else (tpots[mid - 1] + tpots[mid]) / 2
     return {
         "mean_latency_ms": 1e3 * sum(last.values()) / len(last),
         "mean_ttft_ms": 1e3 * sum(ttfts) / len(ttfts),
@@ -157,6 +248,14 @@ def replay(profile, input_lens: list[int], output_lens: list[int], max_num_batch
         "first_step_ms": 1e3 * steps[0],
         "mean_decode_step_ms": 1e3 * sum(steps[1:]) / max(1, len(steps) - 1),
     }
+
+
+def _next_event(engine: Engine, now: float) -> float:
+    """Nothing could run (requests still in the modelled front-end): jump to when something can."""
+    t = engine.next_event_time(now)
+    if t is None:
+        raise RuntimeError("engine has work but nothing can ever be scheduled")
+    return t
 
 
 def _with_efficiency(profile, **update):
@@ -179,6 +278,55 @@ def _solve_efficiency(profile, src: dict, metric: str, knob: str, target: float)
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def frontend_holdout() -> dict[str, object]:
+    """Estimate the front-end latency from the hold-out models: published TTFT minus the model's GPU time."""
+    base = _with_efficiency(load_profile(H100_PROFILE), frontend_latency_s=0.0)
+    rows: list[dict[str, object]] = []
+    for src in FRONTEND_SOURCES:
+        prof = base.model_copy(update={"model": ModelSpec(**src["model"])})  # type: ignore[arg-type]
+        lens: list[int] = src["input_lens"]  # type: ignore[assignment]
+        gpu_ms = replay(prof, lens, [1] * len(lens), max_num_batched_tokens=2048, max_model_len=2048)["mean_ttft_ms"]
+        ttfts: list[float] = src["ttfts_s"]  # type: ignore[assignment]
+        published_ms = 1e3 * sum(ttfts) / len(ttfts)
+        rows.append({"id": src["id"], "model": src["model"]["name"], "prompt_tokens": sum(lens),  # type: ignore[index]
+                     "url": LAMBDA_REPO + str(src["path"]), "date": src["date"], "published_ttft_ms": published_ms,
+                     "model_gpu_ttft_ms": gpu_ms, "frontend_ms": published_ms - gpu_ms})
+    estimate_ms = sum(float(r["frontend_ms"]) for r in rows) / len(rows)  # type: ignore[arg-type]
+    profile_ms = 1e3 * load_profile(H100_PROFILE).efficiency.frontend_latency_s
+    return {"rows": rows, "estimate_ms": estimate_ms, "profile_ms": profile_ms,
+            "profile_matches": abs(profile_ms - estimate_ms) <= 1e3 * FRONTEND_TOLERANCE_S}
+
+
+def cross_checks() -> dict[str, object]:
+    """Non-gating evidence: same prompts on an A100-80GB, the FP8 run, and Vidur's H100 operator profile."""
+    h100 = load_profile(H100_PROFILE)
+    a100 = load_profile("llama-3.1-8b-a100-40gb")
+    a = A100_80GB_TTFT
+    a100_80 = a100.model_copy(update={
+        "gpu": a100.gpu.model_copy(update={"memory_bandwidth": a["bandwidth"], "memory_bytes": a["memory_bytes"],
+                                            "name": "NVIDIA A100 SXM4 80GB", "source": a["gpu_source"]}),
+        "efficiency": a100.efficiency.model_copy(update={"frontend_latency_s": h100.efficiency.frontend_latency_s}),
+    })
+    src = next(s for s in H100_SOURCES if s["id"] == "lambda-h100-len2048")
+    rep = replay(a100_80, **src["replay"])  # type: ignore[arg-type]
+    a100_row = {"url": LAMBDA_REPO + str(a["path"]), "date": a["date"],
+                "published_ttft_ms": a["published_mean_ttft_ms"], "model_ttft_ms": rep["mean_ttft_ms"],
+                "model_gpu_ms": rep["first_step_ms"], "published_tpot_ms": a["median_tpot_ms"],
+                "model_tpot_ms": rep["median_tpot_ms"]}
+    a100_row["ttft_error"] = rep["mean_ttft_ms"] / float(a["published_mean_ttft_ms"]) - 1  # type: ignore[arg-type]
+    a100_row["tpot_error"] = rep["median_tpot_ms"] / float(a["median_tpot_ms"]) - 1  # type: ignore[arg-type]
+    peak = h100.gpu.peak_flops
+    mfu = h100.efficiency.mfu
+    vidur = []
+    for tokens, ms in VIDUR_LAYER_MS.items():
+        frac = 2 * tokens * VIDUR_LAYER_PARAMS / (ms * 1e-3) / peak
+        # the model's dense-layer time at this size is compute-bound at mfu (memory-bound only below ~200 tokens)
+        vidur.append({"tokens": tokens, "layer_ms": ms, "measured_fraction_of_peak": frac,
+                      "model_fraction_of_peak": mfu, "model_time_over_measured": frac / mfu - 1})
+    fp8 = dict(FP8_NOTE, url=LAMBDA_REPO + str(FP8_NOTE["path"]))
+    return {"a100_80gb": a100_row, "vidur": vidur, "vidur_url": VIDUR_URL, "fp8": fp8}
 
 
 def h100_checks() -> tuple[list[dict[str, object]], dict[str, object], dict[str, dict[str, float]]]:
@@ -212,7 +360,8 @@ def closed_loop(profile: str, concurrency: int, n_requests: int, isl: int = 1024
     """Keep `concurrency` requests in flight (vllm bench serve --max-concurrency) and measure the engine."""
     perf = PerfModel(load_profile(profile))
     engine = Engine(EngineConfig(num_blocks=perf.num_kv_blocks(16, 0.9), max_num_seqs=256,
-                                 max_num_batched_tokens=8192, max_model_len=isl + osl + 16), perf)
+                                 max_num_batched_tokens=8192, max_model_len=isl + osl + 16,
+                                 frontend_latency_s=perf.profile.efficiency.frontend_latency_s), perf)
     now = 0.0
     issued = 0
     done = 0
@@ -234,6 +383,9 @@ def closed_loop(profile: str, concurrency: int, n_requests: int, isl: int = 1024
         issue(now)
     while done < n_requests:
         out = engine.step(now)
+        if out.num_scheduled == 0:
+            now = _next_event(engine, now)
+            continue
         now += out.duration
         for ev in out.tokens:
             if ev.index == 0:
@@ -301,14 +453,17 @@ def main(argv: list[str] | None = None) -> int:
         c["error"] = c["model"] / c["published"] - 1
         c["within_30pct"] = abs(c["error"]) <= 0.30
     h100_exact, h100_info, h100_replays = h100_checks()
+    frontend = frontend_holdout()
+    cross = cross_checks()
     qual = qualitative("llama-3.1-8b-h100")
     results = {"h100_sources": H100_SOURCES, "h100_checks": h100_exact, "h100_informational": h100_info,
-               "h100_replays": h100_replays, "published": PUBLISHED, "checks": checks, "derived_checks": derived,
+               "h100_replays": h100_replays, "frontend_holdout": frontend, "cross_checks": cross,
+               "published": PUBLISHED, "checks": checks, "derived_checks": derived,
                "sweeps": sweeps, "qualitative_h100": qual}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "calibration_results.json").write_text(json.dumps(results, indent=2))
     _write_markdown(args.out_dir / "calibration_results.md", results)
-    _plot(args.out_dir / "calibration.png", sweeps, qual, h100_exact)
+    _plot(args.out_dir / "calibration.png", sweeps, qual, h100_exact, cross)
     table = Table("check", "model", "published", "error", "<=30%")
     for c in h100_exact:
         table.add_row(f"H100 {c['source']}: {c['metric']}", f"{c['model']:.3f}", f"{c['published']:.3f}",
@@ -320,23 +475,28 @@ def main(argv: list[str] | None = None) -> int:
     mixed1024 = next(x["slowdown"] for x in qual["mixed"] if x["prefill_tokens"] == 1024)
     console.print(f"prefill compute-bound from {qual['compute_bound_from_tokens']} tokens; "
                   f"1024-token prefill in a 32-decode step: {mixed1024:.1f}x slower")
+    console.print(f"front-end latency from the hold-out models: {frontend['estimate_ms']:.1f} ms; profile "
+                  f"{frontend['profile_ms']:.1f} ms ({'matches' if frontend['profile_matches'] else 'DOES NOT match'})")
     gating = h100_exact + checks
     n_ok = sum(bool(c["within_30pct"]) for c in gating)
     console.print(f"{n_ok}/{len(gating)} exact-setup data points within 30% (H100 + A100-40GB)")
-    return 0 if n_ok == len(gating) else 1
+    return 0 if n_ok == len(gating) and frontend["profile_matches"] else 1
 
 
 def _write_markdown(path: Path, r: dict) -> None:
     q = r["qualitative_h100"]
     hc = r["h100_checks"]
+    fe = r["frontend_holdout"]
+    cc = r["cross_checks"]
     n_ok = sum(bool(c["within_30pct"]) for c in hc)
     eff = load_profile(H100_PROFILE).efficiency
     lines = ["# Engine-model calibration (generated by bench/worker/calibration.py)", "",
              "## H100: published vLLM measurements replayed through the model (issue 3)", "",
-             f"Profile `{H100_PROFILE}` as committed (mfu {eff.mfu}, mbu {eff.mbu}, step overhead "
-             f"{1e3 * eff.step_overhead_s:.1f} ms; not changed here). Each setup below is replayed exactly: same "
-             "prompt and output lengths, all requests at t=0, same batch limits, no prefix caching. "
-             "Pass = model within 30% of the published number.",
+             f"Profile `{H100_PROFILE}` as committed: mfu {eff.mfu}, mbu {eff.mbu}, step overhead "
+             f"{1e3 * eff.step_overhead_s:.1f} ms, front-end latency {1e3 * eff.frontend_latency_s:.0f} ms. Each setup "
+             "below is replayed exactly: same prompt and output lengths, all requests at t=0, same batch limits, no "
+             "prefix caching. Served runs (Lambda, benchmark_serving over HTTP) include the front-end latency; the "
+             "offline run (vLLM CI, LLM.generate) does not. Pass = model within 30% of the published number.",
              "", f"**{n_ok} of {len(hc)} H100 data points pass.**", "",
              "| source | check | model | published | error | within 30% | knob | now | value that would match |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -347,21 +507,73 @@ def _write_markdown(path: Path, r: dict) -> None:
     misses = [c for c in hc if not c["within_30pct"]]
     lines += [""]
     if misses:
-        lines += ["### Misses and what would close them", ""]
+        lines += ["### Misses", ""]
         for c in misses:
-            change = ("no value of " + c["knob"] + " in (0.05, 1] closes it" if c["knob_to_match"] is None else
-                      f"`efficiency.{c['knob']}` in `src/pdserve/worker/profiles/{H100_PROFILE}.json` would have to go "
-                      f"from {c['knob_now']} to {c['knob_to_match']:.2f} "
-                      f"({c['knob_to_match'] / c['knob_now'] - 1:+.0%})")
             lines.append(f"- {c['source']} `{c['metric']}`: model {c['model']:.2f} vs published {c['published']:.2f} "
-                         f"({c['error']:+.1%}). To match it as GPU time, {change}.")
-        lines += ["", "The published TTFT is measured at the HTTP client (request parsing, tokenisation, scheduling, "
-                  "the prefill, detokenisation and streaming of the first chunk); the model's TTFT is the engine's "
-                  "prefill step only (1,369 tokens of 10 prompts in one step). The gap need not be GPU time and "
-                  "these files cannot separate the two. Lowering mfu enough to close it would slow every prefill in "
-                  "the simulator by the same factor, with no prefill-only H100 measurement in hand to support that. "
-                  "The profile is left unchanged here (it is owned by the engine work): the decision is flagged, "
-                  "not taken.", ""]
+                         f"({c['error']:+.1%}).")
+        lines += [""]
+    lines += ["### What a published TTFT holds, and where the front-end latency comes from", "",
+              "The Lambda TTFTs are measured at the HTTP client: request parsing, tokenisation, the hand-off to the "
+              "engine, the prefill step, and the first token's way back. All 10 requests of a run get their first "
+              "token within ~1.5 ms of each other (std 0.5 ms), so all 10 prompts were prefilled in one step. "
+              "Earlier this model had only the step (41.5 ms for the 1,369 tokens) and missed by -34%. Lowering "
+              "mfu to close that (to 0.36) would have made the step ~1.6x slower than H100 GEMMs measured at this size (see "
+              "Vidur below), so the gap is modelled as what it is: time outside the engine's steps, "
+              "`frontend_latency_s`, a delay before a request can be scheduled (pdserve.worker.engine).", "",
+              "Its value is not fitted to the Llama points. It is the published TTFT minus the model's GPU time "
+              "for two *other* models of the same campaign (same H100 machine, same vLLM, same 10 ShareGPT "
+              "prompts sent at once; their own tokenizers give the lengths below):", "",
+              "| hold-out run | prompt tokens in the step | published mean TTFT ms | model GPU step ms | front-end ms |",
+              "|---|---|---|---|---|"]
+    for x in fe["rows"]:
+        lines.append(f"| [{x['model']}]({x['url']}) ({x['date']}) | {x['prompt_tokens']} | {x['published_ttft_ms']:.1f} | "
+                     f"{x['model_gpu_ttft_ms']:.1f} | {x['frontend_ms']:.1f} |")
+    lines += ["", f"Estimate: **{fe['estimate_ms']:.1f} ms**; the profile carries {fe['profile_ms']:.0f} ms "
+              f"({'matches' if fe['profile_matches'] else 'DOES NOT match'} to the millisecond; the script fails "
+              "otherwise). With it, the three held-out Llama-3-8B TTFTs above land within "
+              + ", ".join(f"{c['error']:+.1%}" for c in hc if c["metric"] == "mean_ttft_ms") + ". "
+              "The two hold-out values differ by 6 ms (the 12B run implies less front-end time, most likely because "
+              "the model's GPU step is a little slow for the larger model), which bounds how precisely the split is "
+              "known: a few ms either way. What the hold-out tests is that one mfu plus one front-end time explain "
+              "three model sizes of one campaign; that the split itself is right rests on the mfu at this step size, "
+              "which the Vidur operator profile below supports (within 6%).", "",
+              "What this is in the live mock and the simulator: the worker CLI applies the profile's value "
+              "(`--mock-frontend-latency 0` turns it off); a request added at t is not scheduled before "
+              "t + 22 ms (simulated time, scaled by `--mock-speedup` like every modelled time), and a P/D request "
+              "pays it on both workers, as behind vLLM's proxy. Engines built directly (`EngineConfig`, as the "
+              "simulator does) get it only when they set `frontend_latency_s`.", "",
+              "Not modelled: vLLM 0.6's multi-step output cadence visible in these files (each stream chunk after "
+              "the first carries ~10 tokens, ITL ~72 ms = 10 decode steps of 7.2 ms): vLLM 0.11+ (V1) streams "
+              "every step, and the median TPOT, which the model matches, averages the cadence out.", "",
+              "### Cross-checks (do not gate)", "",
+              "- **Same prompts on an A100-80GB SXM** (another host of the same campaign, "
+              f"[file]({cc['a100_80gb']['url']}), {cc['a100_80gb']['date']}): published mean TTFT "
+              f"{cc['a100_80gb']['published_ttft_ms']:.1f} ms; model (the 8B A100 profile with the 80GB part's "
+              f"2,039 GB/s, plus the same {fe['profile_ms']:.0f} ms front-end) {cc['a100_80gb']['model_ttft_ms']:.1f} ms "
+              f"({cc['a100_80gb']['ttft_error']:+.1%}; GPU step {cc['a100_80gb']['model_gpu_ms']:.1f} ms); median TPOT "
+              f"{cc['a100_80gb']['published_tpot_ms']:.2f} vs {cc['a100_80gb']['model_tpot_ms']:.2f} ms "
+              f"({cc['a100_80gb']['tpot_error']:+.1%}).",
+              f"- **FP8 Llama-3.1-8B on the same H100** ([file]({cc['fp8']['url']}), {cc['fp8']['date']}; same 1,369 "
+              f"prompt tokens): median TTFT {cc['fp8']['median_ttft_ms']:.1f} ms, the same as BF16's although its "
+              f"decode is faster (ITL {cc['fp8']['itl_ms']:.1f} ms per 10-token chunk vs ~72 ms). With FP8 GEMMs ~1.6-2x "
+              "faster the model would predict ~40-45 ms. Not replayed (no FP8 profile) and not explained: vLLM 0.6's FP8 "
+              "prefill (dynamic activation quantisation around each GEMM) may not have been faster at ~1.4k tokens. "
+              "It is a caveat on the GPU/front-end split, not evidence for a slower BF16 prefill.",
+              f"- **Prefill efficiency vs tokens, H100 operator profile** ([Vidur, Llama-2-7B layers]({cc['vidur_url']}); "
+              "torch/cuBLAS GEMMs plus norms, RoPE, activation and residual add per layer; attention excluded). "
+              "Achieved fraction of BF16 peak on the layer FLOPs, and the model's dense-layer time relative to it:", "",
+              "| tokens per step | measured ms per layer | measured fraction of peak | model (mfu) | model time vs measured |",
+              "|---|---|---|---|---|"]
+    for v in cc["vidur"]:
+        lines.append(f"| {v['tokens']} | {v['layer_ms']:.3f} | {v['measured_fraction_of_peak']:.2f} | "
+                     f"{v['model_fraction_of_peak']:.2f} | {v['model_time_over_measured']:+.0%} |")
+    lines += ["", "  At the Lambda step's size (~1.4k tokens) the constant mfu 0.55 is within 6% of the measured GEMM "
+              "efficiency, so the ~21 ms TTFT gap is not prefill throughput. The table also shows what a constant mfu "
+              "cannot: efficiency rises with tokens per step (0.36 at 256, 0.65 at 4096), so the model's small prefill "
+              "chunks are ~34% too fast and 4k-token steps ~18% too slow at the operator level. A size-dependent "
+              "efficiency fits these rows well (mfu(n) = 0.675 n / (n + 224): 0.36, 0.52, 0.58, 0.64); it is not adopted "
+              "here because it moves every committed simulator result and these are operator timings of "
+              "another model, not vLLM end-to-end measurements. Recorded as the next calibration step.", ""]
     lines += ["### Sources (H100)", ""]
     for src in r["h100_sources"]:
         pub = ", ".join(f"{k} = {v:.6g}" for k, v in src["published"].items())
@@ -374,12 +586,16 @@ def _write_markdown(path: Path, r: dict) -> None:
               f"({i['error']:+.0%}, {'within' if i['within_30pct'] else 'NOT within'} 30%). The same post says only "
               f"38% of that time was GPU execution (~{i['gpu_share_of_published_ms']:.1f} ms); v0.6.0 removed much of "
               "the CPU overhead and the model represents the post-v0.6 engine, so this point is reported, not used.",
+              "- A vLLM 0.23 (V1) concurrency sweep on one L4 with Qwen2.5-0.5B (https://ai.wmx.dev/benchmarks; 256 in / "
+              "128 out, --ignore-eos) reports TTFT p50 27.0 ms at concurrency 1, where a 256-token prefill of a 0.5B "
+              "model takes a few ms of GPU time: the newer engine also shows ~20 ms of client-side TTFT outside the "
+              "forward pass. Another GPU and model, so quoted only.",
               "",
               "Searched but not usable: the vLLM v0.6.0 post's per-engine TTFT/TPOT numbers (published only as "
               "figures), the Microsoft ND-H100-v5 and Ori Llama-3.1-8B/vLLM posts (their result tables are not in "
               "the stored copies), vLLM CI serving tests (ShareGPT at QPS 1/4/16/inf: the per-request lengths are not "
-              "published, so they cannot be replayed exactly), and any prefill-only (TTFT vs input length) H100 "
-              "sweep. Prefill is therefore covered only by the two Lambda TTFT points.", "",
+              "published, so they cannot be replayed exactly), and any end-to-end prefill-only (TTFT vs input length) "
+              "H100 sweep of vLLM.", "",
               "## A100-40GB: published vLLM sweep", "",
               f"Published reference: {r['published']['source']}  ", f"Setup: {r['published']['setup']}", "",
               "| check | model | published | error | within 30% |", "|---|---|---|---|---|"]
@@ -405,7 +621,7 @@ def _write_markdown(path: Path, r: dict) -> None:
     path.write_text("\n".join(lines))
 
 
-def _plot(path: Path, sweeps: dict, q: dict, h100: list[dict]) -> None:
+def _plot(path: Path, sweeps: dict, q: dict, h100: list[dict], cross: dict) -> None:
     fig, ax = plt.subplots(1, 4, figsize=(20, 4.6))
     for prof, rows in sweeps.items():
         ax[0].plot([x["concurrency"] for x in rows], [x["output_tok_s"] for x in rows], marker="o", label=prof)
@@ -414,6 +630,13 @@ def _plot(path: Path, sweeps: dict, q: dict, h100: list[dict]) -> None:
     ax[0].set(xscale="log", yscale="log", xlabel="concurrency", ylabel="output tok/s", title="1024/128 closed loop")
     ax[0].legend(fontsize=7)
     ax[1].plot([p["tokens"] for p in q["prefill"]], [p["tok_s"] for p in q["prefill"]], marker="o")
+    # Vidur's measured H100 GEMM efficiency applied to this model's FLOPs per token (operator level, no attention)
+    h = load_profile(H100_PROFILE)
+    per_token = 2 * h.model.num_params
+    ax[1].scatter([v["tokens"] for v in cross["vidur"]],
+                  [v["measured_fraction_of_peak"] * h.gpu.peak_flops / per_token for v in cross["vidur"]],
+                  marker="x", color="k", zorder=5, label="at Vidur's measured H100 efficiency")
+    ax[1].legend(fontsize=7)
     ax[1].axvline(q["compute_bound_from_tokens"], ls="--", color="gray")
     ax[1].set(xscale="log", xlabel="prefill chunk tokens", ylabel="prefill tok/s", title="H100 prefill throughput")
     ax[2].plot([m["prefill_tokens"] for m in q["mixed"]], [m["slowdown"] for m in q["mixed"]], marker="o")
