@@ -12,6 +12,7 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pdserve.worker.testing import start_worker
 
@@ -105,11 +106,29 @@ def _completion_seconds(url: str) -> float:
         return time.monotonic() - t0
 
 
+def _histogram_sums(url: str) -> dict[str, tuple[float, float]]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    out: dict[str, tuple[float, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.type == "histogram":
+            total = sum(s.value for s in fam.samples if s.name.endswith("_sum"))
+            count = sum(s.value for s in fam.samples if s.name.endswith("_count"))
+            out[fam.name] = (total, count)
+    return out
+
+
 def test_profile_frontend_latency_delays_the_first_token_unless_turned_off() -> None:
     # At speed-up 0.1 the profile's 22 ms front-end takes 220 ms of wall time: far above scheduling noise.
     with start_worker("m", speedup=0.1) as w:
         with_frontend = _completion_seconds(w.url)
+        sums = _histogram_sums(w.url)
     with start_worker("m", speedup=0.1, args=["--mock-frontend-latency", "0"]) as w:
         without = _completion_seconds(w.url)
     assert with_frontend >= 0.22
     assert with_frontend - without == pytest.approx(0.22, abs=0.08)
+    # like vLLM's, TTFT counts from the API server's receipt, queue time from the engine's (after the front-end)
+    ttft_sum, n = sums["vllm:time_to_first_token_seconds"]
+    queue_sum, n_queue = sums["vllm:request_queue_time_seconds"]
+    assert n == n_queue == 2
+    assert ttft_sum / n >= 0.22
+    assert queue_sum / n_queue < 0.1

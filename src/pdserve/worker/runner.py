@@ -47,6 +47,8 @@ class EngineRunner:
         self.engine = engine
         self.metrics = metrics
         self.speedup = speedup
+        # vLLM counts queue time from the engine's receipt of a request, after its API server: leave it out
+        self._frontend_wall = engine.config.frontend_latency_s / speedup
         self.publisher = publisher
         self._clock = clock
         self._t0 = clock()
@@ -228,7 +230,7 @@ class EngineRunner:
         m.request_success[reason if reason in m.request_success else FINISH_ABORT].inc()
         m.e2e.observe(now - t.arrival)
         scheduled = t.scheduled if t.scheduled is not None else now
-        m.queue_time.observe(scheduled - t.arrival)
+        m.queue_time.observe(max(0.0, scheduled - t.arrival - self._frontend_wall))
         first = t.first_token if t.first_token is not None else now
         m.prefill_time.observe(first - scheduled)
         m.decode_time.observe(now - first)
