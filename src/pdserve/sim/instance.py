@@ -84,6 +84,9 @@ def pool_spec(config: SimConfig, pool: str) -> PoolSpec:
         enable_prefix_caching=config.enable_prefix_caching,
         enable_chunked_prefill=chunked,
         kv_lease_s=config.kv_lease_s,
+        # vLLM's front-end time (API server, tokenisation, hand-off) is part of the
+        # profile, so the simulator and the live mock worker charge the same.
+        frontend_latency_s=profile.efficiency.frontend_latency_s,
     )
     return PoolSpec(pool=pool, perf=perf, engine_config=ecfg, tp=profile.tp)
 
