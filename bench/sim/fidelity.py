@@ -15,9 +15,11 @@ Simulator side, same layout, profile, policy and link, in four variants:
 * ``trace``: the trace's arrival times, no host time (what the simulator predicts
   from the trace alone);
 * ``sent``: the live client's actual send times (x S), no host time;
-* ``sent+host``: plus the host terms ``ingress_s`` / ``pd_handoff_s`` from an
-  independent zero-GPU-time probe (hop_probe.py, run first unless ``--probe-json``),
-  x S: host time is wall time, so it grows in model time with the speed-up;
+* ``sent+host``: plus the host terms ``ingress_s``, ``pd_handoff_s`` and
+  ``step_host_s`` measured apart from this trace by hop_probe.py (isolated requests,
+  at the same speed-up; probed here unless ``--probe-json``), x S: host time is
+  wall time, so it grows in model time with the speed-up; and routing on views
+  as stale as the live router's (its /metrics scrape every 0.5 s wall);
 * ``sent+host+live_placement`` (diagnostic): also forced to the workers the live
   router chose (its ``x-pdserve-route`` header), separating placement from timing.
 
@@ -35,9 +37,11 @@ import asyncio
 import json
 import os
 import random
-import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -161,7 +165,7 @@ def join(live: list[LiveRequest], sims: dict[str, SimResult], stack: Stack, disa
     late = sorted(float(x["lateness_ms"]) for x in rows)  # type: ignore[arg-type]
     same = [x for x in rows if x["live_worker"] == x["sim_worker"]]
     worst = sorted(rows, key=lambda x: float(x["diff_ms"]))[:8]  # type: ignore[arg-type]
-    summary = {
+    summary: dict[str, object] = {
         "placement_agreement": round(len(same) / len(rows), 3) if rows else None,
         "ttft_diff_ms": {"p10": percentile(diffs, 10), "p50": percentile(diffs, 50), "p90": percentile(diffs, 90)},
         "ttft_diff_live_placement_ms": {"p10": percentile(fdiffs, 10), "p50": percentile(fdiffs, 50),
@@ -173,6 +177,18 @@ def join(live: list[LiveRequest], sims: dict[str, SimResult], stack: Stack, disa
                                                    "sim_prefilling_on_worker")} for x in worst],
     }
     return rows, summary
+
+
+@contextmanager
+def cpu_hogs(n: int) -> Iterator[None]:
+    """``n`` busy-loop processes (on this process's CPUs) for the duration of the block."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def main() -> None:
@@ -189,19 +205,22 @@ def main() -> None:
     ap.add_argument("--probe-json", type=Path, default=None,
                     help="host terms from an earlier hop_probe.py run instead of probing now")
     ap.add_argument("--tag", default="", help="suffix for the result file names")
+    ap.add_argument("--scrape-interval-s", type=float, default=0.5,
+                    help="the live router's /metrics scrape period (its default); the host-time variants "
+                    "simulate routing on views this stale (x S in model time)")
+    ap.add_argument("--pin-core", type=int, default=None,
+                    help="run the live stack (this client, the router, the workers) on this one CPU core")
+    ap.add_argument("--cpu-hogs", type=int, default=0,
+                    help="busy-loop processes on --pin-core during each live replay: a loaded host, on purpose")
     args = ap.parse_args()
     con = Console()
     trace = load_trace(args.trace).head(args.requests).scaled(args.rate_scale)
     cfg = SimConfig(**parse_layout(args.layout), profile=args.profile, policy=args.policy,
                     decode_policy="least_loaded", kv_link_gbps=args.kv_link_gbps)
     disagg = cfg.topology == "disagg"
+    probes: dict[str, dict[str, object]] = {}
     if args.probe_json:
-        probe = json.loads(args.probe_json.read_text())
-    else:
-        con.print("probing host time per request (hop_probe.py) ...")
-        probe = hop_probe.measure(load_trace(args.trace), 40, 1000.0, args.profile, args.kv_link_gbps,
-                                  token_budget=cfg.token_budget, con=con)
-    ingress_w, handoff_w = float(probe["ingress_wall_s"]), float(probe["pd_handoff_wall_s"])
+        probes = json.loads(args.probe_json.read_text())["by_speedup"]
     base = simulate(trace, cfg)
     n_p = cfg.prefill_instances if disagg else 0
     n_d = cfg.decode_instances if disagg else cfg.instances
@@ -209,21 +228,36 @@ def main() -> None:
     rng = random.Random(1)
     prompts = [token_ids(r, trace.hash_block_tokens) if r.hash_ids
                else [rng.randrange(1000, 30000) for _ in range(r.input_tokens)] for r in trace.requests]
+    if args.cpu_hogs and args.pin_core is None:
+        ap.error("--cpu-hogs needs --pin-core (the hogs must not take the other engineers' cores)")
+    if args.pin_core is not None:
+        os.sched_setaffinity(0, {args.pin_core})  # the workers and router started below inherit it
     runs, per_request = [], {}
     for s in args.speedups:
         con.print(f"{cfg.label} x{s}: {n_p} prefill + {n_d} decode workers; "
                   f"{len(trace.requests)} requests over {trace.duration_s / s:.0f} s wall")
         schedule = [(r.index, r.arrival_s / s, p, r.output_tokens) for r, p in zip(trace.requests, prompts)]
         with live_stack(n_p, n_d, wargs, s, args.profile, args.policy) as stack:
-            t_live = time.perf_counter()
-            live = asyncio.run(replay(stack.url, schedule))
-            t_live = time.perf_counter() - t_live
+            with cpu_hogs(args.cpu_hogs):
+                t_live = time.perf_counter()
+                live = asyncio.run(replay(stack.url, schedule))
+                t_live = time.perf_counter() - t_live
+                load = round(os.getloadavg()[0], 2)
             lag = loop_lag(stack.worker_urls)
-        load = round(os.getloadavg()[0], 2)
         failed = [r for r in live if r.error or not r.token_s]
         ok = [r for r in live if not (r.error or not r.token_s)]
         strace = sent_trace(trace, live, s)
-        host = cfg.model_copy(update={"ingress_s": ingress_w * s, "pd_handoff_s": handoff_w * s if disagg else 0.0})
+        if str(s) not in probes:
+            if args.probe_json:
+                raise SystemExit(f"{args.probe_json} has no probe at speed-up {s}; run hop_probe.py --speedups {s}")
+            con.print(f"probing host time at x{s} (hop_probe.py) ...")
+            probes[str(s)] = hop_probe.measure(load_trace(args.trace), 20, s, args.profile, args.kv_link_gbps,
+                                               token_budget=cfg.token_budget, con=con)
+        probe = probes[str(s)]
+        ingress_w, handoff_w = float(probe["ingress_wall_s"]), float(probe["pd_handoff_wall_s"])  # type: ignore[arg-type]
+        step_w = float(probe["step_host_wall_s"])  # type: ignore[arg-type]
+        host = cfg.model_copy(update={"ingress_s": ingress_w * s, "pd_handoff_s": handoff_w * s if disagg else 0.0,
+                                      "step_host_s": step_w * s, "view_refresh_s": args.scrape_interval_s * s})
         pool = "prefill" if disagg else "colocated"
         key = "prefill" if disagg else "decode"
         placement = {pool: {str(r.index): stack.sim_id(getattr(r, f"{key}_worker"), key, disagg) for r in ok}}
@@ -235,8 +269,10 @@ def main() -> None:
         rows, summary = join(ok, sims, stack, disagg, s, trace)
         run = {
             "speedup": s, "live_completed": len(ok), "live_failed": len(failed), "live_wall_s": round(t_live, 1),
-            "load_average_1m": load,
-            "host_terms_model_s": {"ingress_s": round(host.ingress_s, 6), "pd_handoff_s": round(host.pd_handoff_s, 6)},
+            "load_average_1m": load, "pin_core": args.pin_core, "cpu_hogs": args.cpu_hogs,
+            "host_terms_model_s": {"ingress_s": round(host.ingress_s, 6), "pd_handoff_s": round(host.pd_handoff_s, 6),
+                                   "step_host_s": round(host.step_host_s, 6),
+                                   "view_refresh_s": round(host.view_refresh_s, 6)},
             "variants": {name: compare(lv, sim_values(res)) for name, res in sims.items()},
             "per_request": summary, "worker_loop_lag": list(lag.values()),
         }
@@ -252,7 +288,8 @@ def main() -> None:
     report = {
         "trace": args.trace.name, "requests": len(trace.requests), "rate_scale": args.rate_scale,
         "layout": cfg.label, "profile": args.profile, "policy": args.policy, "kv_link_gbps": args.kv_link_gbps,
-        "host_probe": probe, "runs": runs,
+        "host_probe": {str(r["speedup"]): probes[str(r["speedup"])] for r in runs},
+        "runs": runs,
     }
     stem = f"fidelity_{cfg.label.replace(':', '-')}{args.tag}"
     out = HERE / "results" / f"{stem}.json"

@@ -188,7 +188,18 @@ def test_host_terms_shift_an_isolated_request_exactly(layout: str) -> None:
         assert b.decode_instance == a.decode_instance
 
 
+def test_step_host_time_lengthens_every_step() -> None:
+    # One request alone on a chunked engine: 1800 prompt tokens in 512-token chunks
+    # are 4 steps to the first token, then one step per further token.
+    trace = synthetic_trace(1, 1.0, 1800, 11, seed=1)
+    base = SimConfig(topology="chunked", instances=1, token_budget=512)
+    plain = run_simulation(trace, base).records[0]
+    slow = run_simulation(trace, base.model_copy(update={"step_host_s": 0.001})).records[0]
+    assert slow.ttft == pytest.approx(plain.ttft + 4 * 0.001, abs=1e-9)
+    assert slow.tpot == pytest.approx(plain.tpot + 0.001, abs=1e-9)
+
+
 def test_negative_host_terms_are_refused_by_name() -> None:
-    for field in ("ingress_s", "pd_handoff_s"):
+    for field in ("ingress_s", "pd_handoff_s", "step_host_s"):
         with pytest.raises(ValueError, match=field):
             SimConfig(**{field: -0.001})

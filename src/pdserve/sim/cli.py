@@ -52,6 +52,8 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--pd-handoff-ms", type=float, default=0.0,
                    help="disagg: host/HTTP time from prefill end to the decode side's KV pull, on top of the "
                    "link time; default 0. The mock stack measures ~3 ms on loopback (bench/sim/hop_probe.py)")
+    g.add_argument("--step-host-ms", type=float, default=0.0,
+                   help="host time added to every engine step beyond the profile's step overhead; default 0")
     s = ap.add_argument_group("SLOs")
     s.add_argument("--ttft-slo-ms", type=float, default=1000.0)
     s.add_argument("--itl-slo-ms", type=float, default=100.0, help="TPOT (mean inter-token latency) objective")
@@ -71,6 +73,7 @@ def engine_fields(args: argparse.Namespace) -> dict[str, object]:
         "kv_transfer": args.kv_transfer,
         "ingress_s": args.ingress_ms / 1000,
         "pd_handoff_s": args.pd_handoff_ms / 1000,
+        "step_host_s": args.step_host_ms / 1000,
         "slo": Slo(ttft_s=args.ttft_slo_ms / 1000, tpot_s=args.itl_slo_ms / 1000, target=args.target),
     }
 

@@ -72,6 +72,11 @@ class SimConfig(BaseModel):
         "(prefill response to the router, the decode request, the side-channel round trip), on top of the "
         "KV bytes' link time. 0 = not modelled",
     )
+    step_host_s: float = Field(
+        0.0, ge=0,
+        description="host time added to every engine step beyond the profile's modelled step time (e.g. the "
+        "live mock's event-loop timer granularity and token delivery). 0 = not modelled",
+    )
     view_refresh_s: float = Field(
         0.0, ge=0,
         description="router sees engine gauges as of periodic scrapes this far apart (0 = exact, instantaneous)",

@@ -18,9 +18,10 @@ Life of a request:
 Host and network time (optional, 0 by default): ``ingress_s`` delays each request's
 arrival at the router's decision and the engine (its HTTP hops), ``pd_handoff_s``
 delays the decode side's choice and KV pull after a prefill (the prefill response
-through the router, the decode request, the side-channel round trip). Both are
-wall-clock costs of a real deployment; bench/sim/fidelity.py measures them on the
-live stack with zero-GPU-time probes.
+through the router, the decode request, the side-channel round trip), and
+``step_host_s`` lengthens every engine step (host time between steps beyond the
+profile's own per-step overhead). All are wall-clock costs of a real deployment;
+bench/sim/hop_probe.py measures them on the live mock stack.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pdserve.router.kv_index import KvIndex
-from pdserve.router.policies import Policy, RouteRequest, make_policy
+from pdserve.router.policies import Policy, RouteRequest, WorkerView, make_policy
 from pdserve.sim.autoscale import Autoscaler, ScalingEvent
 from pdserve.sim.config import SimConfig, SimConfigError
 from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
@@ -238,7 +239,7 @@ class Simulation:
         if out.num_scheduled == 0:
             # Blocked (e.g. KV held by leases or transfers not landed): retry when
             # something changes; a finishing step or a release kicks it again.
-            wake = inst.engine.next_event_time()
+            wake = inst.engine.next_event_time(self.now)
             if wake is not None and wake > self.now:
                 inst.kicked = True
                 self._push(wake, _KICK, inst)
@@ -248,7 +249,7 @@ class Simulation:
         inst.step_start = now = self.now
         inst.step_out = out
         self.seq += 1
-        heapq.heappush(self.heap, (now + out.duration, self.seq, _STEP_DONE, inst))
+        heapq.heappush(self.heap, (now + out.duration + self.cfg.step_host_s, self.seq, _STEP_DONE, inst))
 
     def _on_step_done(self, inst: Instance, out: StepOutput) -> None:
         inst.busy = False
@@ -344,7 +345,10 @@ class Simulation:
         # gauges as of the last scrape, not the instant of the decision.
         for inst in self.all_instances:
             if inst.state is State.READY:
-                inst.scraped_view = inst.view()
+                v = inst.view()
+                # Only what vLLM's /metrics carries (running, waiting, KV usage): it has no gauge of queued
+                # prompt tokens, so the live router's views say 0 there and its ledger supplies them.
+                inst.scraped_view = WorkerView(v.worker_id, v.running, v.waiting, 0, v.kv_usage)
         if arrivals_left or any(k != _SCRAPE for _, _, k, _ in self.heap):
             self._push(self.now + self.cfg.view_refresh_s, _SCRAPE, None)
 
