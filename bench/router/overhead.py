@@ -443,6 +443,9 @@ def main() -> int:
                          "first --discard requests of each stream dropped")
     ap.add_argument("--steady-seconds", type=float, default=5.0, help="measured window per target and round")
     ap.add_argument("--discard", type=int, default=2, help="steady: requests per stream not recorded (warm-up)")
+    ap.add_argument("--worker-src", type=Path, default=None,
+                    help="run the mock worker from this source tree's src/ (e.g. a fixed commit unpacked with "
+                         "`git archive COMMIT src | tar -x -C DIR`), so router changes are compared on one worker")
     ap.add_argument("--only", nargs="+", default=None, help="run only these targets (direct is always run)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None, help="PNG of TTFT/ITL vs concurrency")
@@ -468,8 +471,9 @@ def main() -> int:
         router_cpus, load_cpus = args.pin.split(":")
         os.sched_setaffinity(0, {int(c) for c in load_cpus.split(",")})
     with ExitStack() as stack:
-        w = stack.enter_context(start_worker(model, speedup=1e9, args=["--max-num-seqs", "1024",
-                                                                       "--max-num-batched-tokens", "65536"]))
+        wenv = {"PYTHONPATH": str(args.worker_src.resolve())} if args.worker_src else None
+        w = stack.enter_context(start_worker(model, speedup=1e9, env=wenv,
+                                             args=["--max-num-seqs", "1024", "--max-num-batched-tokens", "65536"]))
         if load_cpus:
             subprocess.run(["taskset", "-a", "-cp", load_cpus, str(w.proc.pid)], check=True, capture_output=True)
         targets: dict[str, tuple[str, int | None]] = {"direct": (w.url, None)}
@@ -600,7 +604,7 @@ def main() -> int:
     for k, v in errors.items():
         console.print(f"[red]{k}[/]: {v}")
     doc = {"bench": "router_overhead", "max_tokens": args.max_tokens, "rounds": args.rounds,
-           "load_average_1m_at_start": load_start, "load_average_1m_at_end": round(os.getloadavg()[0], 2), "worker": "pdserve worker, --mock-speedup 1e9",
+           "load_average_1m_at_start": load_start, "load_average_1m_at_end": round(os.getloadavg()[0], 2), "worker": "pdserve worker, --mock-speedup 1e9", "worker_src": str(args.worker_src) if args.worker_src else None,
            "http_stack": "pdserve router: aiohttp server; upstream completions via its own HTTP/1.1 client (http1.py), "
                          "or aiohttp's client with --upstream-client aiohttp (target pdserve-aiohttp-client); "
                          "httpx was not measured",

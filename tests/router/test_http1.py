@@ -165,3 +165,37 @@ async def test_header_injection_and_non_http_urls_are_refused(pool) -> None:
         await pool.post("http://127.0.0.1:1", "/x", b"{}", {"X-Request-Id": "a\r\nEvil: 1"}, T)
     with pytest.raises(ValueError, match="plain http://"):
         await pool.post("https://127.0.0.1:1", "/x", b"{}", {}, T)
+
+
+@pytest.mark.parametrize("piece", [0, 5])
+async def test_a_sink_gets_the_body_from_the_read_callback_with_raw_chunks_when_whole(pool, piece) -> None:
+    events = [b"data: {\"text\":\"a\"}\n\n", b"data: {\"text\":\"b\"}\n\n", b"data: [DONE]\n\n"]
+    wire = HEAD_CHUNKED + chunked(*events)
+    pieces = [HEAD_CHUNKED, *[chunked(e)[:-5] for e in events], b"0\r\n\r\n"] if piece == 0 else split_every(wire, piece)
+    async with RawServer(lambda i, req: pieces) as srv:
+        for _ in range(2):  # the connection goes back to the pool after a sunk body too
+            resp = await pool.post(srv.url, "/v1/completions", {"prompt": "hi"}, {}, T)
+            got: list[tuple[bytes, bytes | None]] = []
+            resp.set_sink(lambda data, raw: got.append((data, raw)))
+            assert await resp.readany() == b""  # only the end is reported
+            resp.release()
+            assert b"".join(d for d, _ in got) == b"".join(events)
+            for data, raw in got:  # raw, when given, is that payload in chunk framing
+                assert raw is None or raw == f"{len(data):x}\r\n".encode() + data + b"\r\n"
+            if piece == 0:  # one whole chunk per read: every payload comes with its raw bytes
+                assert [raw for _, raw in got] == [chunked(e)[:-5] for e in events]
+        assert pool.opened == 1
+
+
+async def test_a_sink_can_abort_the_response(pool) -> None:
+    async with RawServer(lambda i, req: [HEAD_CHUNKED, b"2\r\nhi\r\n", b"2\r\nho\r\n", b"0\r\n\r\n"]) as srv:
+        resp = await pool.post(srv.url, "/x", b"{}", {}, T)
+
+        class Gone(Exception):
+            pass
+
+        resp.set_sink(lambda data, raw: resp.abort(Gone()))
+        with pytest.raises(Gone):
+            await resp.readany()
+        assert resp.finished
+        resp.release()

@@ -20,3 +20,22 @@ def test_itl_zero_exposes_exactly_what_n_zero_observations_would() -> None:
     assert _itl_lines(fast) == _itl_lines(slow)
     assert 'pdserve_router_inter_token_latency_seconds_bucket{le="0.01"} 5.0' in _itl_lines(fast)
     assert "pdserve_router_inter_token_latency_seconds_count 7.0" in _itl_lines(fast)
+
+
+def test_histogram_batch_exposes_exactly_what_single_observations_would() -> None:
+    from pdserve.router.metrics import HistogramBatch
+
+    gaps = [0.0, 0.004, 0.01, 0.0100001, 0.3, 2.0, 99.0, 0.05]  # edges, between edges, beyond the last
+    fast, slow = RouterMetrics(), RouterMetrics()
+    batch = HistogramBatch(fast.itl, every=5)
+    for g in gaps:
+        batch.observe(g)
+        slow.itl.observe(g)
+    assert _itl_lines(fast) != _itl_lines(slow)  # three are still in the batch
+    batch.observe(0.0, 4)  # the batch reaches 5 and flushes itself
+    for _ in range(4):
+        slow.itl.observe(0.0)
+    assert _itl_lines(fast) == _itl_lines(slow)
+    assert "pdserve_router_inter_token_latency_seconds_count 12.0" in _itl_lines(fast)
+    batch.flush()  # nothing pending: no change
+    assert _itl_lines(fast) == _itl_lines(slow)

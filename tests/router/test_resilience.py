@@ -192,3 +192,60 @@ async def test_pd_decode_worker_killed_mid_stream_migrates(worker_stack) -> None
         chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
         assert all(e["object"] == "chat.completion.chunk" for e in chunks)  # re-framed for the chat client
         assert await r.metric("pdserve_router_migrations_total") == 1
+
+
+async def _raw_stream(url: str, version: str, max_tokens: int, rcvbuf: int | None = None,
+                      pause_s: float = 0.0) -> bytes:
+    """A streamed completion over a raw socket (optionally with a small receive buffer
+    and a pause before reading); returns the response body, de-chunked."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    body = ('{"model": "%s", "prompt": "slow reader", "max_tokens": %d, "ignore_eos": true, "stream": true}'
+            % (MODEL, max_tokens)).encode()
+    writer.write(b"POST /v1/completions HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (version.encode(), len(body), body))
+    await asyncio.sleep(pause_s)
+    if rcvbuf:  # read the rest quickly (the window scale fixed at connect still caps it at 64 KB)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    raw = await asyncio.wait_for(reader.read(), timeout=60)
+    writer.close()
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0], head[:200]
+    if b"transfer-encoding: chunked" not in head.lower():
+        return rest
+    out, pos = [], 0
+    while True:
+        eol = rest.index(b"\r\n", pos)
+        size = int(rest[pos:eol], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(rest[eol + 2 : eol + 2 + size])
+        assert rest[eol + 2 + size : eol + 4 + size] == b"\r\n"
+        pos = eol + 4 + size
+
+
+async def test_slow_client_pauses_the_worker_and_gets_the_whole_stream(worker_stack, monkeypatch) -> None:
+    from pdserve.router.http1 import Response
+
+    pauses = []
+    real_pause = Response.pause
+    monkeypatch.setattr(Response, "pause", lambda self: (pauses.append(1), real_pause(self)))
+    from pdserve.worker.testing import start_worker
+
+    w = worker_stack.enter_context(start_worker(MODEL, speedup=1e6, args=["--max-model-len", "65536"]))
+    async with run_router(RouterConfig(decode=[w.url], scrape_interval_s=60)) as r:
+        # ~6 MB of SSE into a client that reads nothing for a second, through a small
+        # receive buffer: more than the kernel's socket buffers (tcp_wmem tops out at
+        # 4 MB), so the router's own write buffer passes its high-water mark.
+        body = await _raw_stream(r.url, "1.1", 30000, rcvbuf=4096, pause_s=1.0)
+        events = [e for e in body.split(b"\n\n") if e]
+        assert events[-1] == b"data: [DONE]" and len(events) == 30001
+        assert pauses, "the router never paused reading the worker"
+        # HTTP/1.0 clients get the body unframed, ended by the connection's close.
+        body = await _raw_stream(r.url, "1.0", 5)
+        assert body.endswith(b"data: [DONE]\n\n") and body.count(b"\n\n") == 6

@@ -58,3 +58,19 @@ def test_passthrough_tracker_agrees_with_the_full_parser() -> None:
     t = sse.PassThroughTracker("completions", keep=False)
     t.feed(chunk("completions", "x"))
     assert t.chunks == 1 and t.parsed().text_of(0) == ""
+
+
+def test_passthrough_tracker_counts_markers_cut_anywhere_and_reads_done_from_the_end() -> None:
+    for kind in ("completions", "chat"):
+        role = sse.frame({"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        # Token texts that look like framing must not fool the byte scans.
+        body = (role if kind == "chat" else b"") + chunk(kind, "data: [DONE]") + chunk(kind, "") + \
+            chunk(kind, '"text":"') + chunk(kind, "x", "stop")
+        for size in (1, 2, 3, 5, 8, 13, 64):
+            for stream, done in ((body + sse.DONE, True), (body, False)):
+                t = sse.PassThroughTracker(kind)
+                n = sum(t.feed(stream[i : i + size]) for i in range(0, len(stream), size))
+                assert (n, t.done, t.finished) == (3, done, True), (kind, size, done)
+                assert t.parsed().text_of(0) == 'data: [DONE]"text":"x'
+    t = sse.PassThroughTracker("completions")
+    assert not t.done and t.feed(sse.DONE) == 0 and t.done

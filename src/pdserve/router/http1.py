@@ -18,7 +18,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -84,6 +84,9 @@ class Response:
         # (router-internal overhead metrics; 0.0 = not yet).
         self.sent_at = 0.0
         self.first_body_at = 0.0
+        # set_sink(): body bytes go straight to this callback from the socket's read
+        # callback (payload, and the read's raw bytes when they are exactly one chunk).
+        self.sink: Callable[[bytes, bytes | None], None] | None = None
         self._released = False
         self._read_timeout = read_timeout
         self._last = self._loop.time()
@@ -111,7 +114,7 @@ class Response:
                     size = 0  # extensions or garbage: the full parser decides
                 end = i + 2 + size
                 if size > 0 and len(data) == end + 2 and data.endswith(b"\r\n"):
-                    self._push(data[i + 2 : end])
+                    self._push(data[i + 2 : end], data)
                     return
         self._buf += data
         try:
@@ -214,11 +217,15 @@ class Response:
         if not self._head.done():
             self._head.set_result(None)
 
-    def _push(self, data: bytes) -> None:
-        if not data:
+    def _push(self, data: bytes, raw: bytes | None = None) -> None:
+        if not data or self._exc is not None:
             return
         if not self.first_body_at:
             self.first_body_at = time.perf_counter()
+        sink = self.sink
+        if sink is not None:
+            sink(data, raw)
+            return
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > _PAUSE_AT and not self._paused and self._conn.transport is not None:
@@ -280,6 +287,41 @@ class Response:
         self._timers.clear()
 
     # -- caller side (the aiohttp.ClientResponse subset the router uses) -------------
+
+    def set_sink(self, sink: Callable[[bytes, bytes | None], None] | None) -> None:
+        """Deliver the body to ``sink(payload, raw)`` from the socket's read callback instead
+        of buffering it for ``readany()``: no task wake-up per chunk. ``raw`` is the read's
+        bytes when they were exactly one chunk in wire format (a sink writing chunked
+        framing can forward them untouched), else None. Anything already buffered is
+        delivered at once. ``readany()`` then only reports the end: b"" or the failure."""
+        self.sink = sink
+        if sink is not None and self._chunks:
+            data = b"".join(self._chunks)
+            self._chunks = []
+            self._buffered = 0
+            if self._paused:
+                self.resume()
+            sink(data, None)
+
+    def pause(self) -> None:
+        """Stop reading from the worker (back-pressure from a slow client)."""
+        if not self._paused and self._conn.transport is not None:
+            self._paused = True
+            self._conn.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self._conn.transport is not None:
+            self._paused = False
+            self._conn.transport.resume_reading()
+
+    def abort(self, exc: BaseException) -> None:
+        """Fail the response with ``exc`` (raised by ``readany()``) and close the connection."""
+        self._fail(exc)
+
+    @property
+    def finished(self) -> bool:
+        """The body was read to its end, or the response failed."""
+        return self._mode == "done" or self._exc is not None
 
     async def readany(self) -> bytes:
         while not self._chunks:

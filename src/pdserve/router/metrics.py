@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # vLLM's bucket edges (vllm/v1/metrics/loggers.py), so router- and worker-side
@@ -14,6 +16,44 @@ DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e
 # Router-internal latencies include waiting for the event loop, which reaches tens of
 # ms under a burst: finer edges up to 50 ms (the decision edges) and a coarse tail.
 OVERHEAD_BUCKETS = (*DECISION_BUCKETS[2:], 1e-1, 2.5e-1, 1.0)
+
+
+class HistogramBatch:
+    """Observations of one (unlabelled) histogram gathered locally and added to it in
+    one go: ``Histogram.observe`` takes two locks per call, which at one call per
+    streamed token was 3 % of the router's CPU. Flushed every ``every`` observations
+    and when the stream ends, so a scrape lags by at most that many per stream. (Like
+    ``itl_zero`` this writes prometheus_client's bucket children; a test pins it.)"""
+
+    __slots__ = ("_hist", "_bounds", "_counts", "_sum", "_n", "_every")
+
+    def __init__(self, hist: Histogram, every: int = 64) -> None:
+        self._hist = hist
+        self._bounds = hist._upper_bounds  # ends with +Inf: every value has a bucket
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._n = 0
+        self._every = every
+
+    def observe(self, value: float, times: int = 1) -> None:
+        # bisect_left finds the first bound >= value: prometheus_client's `value <= bound`.
+        self._counts[bisect_left(self._bounds, value)] += times
+        self._sum += value * times
+        self._n += times
+        if self._n >= self._every:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._n:
+            return
+        buckets = self._hist._buckets
+        for i, c in enumerate(self._counts):
+            if c:
+                buckets[i].inc(c)
+                self._counts[i] = 0
+        self._hist._sum.inc(self._sum)
+        self._sum = 0.0
+        self._n = 0
 
 
 class RouterMetrics:

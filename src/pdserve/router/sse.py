@@ -127,49 +127,62 @@ def usage_event(kind: str, tracker: StreamTracker, model: str, usage: dict[str, 
 
 
 class PassThroughTracker:
-    """The cheap tracker for the normal relay path: splits SSE events and classifies
-    them with byte tests (no JSON parsing per token), keeping the raw payloads so
-    the text can be rebuilt with a full parse only if the stream must migrate."""
+    """The cheap tracker for the normal relay path. Per read it only counts content
+    markers with C-level byte scans (no event splitting, no JSON); the raw bytes are kept
+    so the text can be rebuilt with a full parse if, and only if, the stream must
+    migrate, and the stream's last bytes tell whether it ended with ``[DONE]``.
+
+    Reads may split anything anywhere: each scan runs over the previous read's last
+    ``_TAIL`` bytes plus the new read, from the first offset at which a match would end
+    inside the new read, so a marker cut in two is counted once. A token whose text is
+    empty (``"text":""``) contains the content marker and cancels it out."""
+
+    _TAIL = 32
 
     def __init__(self, kind: str, keep: bool = True) -> None:
         self.kind = kind
         self.keep = keep
-        self._buf = b""
-        self._payloads: list[bytes] = []
-        self.done = False
+        self._raw: list[bytes] = []
+        # Starts as if after an event boundary, so a stream that is only [DONE] is seen.
+        self._tail = b"\0" * (self._TAIL - 2) + b"\n\n"
         self.finished = False
         self.chunks = 0
         self._full: StreamTracker | None = None
-        self._marks = (b'"text":"', b'"text":""') if kind == "completions" else (b'"content":"', b'"content":""')
+        has, empty = (b'"text":"', b'"text":""') if kind == "completions" else (b'"content":"', b'"content":""')
+        t = self._TAIL
+        self._has, self._has_from = has, t - len(has) + 1
+        self._empty, self._empty_from = empty, t - len(empty) + 1
+        self._fin, self._fin_from = b'"finish_reason":"', t - len(b'"finish_reason":"') + 1
 
     def feed(self, data: bytes) -> int:
-        buf = self._buf + data if self._buf else data
-        parts = buf.split(b"\n\n")
-        self._buf = parts.pop()
-        content = 0
-        has, empty = self._marks
-        for ev in parts:
-            if not ev.startswith(b"data:"):
-                continue
-            payload = ev[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                continue
-            if self.keep:
-                self._payloads.append(payload)
-            if has in payload and empty not in payload:
-                content += 1
-            if b'"finish_reason":"' in payload:
-                self.finished = True
+        """Consume one read; returns how many content-bearing events it completed."""
+        if self.keep:
+            self._raw.append(data)
+        w = self._tail + data
+        content = w.count(self._has, self._has_from) - w.count(self._empty, self._empty_from)
+        if not self.finished and w.find(self._fin, self._fin_from) >= 0:
+            self.finished = True
+        self._tail = w[-self._TAIL :]
         self.chunks += content
         return content
+
+    @property
+    def done(self) -> bool:
+        """The stream so far ends with a complete ``data: [DONE]`` event (checked on the
+        last bytes only, when asked: once per stream)."""
+        tail = self._tail
+        if not tail.endswith(b"\n\n"):
+            return False
+        last = tail[:-2].rsplit(b"\n\n", 1)
+        if len(last) < 2:
+            return False  # the event began before the kept tail: longer than [DONE]
+        return any(line.startswith(b"data:") and line[5:].strip() == b"[DONE]" for line in last[1].split(b"\n"))
 
     def parsed(self) -> StreamTracker:
         """A full StreamTracker over everything seen so far (parsed once, on demand)."""
         if self._full is None:
             full = StreamTracker(self.kind)
-            for p in self._payloads:
-                full._on_data(p)
+            full.feed(b"".join(self._raw))
             self._full = full
         return self._full
 
