@@ -18,12 +18,13 @@ Simulator side, same layout, profile, policy and link, in four variants:
 * ``sent+host``: plus the host terms ``ingress_s``, ``pd_handoff_s`` and
   ``step_host_s`` measured apart from this trace by hop_probe.py (isolated requests,
   at the same speed-up; probed here unless ``--probe-json``), x S: host time is
-  wall time, so it grows in model time with the speed-up; and routing on views
-  as stale as the live router's (its /metrics scrape every 0.5 s wall);
+  wall time, so it grows in model time with the speed-up (``sent+host+scrape``:
+  also routing on views as stale as the live router's /metrics scrape, 0.5 s wall);
 * ``sent+host+live_placement`` (diagnostic): also forced to the workers the live
   router chose (its ``x-pdserve-route`` header), separating placement from timing.
 
-Reports TTFT p50/p90 and ITL p50 of each (target: within 10 %) and a per-request
+Reports TTFT p50/p90 and ITL p50 of each (target: within 10 %), the band that
+``sent+host`` spans over replays with resampled client lateness (placement noise), and a per-request
 join (placement agreement, per-request TTFT differences, requests already on the
 chosen worker). Writes bench/sim/results/fidelity_<layout>.json and
 fidelity_<layout>_requests.json; the worker loop-lag histograms go in as evidence
@@ -37,6 +38,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -93,6 +95,27 @@ def sent_trace(trace: Trace, live: list[LiveRequest], speedup: float) -> Trace:
     reqs = sorted((replace(r, arrival_s=sent[r.index] - base) for r in trace.requests),
                   key=lambda r: (r.arrival_s, r.index))
     return replace(trace, requests=tuple(reqs))
+
+
+def jitter_band(trace: Trace, live: list[LiveRequest], speedup: float, cfg: SimConfig,
+                runs: int) -> dict[str, dict[str, float]]:
+    """How much the simulated metrics move when each request is sent as late as a random
+    other one was in the live run: ``runs`` replays of the scheduled arrivals plus a
+    lateness drawn (seeded) from the live client's own. Placement under least_loaded is
+    sensitive to sub-millisecond timing, so a single run's TTFT p90 over a few hundred
+    requests carries this much noise; a live value inside the band is as close as one
+    replay can show."""
+    late = [max(0.0, r.sent_s - r.scheduled_s) * speedup for r in live]
+    vals: dict[str, list[float]] = {k: [] for k in METRICS}
+    for seed in range(runs):
+        rng = random.Random(seed)
+        reqs = sorted((replace(r, arrival_s=r.arrival_s + rng.choice(late)) for r in trace.requests),
+                      key=lambda r: (r.arrival_s, r.index))
+        for k, v in sim_values(simulate(replace(trace, requests=tuple(reqs)), cfg)).items():
+            if v is not None:
+                vals[k].append(v)
+    return {k: {"min": round(min(v), 6), "median": round(statistics.median(v), 6), "max": round(max(v), 6)}
+            for k, v in vals.items() if v}
 
 
 def sim_values(res: SimResult) -> dict[str, float | None]:
@@ -208,6 +231,8 @@ def main() -> None:
     ap.add_argument("--scrape-interval-s", type=float, default=0.5,
                     help="the live router's /metrics scrape period (its default); the host-time variants "
                     "simulate routing on views this stale (x S in model time)")
+    ap.add_argument("--band-runs", type=int, default=20,
+                    help="simulations with resampled client lateness, for the noise band of the metrics")
     ap.add_argument("--pin-core", type=int, default=None,
                     help="run the live stack (this client, the router, the workers) on this one CPU core")
     ap.add_argument("--cpu-hogs", type=int, default=0,
@@ -257,15 +282,18 @@ def main() -> None:
         ingress_w, handoff_w = float(probe["ingress_wall_s"]), float(probe["pd_handoff_wall_s"])  # type: ignore[arg-type]
         step_w = float(probe["step_host_wall_s"])  # type: ignore[arg-type]
         host = cfg.model_copy(update={"ingress_s": ingress_w * s, "pd_handoff_s": handoff_w * s if disagg else 0.0,
-                                      "step_host_s": step_w * s, "view_refresh_s": args.scrape_interval_s * s})
+                                      "step_host_s": step_w * s})
         pool = "prefill" if disagg else "colocated"
         key = "prefill" if disagg else "decode"
         placement = {pool: {str(r.index): stack.sim_id(getattr(r, f"{key}_worker"), key, disagg) for r in ok}}
         if disagg:  # the decode choice too
             placement["decode"] = {str(r.index): stack.sim_id(r.decode_worker, "decode", True) for r in ok}
-        sims = {"trace": base, "sent": simulate(strace, cfg), "sent+host": simulate(strace, host)}
+        sims = {"trace": base, "sent": simulate(strace, cfg), "sent+host": simulate(strace, host),
+                "sent+host+scrape": simulate(strace, host.model_copy(
+                    update={"view_refresh_s": args.scrape_interval_s * s}))}
         sims["sent+host+live_placement"] = simulate(strace, host, placement) if not failed else sims["sent+host"]
         lv = live_values(ok, s)
+        band = jitter_band(trace, live, s, host, args.band_runs)
         rows, summary = join(ok, sims, stack, disagg, s, trace)
         run = {
             "speedup": s, "live_completed": len(ok), "live_failed": len(failed), "live_wall_s": round(t_live, 1),
@@ -274,6 +302,7 @@ def main() -> None:
                                    "step_host_s": round(host.step_host_s, 6),
                                    "view_refresh_s": round(host.view_refresh_s, 6)},
             "variants": {name: compare(lv, sim_values(res)) for name, res in sims.items()},
+            "sent+host_jitter_band": band,
             "per_request": summary, "worker_loop_lag": list(lag.values()),
         }
         per_request[str(s)] = rows
@@ -283,9 +312,13 @@ def main() -> None:
             con.print(f"  {name:28s} " + "  ".join(
                 f"{k[:-2]} {m[k]['live'] * 1e3:.1f}/{m[k]['sim'] * 1e3:.1f} ({m[k]['rel_diff']:+.1%})"
                 for k in METRICS[:3] if m[k]["live"] and m[k]["sim"] is not None))
+        con.print("  sent+host under resampled client jitter: " + "  ".join(
+            f"{k[:-2]} {b['min'] * 1e3:.1f}..{b['max'] * 1e3:.1f}" for k, b in band.items()))
         con.print_json(json.dumps({k: v for k, v in summary.items() if k != "sim_lowest_vs_live"}))
         runs.append(run)
     report = {
+        "commit": subprocess.run(["git", "-C", str(HERE), "rev-parse", "HEAD"], capture_output=True,
+                                 text=True).stdout.strip(),
         "trace": args.trace.name, "requests": len(trace.requests), "rate_scale": args.rate_scale,
         "layout": cfg.label, "profile": args.profile, "policy": args.policy, "kv_link_gbps": args.kv_link_gbps,
         "host_probe": {str(r["speedup"]): probes[str(r["speedup"])] for r in runs},

@@ -1,7 +1,9 @@
 """Simulator speed: replay a whole trace on 4P4D and report simulated requests per second.
 
-    .venv/bin/python bench/sim/speed.py --trace /work/shared/data/traces/azure_2023/AzureLLMInferenceTrace_conv.csv
-    .venv/bin/python bench/sim/speed.py --trace /work/shared/data/traces/mooncake/conversation_trace.jsonl
+    flock /tmp/pdserve-bench.lock taskset -c 1 .venv/bin/python bench/sim/speed.py \
+        --trace /work/shared/data/traces/azure_2023/AzureLLMInferenceTrace_conv.csv
+    flock /tmp/pdserve-bench.lock taskset -c 1 .venv/bin/python bench/sim/speed.py \
+        --trace /work/shared/data/traces/mooncake/conversation_trace.jsonl
 
 Wall time is the replay only (trace loading is timed separately). The result is
 appended to bench/sim/results/speed.json keyed by the trace's file name.
@@ -68,6 +70,7 @@ def main() -> None:
         "simulated_seconds": round(res.end_time_s, 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),  # [1] under `taskset -c 1`: one core
         "python": platform.python_version(),
         "attainment": s.attainment,
         "ttft_p50_s": s.ttft["p50"],
