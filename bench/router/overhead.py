@@ -46,10 +46,22 @@ def free_port() -> int:
     return port
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its threads (children are not counted)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """utime + stime of a process and its threads, plus those of its live child processes
+    (`pdserve router --processes N` is a supervisor and N routers)."""
+    fields = _stat(pid)
+    total = int(fields[11]) + int(fields[12])
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            f = _stat(int(child))
+            total += int(f[11]) + int(f[12])
+        except FileNotFoundError:
+            pass
+    return total / TICK
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -174,6 +186,55 @@ async def steady(url: str, model: str, concurrency: int, seconds: float, discard
     if before is not None and after is not None:
         out["internal"] = internal_overhead(before, after)
     return out
+
+
+async def paired(url: str, direct_url: str, model: str, concurrency: int, seconds: float, discard: int,
+                 max_tokens: int, pid: int | None, metrics_url: str | None) -> tuple[dict, dict]:
+    """``concurrency`` closed-loop streams through the target and as many straight to
+    the worker, at the same time from the same client: both populations meet the same
+    worker queue and the same client loop, so the difference between them is the
+    target's own latency, free of the run-to-run drift of the shared box that a
+    sequential comparison (``steady``) has to average out."""
+    ttfts: dict[str, list[float]] = {"target": [], "direct": []}
+    itls: dict[str, list[float]] = {"target": [], "direct": []}
+    counts = {"target": 0, "direct": 0, "all": 0}
+    async with new_session() as s:
+        await asyncio.gather(drive(url, model, concurrency, concurrency, max_tokens, s),
+                             drive(direct_url, model, concurrency, concurrency, max_tokens, s))
+        before = await scrape_router_metrics(s, metrics_url)
+        cpu0 = cpu_seconds(pid) if pid else 0.0
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+
+        async def stream(which: str, u: str) -> None:
+            i = 0
+            while time.perf_counter() < deadline:
+                keep = i >= discard
+                await one_stream(s, u, model, max_tokens, ttfts[which] if keep else [], itls[which] if keep else [])
+                if which == "target":
+                    counts["all"] += 1
+                counts[which] += keep
+                i += 1
+
+        await asyncio.gather(*(stream("target", url) for _ in range(concurrency)),
+                             *(stream("direct", direct_url) for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+        cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+        after = await scrape_router_metrics(s, metrics_url)
+    ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
+    out = {}
+    for which in ("target", "direct"):
+        out[which] = {"ttft_p50_ms": ms(pct(ttfts[which], 0.5)), "ttft_p99_ms": ms(pct(ttfts[which], 0.99)),
+                      "itl_p50_ms": ms(pct(itls[which], 0.5)), "itl_p99_ms": ms(pct(itls[which], 0.99)),
+                      "recorded": counts[which], "wall_s": round(wall, 3)}
+    t = out["target"]
+    t["requests_per_s"] = round(counts["all"] / wall, 1)
+    if pid:
+        t["router_cpu_us_per_request"] = round(cpu * 1e6 / max(counts["all"], 1), 1)
+        t["router_cpu_busy"] = round(cpu / wall, 3)
+    if before is not None and after is not None:
+        t["internal"] = internal_overhead(before, after)
+    return t, out["direct"]
 
 
 ROUTER_HISTOGRAMS = {"pdserve_router_request_overhead_seconds": "arrival_to_upstream_write",
@@ -398,22 +459,28 @@ def markdown(doc: dict) -> str:
         lines = lines[:2]
     else:
         lines.insert(2, "## Burst (standing start; a third of the requests are the first simultaneous wave)\n")
-    if doc.get("steady"):
-        lines += ["", f"## Steady state ({doc['steady_seconds']:g} s closed loop per target and round, first "
+    for key, title in (("paired", "Paired: each target's streams with as many direct streams alongside"),
+                       ("steady", "Steady state: each target after direct")):
+        if not doc.get(key):
+            continue
+        lines += ["", f"## {title} ({doc['steady_seconds']:g} s closed loop per target and round, first "
                       f"{doc['discard']} requests of each stream dropped)", "",
                   "Median over rounds [min..max] of the per-round difference to direct (ms); router-internal "
                   "times from its own histograms (p99 is a bucket upper bound).", "",
                   "| target | streams | added TTFT p50 | added TTFT p99 | added ITL p50 | added ITL p99 | TTFT p99 "
+                  "| direct alongside TTFT p99 "
                   "| req/s | router CPU us/request | router busy (cores) | internal arrival->upstream write p99 "
                   "| internal 1st byte->client p99 |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for name, levels in doc["steady"].items():
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, levels in doc[key].items():
             for c, o in levels.items():
                 it = o.get("internal", {})
                 lines.append(
                     f"| {name} | {c} | {fmt_spread(o.get('added_ttft_p50_ms'))} | {fmt_spread(o.get('added_ttft_p99_ms'))} "
                     f"| {fmt_spread(o.get('added_itl_p50_ms'))} | {fmt_spread(o.get('added_itl_p99_ms'))} "
-                    f"| {fmt_spread(o.get('ttft_p99_ms'))} | {fmt_spread(o.get('requests_per_s'), 0)} "
+                    f"| {fmt_spread(o.get('ttft_p99_ms'))} "
+                    f"| {fmt_spread(o.get('direct_alongside', {}).get('ttft_p99_ms'))} "
+                    f"| {fmt_spread(o.get('requests_per_s'), 0)} "
                     f"| {fmt_spread(o.get('router_cpu_us_per_request'), 0)} | {fmt_spread(o.get('router_cpu_busy'), 2)} "
                     f"| {fmt_spread(it.get('arrival_to_upstream_write', {}).get('p99_le_ms'))} "
                     f"| {fmt_spread(it.get('first_upstream_byte_to_client_write', {}).get('p99_le_ms'))} |")
@@ -437,10 +504,12 @@ def main() -> int:
                          "unpacked with `git archive COMMIT src | tar -x -C DIR`) as target pdserve-baseline")
     ap.add_argument("--cold-connections", action="store_true",
                     help="measure each burst on fresh client connections (default: warm keep-alive connections)")
-    ap.add_argument("--modes", nargs="+", choices=["burst", "steady"], default=["burst", "steady"],
+    ap.add_argument("--modes", nargs="+", choices=["burst", "steady", "paired"], default=["burst", "steady", "paired"],
                     help="burst: concurrency x --requests-per-stream requests from a standing start (a third of "
                          "them the initial simultaneous wave); steady: closed-loop streams for --steady-seconds, "
-                         "first --discard requests of each stream dropped")
+                         "first --discard requests of each stream dropped, each target after direct; paired: the "
+                         "same, with as many direct streams running alongside each target's (added = target minus "
+                         "those, measured in the same window)")
     ap.add_argument("--steady-seconds", type=float, default=5.0, help="measured window per target and round")
     ap.add_argument("--discard", type=int, default=2, help="steady: requests per stream not recorded (warm-up)")
     ap.add_argument("--worker-src", type=Path, default=None,
@@ -454,8 +523,8 @@ def main() -> int:
     if args.replot:
         doc = json.loads(args.replot.read_text())
         out = args.plot or args.replot.with_suffix(".png")
-        if doc.get("steady"):
-            plot_steady(doc["steady"], out)
+        if doc.get("paired") or doc.get("steady"):
+            plot_steady(doc.get("paired") or doc["steady"], out)
         else:
             plot(doc["results"], out)
         if "command" in doc:
@@ -487,6 +556,7 @@ def main() -> int:
             ("pdserve", [], None),
             ("pdserve-asyncio", ["--event-loop", "asyncio"], None),
             ("pdserve-aiohttp-client", ["--upstream-client", "aiohttp"], None),
+            ("pdserve-2proc", ["--processes", "2"], None),
         ]
         if args.baseline_src:
             variants.append(("pdserve-baseline", [], {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}))
@@ -545,6 +615,34 @@ def main() -> int:
             steady_rounds[str(c)] = rounds
             for name, o in steady_summary(rounds).items():
                 steady_results.setdefault(name, {})[str(c)] = o
+        paired_results: dict[str, dict] = {}
+        paired_rounds: dict[str, dict[str, list[dict]]] = {}
+        for c in args.concurrency if "paired" in args.modes else []:
+            rounds = {}
+            names = [x for x in targets if x != "direct"]
+            for rnd in range(args.rounds):
+                k = rnd % max(len(names), 1)
+                for name in [*names[k:], *names[:k]]:
+                    url, pid = targets[name]
+                    if f"{name}@{c}/paired" in errors:
+                        continue
+                    console.print(f"[bold]{name}[/] paired with direct, concurrency {c}+{c}, round {rnd + 1}/"
+                                  f"{args.rounds}: {args.steady_seconds:g} s")
+                    metrics_url = f"{url}/metrics" if name.startswith("pdserve") else None
+                    try:
+                        t, d = asyncio.run(paired(url, targets["direct"][0], model, c, args.steady_seconds,
+                                                  args.discard, args.max_tokens, pid, metrics_url))
+                        t["load_average_1m"] = round(os.getloadavg()[0], 2)
+                        rounds.setdefault(name, []).append(t)
+                        rounds.setdefault(f"direct|{name}", []).append(d)
+                    except Exception as e:  # record and go on with the others
+                        errors[f"{name}@{c}/paired"] = f"{type(e).__name__}: {e}"[:300]
+            paired_rounds[str(c)] = rounds
+            for name in names:
+                if rounds.get(name):
+                    o = steady_summary({"direct": rounds[f"direct|{name}"], name: rounds[name]})
+                    o[name]["direct_alongside"] = o["direct"]
+                    paired_results.setdefault(name, {})[str(c)] = o[name]
         for c in args.concurrency if "burst" in args.modes else []:
             n = max(30, c * args.requests_per_stream)
             runs: dict[str, list[dict]] = {name: [] for name in targets}
@@ -587,12 +685,14 @@ def main() -> int:
                           str(r.get("router_cpu_us_per_request", "-")))
     if results:
         console.print(table)
-    if steady_results:
-        st = Table(title="steady state: added over direct (ms), median over rounds [min..max]; router-internal ms")
+    for title, res in (("steady state", steady_results), ("paired with direct", paired_results)):
+        if not res:
+            continue
+        st = Table(title=f"{title}: added over direct (ms), median over rounds [min..max]; router-internal ms")
         for col in ("target", "conc", "added TTFT p50", "added TTFT p99", "added ITL p99", "req/s", "CPU us/req",
                     "internal in->up p99", "internal 1st byte p99"):
             st.add_column(col)
-        for name, levels in steady_results.items():
+        for name, levels in res.items():
             for c, o in levels.items():
                 st.add_row(name, c, fmt_spread(o.get("added_ttft_p50_ms")), fmt_spread(o.get("added_ttft_p99_ms")),
                            fmt_spread(o.get("added_itl_p99_ms")), fmt_spread(o.get("requests_per_s"), 0),
@@ -611,14 +711,15 @@ def main() -> int:
            "cpus": os.cpu_count(), "pin": args.pin, "cold_connections": args.cold_connections,
            "command": " ".join(sys.argv), "modes": args.modes, "steady_seconds": args.steady_seconds,
            "discard": args.discard, "results": results, "steady": steady_results, "steady_rounds": steady_rounds,
+           "paired": paired_results, "paired_rounds": paired_rounds,
            "errors": errors}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
         args.out.with_suffix(".md").write_text(markdown(doc))
     if args.plot:
-        if steady_results:  # the steady-state differences are the measurement the target is judged on
-            plot_steady(steady_results, args.plot)
+        if paired_results or steady_results:  # the differences the target is judged on
+            plot_steady(paired_results or steady_results, args.plot)
         else:
             plot(results, args.plot)
     return 0

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from pdserve.router.config import RouterConfig
 from pdserve.router.discovery import Endpoints, FileWatcher, KubernetesWatcher, parse_discovery
 from pdserve.router.handler import CompletionHandler, error_response
 from pdserve.router.http1 import Http1Pool
 from pdserve.router.kv_events import KvEventSubscriber
+from pdserve.router.metrics import exposition
 from pdserve.router.state import RouterState
 
 log = logging.getLogger("pdserve.router")
@@ -52,12 +54,13 @@ def build_app(cfg: RouterConfig) -> web.Application:
         up = {role: len(state.pool.views(role, now, fail_open=False)) for role in ("prefill", "decode")}
         ok = up["decode"] > 0
         body = {"status": "ok" if ok else "no decode worker available", "workers": up,
-                "disaggregated": state.disaggregated, "policy": cfg.policy, "inflight": state.active}
+                "disaggregated": state.disaggregated, "policy": cfg.policy, "inflight": state.active,
+                "pid": os.getpid()}  # which process answered, under --processes N
         return web.json_response(body, status=200 if ok else 503)
 
     async def metrics(request: web.Request) -> web.Response:
         state.refresh_gauges()
-        return web.Response(body=generate_latest(state.metrics.registry),
+        return web.Response(body=exposition(state.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def not_found(request: web.Request) -> web.Response:

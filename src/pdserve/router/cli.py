@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream-client", choices=["http1", "aiohttp"], default="http1",
                    help="client for completions sent to workers: the router's lean HTTP/1.1 client (plain http:// "
                         "workers; https:// ones always use aiohttp) or aiohttp's")
+    p.add_argument("--processes", type=int, default=1,
+                   help="serve from N router processes sharing the port (SO_REUSEPORT); each has its own routing "
+                        "state, /metrics is summed over all (see router/supervisor.py)")
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each of --processes N
     p.add_argument("--no-debug-header", action="store_true", help="omit the x-pdserve-route header")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
@@ -97,6 +101,22 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.processes < 1:
+        print(f"pdserve router: --processes must be at least 1, got {args.processes}", file=sys.stderr)
+        return 2
+    if args.processes > 1:
+        try:
+            config_from_args(args).validate()  # refuse bad flags once, not N times
+        except ValueError as e:
+            print(f"pdserve router: {e}", file=sys.stderr)
+            return 2
+        from pdserve.router.supervisor import supervise
+
+        try:
+            return supervise(argv, args.host, args.port, args.processes)
+        except OSError as e:
+            print(f"pdserve router: {e}", file=sys.stderr)
+            return 1
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = config_from_args(args)
@@ -117,6 +137,7 @@ def main(argv: list[str]) -> int:
     # at once, and each drop costs the client a 1 s SYN retransmit (TTFT p99 of ~1.1 s
     # at 256 streams in bench/router/overhead.py); the kernel caps it at somaxconn.
     web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, print=lambda *_: None, backlog=4096,
+                reuse_port=args.reuse_port or None,
                 handle_signals=True, shutdown_timeout=10.0, loop=_new_loop(args.event_loop))
     return 0
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # vLLM's bucket edges (vllm/v1/metrics/loggers.py), so router- and worker-side
 # latencies can be compared bucket for bucket.
@@ -56,6 +57,17 @@ class HistogramBatch:
         self._n = 0
 
 
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The /metrics body: this process's registry, or, under ``pdserve router
+    --processes N`` (prometheus_client's multiprocess mode), all processes combined."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry)
+
+
 class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -83,7 +95,8 @@ class RouterMetrics:
         self.cached_tokens = Counter("pdserve_router_estimated_cached_prompt_tokens",
                                      "Prompt tokens the policy expected to hit a prefix cache.", registry=r)
         self.hit_ratio = Gauge("pdserve_router_estimated_prefix_hit_ratio",
-                               "Estimated cached / total prompt tokens since start.", registry=r)
+                               "Estimated cached / total prompt tokens since start.", registry=r,
+                               multiprocess_mode="livemostrecent")
         self.retries = Counter("pdserve_router_retries", "Requests re-sent to another worker before the first byte.",
                                ["stage"], registry=r)
         self.migrations = Counter("pdserve_router_migrations", "Streams moved to another decode worker mid-flight.",
@@ -91,19 +104,23 @@ class RouterMetrics:
         self.handoffs = Counter("pdserve_router_pd_handoffs", "Prefill -> decode handoffs.", ["outcome"], registry=r)
         self.admission = Counter("pdserve_router_rejections", "Requests refused before routing.", ["reason"],
                                  registry=r)
-        self.inflight = Gauge("pdserve_router_inflight_requests", "Requests in progress in the router.", registry=r)
+        self.inflight = Gauge("pdserve_router_inflight_requests", "Requests in progress in the router.", registry=r,
+                              multiprocess_mode="livesum")
+        # With --processes N (multiprocess mode) each gauge says how to combine processes:
+        # scraped worker state is the same for all (latest wins), own counts add up.
         self.worker_running = Gauge("pdserve_router_worker_running", "Worker's running requests (scraped).",
-                                    ["worker", "role"], registry=r)
+                                    ["worker", "role"], registry=r, multiprocess_mode="livemostrecent")
         self.worker_waiting = Gauge("pdserve_router_worker_waiting", "Worker's waiting requests (scraped).",
-                                    ["worker", "role"], registry=r)
+                                    ["worker", "role"], registry=r, multiprocess_mode="livemostrecent")
         self.worker_kv = Gauge("pdserve_router_worker_kv_usage", "Worker's KV-cache usage 0..1 (scraped).",
-                               ["worker", "role"], registry=r)
+                               ["worker", "role"], registry=r, multiprocess_mode="livemostrecent")
         self.worker_inflight = Gauge("pdserve_router_worker_inflight", "Requests the router has in flight there.",
-                                     ["worker", "role"], registry=r)
+                                     ["worker", "role"], registry=r, multiprocess_mode="livesum")
         self.worker_up = Gauge("pdserve_router_worker_up", "1 if the worker is eligible for routing.",
-                               ["worker", "role"], registry=r)
+                               ["worker", "role"], registry=r, multiprocess_mode="livemax")
         self.kv_events = Counter("pdserve_router_kv_events", "KV events applied to the index.", ["worker"], registry=r)
-        self.indexed_blocks = Gauge("pdserve_router_indexed_blocks", "Block hashes in the KV index.", registry=r)
+        self.indexed_blocks = Gauge("pdserve_router_indexed_blocks", "Block hashes in the KV index.", registry=r,
+                                    multiprocess_mode="livemax")
         self._itl_first = self.itl._buckets[0]
         self._prompt = 0.0
         self._cached = 0.0
