@@ -4,11 +4,21 @@ The engine runs on a simulated clock that advances ``speedup`` times faster than
 wall clock: each step is computed at ``now``, the task sleeps until the wall time
 matching ``now + duration``, then delivers the step's tokens. Per-request latency
 metrics are recorded in wall-clock seconds, as a client sees them.
+
+Timer granularity: uvloop rounds a sleep to the nearest millisecond (a 3.4 ms step
+ended at 3 ms) and epoll rounds a timeout up to one, so a step's wake-up is off by up
+to ~1 ms of wall time, S times that in model time. Back-to-back steps therefore
+start where the previous one ended in model time (as on a GPU), not at the late or
+early wake-up, unless the loop is more than ``CATCH_UP_WALL_S`` behind (a loaded
+host: that lag is real and shows). Sleeps are rounded up to whole milliseconds, so a
+step's tokens are never delivered before the step has ended, only up to ~1 ms late,
+and those delays do not add up from step to step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +26,10 @@ from dataclasses import dataclass, field
 from pdserve.worker.engine import FINISH_ABORT, Engine, EngineRequest, StepOutput, TokenEvent
 from pdserve.worker.kv_events import ZmqEventPublisher, encode_events
 from pdserve.worker.metrics import WorkerMetrics
+
+
+# Wake-up error the model clock absorbs: timer rounding (<= 1 ms) plus a wake-up's latency.
+CATCH_UP_WALL_S = 0.002
 
 
 @dataclass(slots=True)
@@ -60,6 +74,8 @@ class EngineRunner:
         self.max_lag_s = 0.0
         self.deliver_slice = 16
         self._step_start = 0.0  # simulated time the current step started at
+        self._prev_end: float | None = None  # simulated end of the last step, while steps run back to back
+        self._last_submit = 0.0  # simulated time of the latest submit (a step never starts before it)
 
     # --- clock ---------------------------------------------------------------
     def sim_now(self) -> float:
@@ -106,7 +122,9 @@ class EngineRunner:
         """Queue a request; raises ValueError for requests the engine cannot take."""
         if self._task is None or self._task.done():
             raise RuntimeError("engine loop is not running")
-        self.engine.add_request(req, self.sim_now())
+        now = self.sim_now()
+        self.engine.add_request(req, now)
+        self._last_submit = now
         t = Tracked(req, asyncio.Queue(), max_tokens_param, self._clock(), external_tokens=external_tokens)
         self._reqs[req.request_id] = t
         self._wake.set()
@@ -142,16 +160,19 @@ class EngineRunner:
                     self._step_once()  # expire KV leases even when idle
                 continue
             started = self._clock()
-            out = self._step_once()
+            out = self._step_once(self._next_start())
             if out.num_scheduled == 0:
+                self._prev_end = None
                 await self._idle(eng.next_event_time(self._step_start))
                 continue
-            target = self._wall_at(self._step_start + out.duration)
+            end = self._step_start + out.duration
+            target = self._wall_at(end)
             delay = target - self._clock()
             if delay > 0:
-                await asyncio.sleep(delay)
+                await asyncio.sleep(math.ceil(delay * 1000) / 1000)  # uvloop rounds to the nearest ms
             else:
                 await asyncio.sleep(0)  # let HTTP handlers run between back-to-back steps
+            self._prev_end = end
             self.max_lag_s = max(self.max_lag_s, self._clock() - max(target, started))
             tokens = out.tokens
             for i in range(0, len(tokens), self.deliver_slice):
@@ -171,8 +192,16 @@ class EngineRunner:
         except TimeoutError:
             pass
 
-    def _step_once(self) -> StepOutput:
-        self._step_start = self.sim_now()
+    def _next_start(self) -> float:
+        """Model time for the next step: the previous step's end while the loop keeps up with it."""
+        now = self.sim_now()
+        prev = self._prev_end
+        if prev is None or now - prev > CATCH_UP_WALL_S * self.speedup:
+            return now
+        return max(prev, self._last_submit)
+
+    def _step_once(self, start: float | None = None) -> StepOutput:
+        self._step_start = self.sim_now() if start is None else start
         out = self.engine.step(self._step_start)
         self.steps += 1
         now = self._clock()
