@@ -90,7 +90,8 @@ def measure(trace: Trace, n: int, speedup: float, profile: str, kv_link_gbps: fl
         n_p, n_d = (1, 1) if cfg.topology == "disagg" else (0, 1)
         wargs = worker_args(cfg.topology, cfg.token_budget, cfg.max_model_len, kv_link_gbps)
         with live_stack(n_p, n_d, wargs, speedup, profile, "least_loaded", direct=name == "direct") as stack:
-            asyncio.run(replay(stack.url, schedule[:2]))  # warm connections and code paths, not counted
+            # Warm connections and code paths (not counted) with other prompts: the same ones would hit the prefix cache.
+            asyncio.run(replay(stack.url, [(i, at, [t + 1 for t in p], n) for i, at, p, n in schedule[:2]]))
             live[name] = asyncio.run(replay(stack.url, schedule))
             lag = loop_lag(stack.worker_urls)
         bad = [r for r in live[name] if r.error or len(r.token_s) != output_tokens]
