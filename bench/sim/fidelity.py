@@ -280,7 +280,9 @@ def main() -> None:
                                                token_budget=cfg.token_budget, con=con)
         probe = probes[str(s)]
         ingress_w, handoff_w = float(probe["ingress_wall_s"]), float(probe["pd_handoff_wall_s"])  # type: ignore[arg-type]
-        step_w = float(probe["step_host_wall_s"])  # type: ignore[arg-type]
+        # Host work cannot make a step shorter than its modelled GPU time: a negative median (timer
+        # jitter: a gap after a late wake-up is short) means no measurable per-step host time.
+        step_w = max(0.0, float(probe["step_host_wall_s"]))  # type: ignore[arg-type]
         host = cfg.model_copy(update={"ingress_s": ingress_w * s, "pd_handoff_s": handoff_w * s if disagg else 0.0,
                                       "step_host_s": step_w * s})
         pool = "prefill" if disagg else "colocated"
