@@ -408,7 +408,10 @@ def fmt_spread(o: dict | None, digits: int = 1) -> str:
     return f"{f(o['median'])} [{f(o['min'])}..{f(o['max'])}]"
 
 
-def plot_steady(steady: dict[str, dict], path: Path) -> None:
+PLOT_MODE = {True: "paired with direct streams in the same window", False: "steady state, after direct"}
+
+
+def plot_steady(steady: dict[str, dict], path: Path, mode: str = "steady state") -> None:
     """Added TTFT p50/p99 and ITL p99 over direct: median over rounds, bars min..max."""
     import matplotlib
 
@@ -437,7 +440,7 @@ def plot_steady(steady: dict[str, dict], path: Path) -> None:
         ax.set_title(title)
     axes[1].axhline(2, color="red", lw=0.8, ls="--", label="target (2 ms at 256)")
     axes[1].legend(fontsize=8)
-    fig.suptitle("steady state, added over direct: median over rounds, bars min..max (shared 2-core VM)")
+    fig.suptitle(f"{mode}, added over direct: median over rounds, bars min..max (shared 2-core VM)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -519,12 +522,36 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None, help="PNG of TTFT/ITL vs concurrency")
     ap.add_argument("--replot", type=Path, default=None, help="only redraw --plot from a results JSON")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="only combine results JSONs of runs over different --concurrency levels into --out "
+                         "(and --plot)")
     args = ap.parse_args()
+    if args.merge:
+        docs = [json.loads(p.read_text()) for p in args.merge]
+        doc = {**docs[0], "command": " ; ".join(d["command"] for d in docs),
+               "load_average_1m_at_start": min(d.get("load_average_1m_at_start", 0) for d in docs),
+               "load_average_1m_at_end": max(d["load_average_1m_at_end"] for d in docs),
+               "merged_from": [str(p) for p in args.merge]}
+        for key in ("results", "steady", "steady_rounds", "paired", "paired_rounds", "errors"):
+            merged: dict = {}
+            for d in docs:
+                for name, v in (d.get(key) or {}).items():
+                    if isinstance(v, dict) and key not in ("errors",):
+                        merged.setdefault(name, {}).update(v)
+                    else:
+                        merged[name] = v
+            doc[key] = merged
+        if args.out:
+            args.out.write_text(json.dumps(doc, indent=2) + "\n")
+            args.out.with_suffix(".md").write_text(markdown(doc))
+        if args.plot:
+            plot_steady(doc.get("paired") or doc["steady"], args.plot, PLOT_MODE[bool(doc.get("paired"))])
+        return 0
     if args.replot:
         doc = json.loads(args.replot.read_text())
         out = args.plot or args.replot.with_suffix(".png")
         if doc.get("paired") or doc.get("steady"):
-            plot_steady(doc.get("paired") or doc["steady"], out)
+            plot_steady(doc.get("paired") or doc["steady"], out, PLOT_MODE[bool(doc.get("paired"))])
         else:
             plot(doc["results"], out)
         if "command" in doc:
@@ -719,7 +746,7 @@ def main() -> int:
         args.out.with_suffix(".md").write_text(markdown(doc))
     if args.plot:
         if paired_results or steady_results:  # the differences the target is judged on
-            plot_steady(paired_results or steady_results, args.plot)
+            plot_steady(paired_results or steady_results, args.plot, PLOT_MODE[bool(paired_results)])
         else:
             plot(results, args.plot)
     return 0
