@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
+from prometheus_client import Histogram
 
 from pdserve.common import tokenizer
 from pdserve.router import pd, sse
@@ -77,7 +78,7 @@ class _Pipe:
     __slots__ = ("transport", "upstream", "chunked", "feed", "tokens", "first_chunk", "first", "paused", "loop")
 
     def __init__(self, transport: asyncio.Transport, upstream: Http1Response, chunked: bool,
-                 tracker: sse.PassThroughTracker, clock: _Clock, first_chunk: Any) -> None:
+                 tracker: sse.PassThroughTracker, clock: _Clock, first_chunk: Histogram) -> None:
         self.transport, self.upstream, self.chunked = transport, upstream, chunked
         self.feed, self.tokens, self.first_chunk = tracker.feed, clock.tokens, first_chunk
         self.first = True
