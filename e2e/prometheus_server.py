@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -15,6 +14,8 @@ from typing import Any
 
 import httpx
 import yaml
+
+from pdserve.common.procs import stop_group
 
 BINARY = os.environ.get("PDSERVE_PROMETHEUS", shutil.which("prometheus") or "/usr/bin/prometheus")
 
@@ -103,13 +104,8 @@ class PrometheusServer:
         return False
 
     def _stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-                self._proc.wait()
+        if self._proc is not None:
+            stop_group(self._proc)
         self._proc = None
 
     def __exit__(self, *exc: object) -> None:

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
+from pdserve.common.procs import stop_group
 from pdserve.worker.testing import start_worker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -357,13 +357,7 @@ def start_proc(stack: ExitStack, cmd: list[str], health: str, cpus: str | None =
                             env=env)
 
     def stop() -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        stop_group(proc)
         log.close()
 
     stack.callback(stop)

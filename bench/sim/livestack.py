@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import httpx
 
+from pdserve.common.procs import stop_group
 from pdserve.worker.testing import start_worker
 
 NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
@@ -61,13 +61,7 @@ def start_router(prefill: list[str], decode: list[str], policy: str) -> tuple[su
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+    stop_group(proc)
 
 
 @dataclass
