@@ -7,14 +7,19 @@ def _itl_lines(m: RouterMetrics) -> list[str]:
     return [ln for ln in generate_latest(m.registry).decode().splitlines() if "inter_token_latency" in ln and "_created" not in ln]
 
 
-def test_itl_zero_exposes_exactly_what_n_zero_observations_would() -> None:
-    # itl_zero bumps prometheus_client's first-bucket child directly (hot path); if the
-    # library ever changes how it stores buckets, this catches it.
+def test_batched_zero_gaps_expose_exactly_what_n_zero_observations_would() -> None:
+    # Tokens that arrive in one read are n gaps of 0 s, added to prometheus_client's
+    # first-bucket child in one update (hot path); if the library ever changes how it
+    # stores buckets, this catches it.
+    from pdserve.router.metrics import HistogramBatch
+
     fast, slow = RouterMetrics(), RouterMetrics()
     for m in (fast, slow):
         m.itl.observe(0.02)
         m.itl.observe(0.3)
-    fast.itl_zero(5)
+    batch = HistogramBatch(fast.itl)
+    batch.observe(0.0, 5)
+    batch.flush()
     for _ in range(5):
         slow.itl.observe(0.0)
     assert _itl_lines(fast) == _itl_lines(slow)

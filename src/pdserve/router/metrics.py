@@ -23,8 +23,8 @@ class HistogramBatch:
     """Observations of one (unlabelled) histogram gathered locally and added to it in
     one go: ``Histogram.observe`` takes two locks per call, which at one call per
     streamed token was 3 % of the router's CPU. Flushed every ``every`` observations
-    and when the stream ends, so a scrape lags by at most that many per stream. (Like
-    ``itl_zero`` this writes prometheus_client's bucket children; a test pins it.)"""
+    and when the stream ends, so a scrape lags by at most that many per stream. (This
+    writes prometheus_client's bucket children directly; a test pins it.)"""
 
     __slots__ = ("_hist", "_bounds", "_counts", "_sum", "_n", "_every")
 
@@ -121,7 +121,6 @@ class RouterMetrics:
         self.kv_events = Counter("pdserve_router_kv_events", "KV events applied to the index.", ["worker"], registry=r)
         self.indexed_blocks = Gauge("pdserve_router_indexed_blocks", "Block hashes in the KV index.", registry=r,
                                     multiprocess_mode="livemax")
-        self._itl_first = self.itl._buckets[0]
         self._prompt = 0.0
         self._cached = 0.0
         # labels() costs a lock and a dict build per call: keep the children (hot path).
@@ -133,12 +132,6 @@ class RouterMetrics:
         if c is None:
             c = self._children[key] = metric.labels(*labels)  # type: ignore[attr-defined]
         return c
-
-    def itl_zero(self, n: int) -> None:
-        """``n`` gaps of 0 s (tokens that arrived in the same read): one update, not n
-        observe() calls, as they all land in the first bucket. (prometheus_client keeps
-        per-bucket counts and accumulates them when collected; a test pins this.)"""
-        self._itl_first.inc(n)
 
     def ttft_by_mode(self, mode: str):  # type: ignore[no-untyped-def]
         return self._child(self.ttft, mode)
