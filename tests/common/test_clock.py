@@ -1,0 +1,52 @@
+"""The one clock protocol: wall and virtual clocks both satisfy it and behave as documented."""
+
+from __future__ import annotations
+
+import time
+from datetime import timezone
+
+import pytest
+
+from pdserve.common.clock import WALL, Clock, VirtualClock, WallClock, utc
+
+
+def test_both_clocks_satisfy_the_protocol() -> None:
+    assert isinstance(WallClock(), Clock)
+    assert isinstance(VirtualClock(), Clock)
+    assert isinstance(WALL, Clock)
+
+
+def test_wall_clock_reads_the_machine() -> None:
+    before = time.time()
+    now = WALL.now()
+    after = time.time()
+    assert before <= now <= after
+    m1 = WALL.monotonic()
+    m2 = WALL.monotonic()
+    assert m2 >= m1
+
+
+def test_virtual_clock_moves_only_when_told() -> None:
+    c = VirtualClock(100.0)
+    assert c.now() == 100.0 and c.monotonic() == 100.0
+    time.sleep(0.01)
+    assert c.now() == 100.0
+    assert c.advance(2.5) == 102.5
+    assert c.now() == 102.5 and c.monotonic() == 102.5
+    c.set(200.0)
+    assert c.now() == 200.0
+
+
+def test_virtual_clock_refuses_to_go_backwards() -> None:
+    c = VirtualClock(10.0)
+    with pytest.raises(ValueError, match="backwards"):
+        c.advance(-1)
+    with pytest.raises(ValueError, match="backwards"):
+        c.set(5.0)
+    assert c.now() == 10.0
+
+
+def test_utc_is_an_aware_datetime_of_now() -> None:
+    d = utc(VirtualClock(86400.0))
+    assert d.tzinfo == timezone.utc
+    assert (d.year, d.month, d.day, d.hour) == (1970, 1, 2, 0)
