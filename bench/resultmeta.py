@@ -56,6 +56,8 @@ class Run:
         self.runs = runs
         self.started = _dt.datetime.now(_dt.UTC)
         self.load_before = loadavg()
+        # At the start: the run's own outputs (tracked result files) must not mark the tree dirty.
+        self.git = git_commit()
 
     def meta(self) -> dict[str, Any]:
         cmd = [os.path.relpath(a, REPO) if a.startswith(str(REPO)) else a for a in self.argv]
@@ -65,7 +67,7 @@ class Run:
             affinity = []
         return {
             "command": "python " + shlex.join(cmd),
-            **git_commit(),
+            **self.git,
             "date": self.started.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "wall_s": round((_dt.datetime.now(_dt.UTC) - self.started).total_seconds(), 1),
             "loadavg_before": self.load_before,
