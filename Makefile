@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 K8S_BIN := .cache/k8s/bin
 PYTEST_ARGS ?=
 
-.PHONY: test unit venv system-deps k8s-bins demo crds bench clean help
+.PHONY: test unit venv system-deps k8s-bins demo crds dashboard bench clean help
 
 help:
 	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
@@ -36,6 +36,9 @@ k8s-bins:
 
 crds: venv
 	$(VENV)/bin/pdserve crd --out crds/ --out charts/pdserve/crds/ --reference docs/crd-reference.md
+
+dashboard: venv
+	$(VENV)/bin/pdserve dashboard --out charts/pdserve/dashboards/pdserve.json
 
 test: venv system-deps k8s-bins
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e

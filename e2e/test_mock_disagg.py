@@ -267,6 +267,10 @@ def test_every_dashboard_query_returns_data(env: Env) -> None:
     missing = []
     for q in dashboard_queries.queries(dashboard_queries.load()):
         expr = dashboard_queries.substitute(q.expr, {"namespace": NS, "service": SERVICE})
+        if q.ref == "annotation":
+            # An annotation fires on an event (`... > 0`); that the event did not happen in
+            # the last minute is no defect, that its series is missing is.
+            expr = expr.removesuffix(" > 0")
         body = env.prom.query(expr)
         if not body["data"]["result"]:
             missing.append(f"{q.panel}/{q.ref}: {expr}")

@@ -13,6 +13,7 @@ import sys
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("pdserve.api.cli", "generate the DisaggregatedService CRD YAML from the models"),
+    "dashboard": ("pdserve.dashboard.cli", "generate the Grafana dashboard JSON (grafana-foundation-sdk)"),
     "operator": ("pdserve.operator.cli", "run the kopf operator (reconciles DisaggregatedServices)"),
     "worker": ("pdserve.worker.cli", "run a mock vLLM worker (vllm serve flags, no GPU)"),
     "router": ("pdserve.router.cli", "run the KV-aware prefill/decode router"),

@@ -20,6 +20,7 @@ def test_dashboard_is_templated_by_service(dashboard: dict) -> None:
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["service"]["type"] == "query"
     assert "$namespace" in variables["service"]["definition"], "services are listed per namespace"
+    assert variables["service"]["query"]["query"] == variables["service"]["definition"]
     assert variables["datasource"]["type"] == "datasource"
     panel_queries = [q for q in queries(dashboard) if q.ref not in ("variable",)]
     for q in panel_queries:
@@ -43,12 +44,24 @@ def test_dashboard_has_the_required_views(dashboard: dict) -> None:
         "vllm:prefix_cache_hits_total",
         "vllm:num_requests_waiting",
         "pdserve_planner_decisions_total",
+        "pdserve_planner_held_decisions_total",  # held decisions and their reason
+        "vllm:nixl_xfer_time_seconds_bucket",  # KV transfer time, vLLM's own histogram
     ]:
         assert needle in exprs, f"no dashboard query uses {needle}"
     for quantile in ("0.5", "0.9", "0.99"):
         assert f"histogram_quantile({quantile}, sum by (le) (rate(pdserve_router_time_to_first_token_seconds_bucket" in exprs
     annotations = [a for a in dashboard["annotations"]["list"] if a.get("expr")]
     assert any("pdserve_planner_decisions_total" in a["expr"] for a in annotations), "planner decisions are annotations"
+    held = [a for a in annotations if "pdserve_planner_held_decisions_total" in a["expr"]]
+    assert held and "reason" in held[0]["tagKeys"], "held decisions are annotations tagged with their reason"
+
+
+def test_committed_dashboard_is_what_the_typed_builders_generate(dashboard: dict) -> None:
+    # The chart ships the JSON; pdserve.dashboard.build (grafana-foundation-sdk) is its
+    # only source. Run `make dashboard` after changing it.
+    from pdserve.dashboard.build import dashboard_json
+
+    assert DASHBOARD.read_text() == dashboard_json(), "charts/pdserve/dashboards/pdserve.json is stale: make dashboard"
 
 
 def test_panels_do_not_overlap_and_fit_the_grid(dashboard: dict) -> None:

@@ -38,6 +38,9 @@ def build_1_2_5_buckets(max_value: int) -> list[int]:
         exp += 1
 
 
+NIXL_XFER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0]
+
+
 class WorkerMetrics:
     def __init__(self, model_name: str, max_model_len: int, engine: str = "0") -> None:
         self.registry = CollectorRegistry()
@@ -105,6 +108,10 @@ class WorkerMetrics:
         self.kv_transfers = counter("pdserve_worker_kv_transfers", "Remote KV loads that succeeded.")
         self.kv_transfer_time = hist("pdserve_worker_kv_transfer_seconds",
                                      "Wall time of successful remote KV loads.", TTFT_BUCKETS)
+        # vLLM's own name for it (NixlConnector's stats, vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py
+        # in 0.33; absent in 0.11), with its buckets, so the dashboard's KV-transfer panel reads real vLLM too.
+        self.nixl_xfer_time = hist("vllm:nixl_xfer_time_seconds",
+                                   "Histogram of transfer duration for NIXL KV Cache transfers.", NIXL_XFER_BUCKETS)
         self.loop_lag = hist("pdserve_worker_event_loop_lag_seconds",
                              "How late a 5 ms asyncio timer fires: the serving loop's responsiveness.",
                              LOOP_LAG_BUCKETS)

@@ -291,6 +291,7 @@ class WorkerServer:
             return 0
         self.runner.metrics.kv_transfers.inc()
         self.runner.metrics.kv_transfer_time.observe(time.monotonic() - t0)
+        self.runner.metrics.nixl_xfer_time.observe(time.monotonic() - t0)
         return result.num_tokens
 
 
