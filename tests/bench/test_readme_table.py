@@ -1,0 +1,82 @@
+"""The README's benchmark table is generated from the committed result files and must agree with them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import readme_table  # noqa: E402
+import resultmeta  # noqa: E402
+
+
+def test_readme_table_matches_the_result_files() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert readme_table.splice(readme, readme_table.render(ROOT)) == readme, (
+        "README.md's benchmark table is stale: run .venv/bin/python bench/readme_table.py")
+    assert readme_table.main(["--check"]) == 0
+
+
+def _copy_tree(tmp: Path) -> Path:
+    (tmp / "README.md").write_text((ROOT / "README.md").read_text())
+    for row in readme_table.ROWS:
+        dst = tmp / row.source
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / row.source, dst)
+    return tmp
+
+
+def test_check_fails_when_a_result_changes_and_regeneration_fixes_it(tmp_path: Path) -> None:
+    root = _copy_tree(tmp_path)
+    src = root / "bench/sim/results/curves_distserve-opt13b.json"
+    doc = json.loads(src.read_text())
+    label = next(iter(doc["summary"]))
+    doc["summary"][label]["goodput_per_gpu"]["median"] += 0.5
+    src.write_text(json.dumps(doc))
+    assert readme_table.main(["--check", "--root", str(root)]) == 1
+    assert readme_table.main(["--root", str(root)]) == 0
+    assert readme_table.main(["--check", "--root", str(root)]) == 0
+    assert f"{label} {doc['summary'][label]['goodput_per_gpu']['median']:.2f}" in (root / "README.md").read_text()
+
+
+def test_distserve_row_is_the_artefact_of_one_command_with_chunked_prefill() -> None:
+    doc = json.loads((ROOT / "bench/sim/results/curves_distserve-opt13b.json").read_text())
+    meta = doc["meta"]
+    assert meta["command"].startswith("python bench/sim/curves.py") and "--seeds" in meta["command"]
+    assert meta["runs"] == len(doc["seeds"]) == len(doc["per_seed"]) >= 3
+    assert len(meta["commit"]) == 40 and not meta["dirty"]
+    assert {"colocated:1", "chunked:1", "2P1D"} <= set(doc["summary"])
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if "DistServe-style" in line)
+    assert "chunked:1" in row and "2P1D/colocated:1" in row
+
+
+def test_readme_without_markers_is_refused() -> None:
+    with pytest.raises(ValueError, match="markers"):
+        readme_table.splice("# no table here\n", "x")
+
+
+def test_write_result_records_command_commit_date_load_and_runs(tmp_path: Path) -> None:
+    run = resultmeta.Run(["bench/x.py", "--flag", "a b"], runs=3)
+    path = resultmeta.write_result(tmp_path / "r.json", {"meta": "dropped", "value": 1}, run)
+    doc = json.loads(path.read_text())
+    meta = doc["meta"]
+    assert list(doc) == ["meta", "value"]
+    assert meta["command"] == "python bench/x.py --flag 'a b'"
+    assert len(meta["commit"]) == 40 and isinstance(meta["dirty"], bool)
+    assert meta["date"].endswith("Z") and meta["runs"] == 3
+    assert set(meta["loadavg_before"]) == {"1m", "5m", "15m"}
+    assert meta["loadavg_before"]["1m"] >= 0
+
+
+def test_spread_reports_median_range_and_relative_spread() -> None:
+    s = resultmeta.spread([1.0, 3.0, 2.0, 2.0])
+    assert (s["n"], s["median"], s["min"], s["max"]) == (4, 2.0, 1.0, 3.0)
+    assert s["rel_spread"] == 1.0
+    with pytest.raises(ValueError):
+        resultmeta.spread([])
