@@ -1,0 +1,173 @@
+"""HF tokenizers (``--tokenizer-mode auto|hf|slow``) via ``transformers``.
+
+Chat requests follow vLLM's HF path: messages are parsed for the template's content
+format (``chat_messages``, ``content_format``), the template is resolved (an explicit
+``--chat-template`` first, then the tokenizer's own: ``tokenizer_config.json``'s
+``chat_template`` or ``chat_template.jinja``), the request's ``chat_template_kwargs``
+are filtered to what the template or ``apply_chat_template`` accepts
+(``resolve_chat_template_kwargs``), the template is rendered to text and the text is
+encoded with the request's ``add_special_tokens`` (default False: the template writes
+BOS itself). That is vLLM 0.11's order; 0.33 tokenizes inside ``apply_chat_template``
+(always without special tokens), which gives the same ids unless a chat request sets
+``add_special_tokens: true``.
+
+Importing ``transformers`` costs about 1.5-2.5 s once (measured on this 2-core box);
+loading a local ``tokenizer.json`` is milliseconds. Encoding goes through the
+Rust ``tokenizers`` backend that transformers wraps.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.meta
+import jinja2.nodes
+import jinja2.sandbox
+
+from pdserve.tokenization.base import ChatTemplateError, ModelTokenizer, TokenizerLoadError, check_chat_args
+from pdserve.tokenization.chat_messages import ContentFormat, developer_to_system, parse_messages
+from pdserve.tokenization.content_format import detect_content_format
+
+# vLLM 0.33 refuses these inside chat_template_kwargs ("Found unexpected chat template kwargs").
+_UNEXPECTED_KWARGS = {"chat_template", "tokenize"}
+
+
+class _AssistantTracker(jinja2.ext.Extension):
+    # transformers' {% generation %} tag; only parsed here, to find template variables.
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_generation_support")
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+
+@lru_cache(maxsize=32)
+def _template_vars(chat_template: str) -> frozenset[str]:
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_AssistantTracker, jinja2.ext.loopcontrols])
+    return frozenset(jinja2.meta.find_undeclared_variables(env.parse(chat_template)))
+
+
+class HfTokenizer(ModelTokenizer):
+    def __init__(self, tokenizer: Any, name: str, mode: str, *, chat_template: str | None = None,
+                 content_format: str = "auto") -> None:
+        self._tok = tokenizer
+        self.name = name
+        self.mode = mode
+        vocab = tokenizer.get_vocab()  # includes added (special) tokens
+        self.vocab_size = max(max(vocab.values()) + 1, len(tokenizer)) if vocab else len(tokenizer)
+        self.eos_token_id = tokenizer.eos_token_id
+        self._chat_template = chat_template
+        if content_format not in ("auto", "string", "openai"):
+            raise TokenizerLoadError(f"chat template content format must be auto, string or openai, got {content_format!r}")
+        self._content_format = content_format
+        self._fn_params = frozenset(
+            p.name for p in inspect.signature(tokenizer.apply_chat_template).parameters.values()
+            if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL))
+
+    @property
+    def hf(self) -> Any:
+        """The underlying ``transformers`` tokenizer (for conformance checks)."""
+        return self._tok
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects str, got {type(text).__name__}")
+        return list(self._tok(text, add_special_tokens=add_special_tokens)["input_ids"])
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def chat_template(self, tools: list[dict[str, Any]] | None = None) -> str:
+        if self._chat_template is not None:
+            return self._chat_template
+        try:
+            return str(self._tok.get_chat_template(None, tools=tools))
+        except Exception as e:  # transformers raises ValueError when none is defined
+            raise ChatTemplateError(
+                "As of transformers v4.44, default chat template is no longer allowed, so you must provide "
+                f"a chat template if the tokenizer does not define one ({self.name}: {e})") from e
+
+    def content_format(self, template: str) -> ContentFormat:
+        if self._content_format == "auto":
+            return detect_content_format(template)
+        return self._content_format  # type: ignore[return-value]
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> str:
+        """The chat prompt as text (what vLLM renders before tokenizing)."""
+        check_chat_args(messages, add_generation_prompt, continue_final_message)
+        user_kwargs = dict(chat_template_kwargs or {})
+        if bad := _UNEXPECTED_KWARGS & user_kwargs.keys():
+            raise ChatTemplateError(f"Found unexpected chat template kwargs from request: {bad}")
+        template = self.chat_template(tools)
+        conversation = parse_messages(messages, self.content_format(template))
+        conversation = developer_to_system(conversation, template)
+        kwargs: dict[str, Any] = {
+            **user_kwargs,
+            "add_generation_prompt": add_generation_prompt,
+            "continue_final_message": continue_final_message,
+        }
+        try:
+            accept = (self._fn_params | _template_vars(template)) - _UNEXPECTED_KWARGS
+        except jinja2.TemplateError as e:
+            raise ChatTemplateError(f"chat template does not parse: {e}") from e
+        kwargs = {k: v for k, v in kwargs.items() if k in accept}
+        try:
+            text = self._tok.apply_chat_template(conversation, tools=tools, chat_template=template,
+                                                 tokenize=False, **kwargs)
+        except Exception as e:  # template errors are the request's fault (vLLM: 400)
+            raise ChatTemplateError(f"chat template rejected the request: {e}") from e
+        return str(text)
+
+    def chat_ids(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        add_special_tokens: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        text = self.render(messages, add_generation_prompt=add_generation_prompt,
+                           continue_final_message=continue_final_message, tools=tools,
+                           chat_template_kwargs=chat_template_kwargs)
+        return self.encode(text, add_special_tokens=add_special_tokens)
+
+
+def load_hf(source: str, mode: str, *, revision: str | None, hf_token: str | None, trust_remote_code: bool,
+            chat_template: str | None, content_format: str) -> HfTokenizer:
+    try:
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+        from transformers import AutoTokenizer
+    except ImportError as e:  # pragma: no cover - a dependency of pdserve
+        raise TokenizerLoadError(f"--tokenizer-mode {mode} needs the transformers package: {e}") from e
+    token = hf_token or os.environ.get("HF_TOKEN") or None
+    kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
+    if token:
+        kwargs["token"] = token
+    if mode == "slow":
+        kwargs["use_fast"] = False
+    try:
+        tok = AutoTokenizer.from_pretrained(source, **kwargs)
+    except Exception as e:
+        where = "local directory" if os.path.isdir(source) else "hub id (set HF_TOKEN for gated models)"
+        raise TokenizerLoadError(f"cannot load tokenizer {source!r} ({where}, mode {mode}): "
+                                 f"{type(e).__name__}: {e}") from e
+    return HfTokenizer(tok, source, mode, chat_template=chat_template, content_format=content_format)

@@ -1,0 +1,125 @@
+"""Mistral tokenizers (``--tokenizer-mode mistral``) via ``mistral-common``.
+
+vLLM hands Mistral chats to mistral-common instead of a Jinja template: the OpenAI
+messages become a ``ChatCompletionRequest`` (``from_openai``, with
+``continue_final_message``) and ``encode_chat_completion`` gives the ids (it writes
+BOS and the [INST] markers). vLLM 0.33 (``vllm/tokenizers/mistral.py``) refuses a
+chat that ends with an assistant message unless ``continue_final_message`` is set,
+``continue_final_message`` unless the last message is the assistant's, and any
+``chat_template``/``chat_template_kwargs``. Completions: ``encode(text,
+bos=add_special_tokens, eos=False)``.
+
+Sources: a tokenizer file (``tekken*.json``, ``tokenizer.model.v*``), a directory
+holding one, or a hub id (``MistralTokenizer.from_hf_hub``). ``shipped_tokenizer_path``
+names the real tokenizers that the mistral-common wheel ships (test fixtures).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pdserve.tokenization.base import ChatTemplateError, ModelTokenizer, TokenizerLoadError, check_chat_args
+
+SHIPPED = {
+    "tekken": "tekken_240911.json",
+    "tekken-240718": "tekken_240718.json",
+    "v1": "tokenizer.model.v1",
+    "v2": "mistral_instruct_tokenizer_240216.model.v2",
+    "v3": "mistral_instruct_tokenizer_240323.model.v3",
+    "v7": "mistral_instruct_tokenizer_241114.model.v7",
+}
+
+
+def shipped_tokenizer_path(name: str = "v3") -> Path:
+    """Path of a tokenizer file inside the installed mistral-common package."""
+    import mistral_common
+
+    try:
+        fname = SHIPPED[name]
+    except KeyError:
+        raise KeyError(f"unknown shipped Mistral tokenizer {name!r}; known: {sorted(SHIPPED)}") from None
+    return Path(mistral_common.__file__).parent / "data" / fname
+
+
+def _find_file(directory: Path) -> Path | None:
+    for pattern in ("tekken.json", "tekken*.json", "tokenizer.model.v*", "*.model.v*", "tokenizer.model"):
+        found = sorted(directory.glob(pattern))
+        if found:
+            return found[-1]
+    return None
+
+
+class MistralTokenizer(ModelTokenizer):
+    def __init__(self, mistral: Any, name: str) -> None:
+        self._m = mistral
+        self._tok = mistral.instruct_tokenizer.tokenizer
+        self.name = name
+        self.mode = "mistral"
+        self.vocab_size = int(self._tok.n_words)
+        self.eos_token_id = int(self._tok.eos_id)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects str, got {type(text).__name__}")
+        return list(self._tok.encode(text, bos=add_special_tokens, eos=False))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+        policy = SpecialTokenPolicy.IGNORE if skip_special_tokens else SpecialTokenPolicy.KEEP
+        return str(self._tok.decode(list(ids), special_token_policy=policy))
+
+    def chat_ids(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        add_special_tokens: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        from mistral_common.exceptions import MistralCommonException
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+        check_chat_args(messages, add_generation_prompt, continue_final_message)
+        if chat_template_kwargs is not None:
+            raise ChatTemplateError("chat_template is not supported for Mistral tokenizers.")
+        last_role = messages[-1].get("role")
+        if add_generation_prompt and last_role == "assistant":
+            raise ChatTemplateError("Cannot set `add_generation_prompt` to True when the last message is from the "
+                                    "assistant. Consider using `continue_final_message` instead.")
+        if continue_final_message and last_role != "assistant":
+            raise ChatTemplateError("Cannot set `continue_final_message` to True when the last message is not "
+                                    "from the assistant.")
+        try:
+            request = ChatCompletionRequest.from_openai(
+                messages=[dict(m) for m in messages], tools=tools, continue_final_message=continue_final_message)
+            return list(self._m.encode_chat_completion(request).tokens)
+        except (AssertionError, ValueError, TypeError, MistralCommonException) as e:
+            raise ChatTemplateError(f"mistral-common refused the request: {e}") from e
+
+
+def load_mistral(source: str, *, revision: str | None, hf_token: str | None) -> MistralTokenizer:
+    try:
+        from mistral_common.tokens.tokenizers.mistral import MistralTokenizer as _MT
+    except ImportError as e:  # pragma: no cover - a dependency of pdserve
+        raise TokenizerLoadError(f"--tokenizer-mode mistral needs mistral-common: {e}") from e
+    path = Path(source)
+    try:
+        if path.is_file():
+            return MistralTokenizer(_MT.from_file(str(path)), source)
+        if path.is_dir():
+            found = _find_file(path)
+            if found is None:
+                raise TokenizerLoadError(f"no Mistral tokenizer file (tekken.json, tokenizer.model.v*) in {source}")
+            return MistralTokenizer(_MT.from_file(str(found)), source)
+        token = hf_token or os.environ.get("HF_TOKEN") or None
+        return MistralTokenizer(_MT.from_hf_hub(source, token=token, revision=revision), source)
+    except TokenizerLoadError:
+        raise
+    except Exception as e:
+        raise TokenizerLoadError(f"cannot load Mistral tokenizer {source!r}: {type(e).__name__}: {e}") from e
