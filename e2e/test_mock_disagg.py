@@ -28,6 +28,7 @@ from kubernetes import client
 from openai import OpenAI
 
 from pdserve.common import tokenizer
+from pdserve.kube.constants import GROUP, PLURAL, VERSION
 
 import dashboard_queries
 import e2e_env
@@ -41,7 +42,6 @@ IMAGE = os.environ.get("PDSERVE_E2E_IMAGE", "")
 PROMETHEUS_HOST = os.environ.get("PDSERVE_E2E_PROMETHEUS_HOST", "127.0.0.1")
 NS = "e2e"
 SERVICE = "mock-llama"
-GROUP, VERSION, PLURAL = "pdserve.io", "v1alpha1", "disaggregatedservices"
 
 
 @dataclass

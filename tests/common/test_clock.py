@@ -7,7 +7,7 @@ from datetime import timezone
 
 import pytest
 
-from pdserve.common.clock import WALL, Clock, VirtualClock, WallClock, utc
+from pdserve.common.clock import WALL, Clock, VirtualClock, WallClock, rfc3339, utc
 
 
 def test_both_clocks_satisfy_the_protocol() -> None:
@@ -50,3 +50,7 @@ def test_utc_is_an_aware_datetime_of_now() -> None:
     d = utc(VirtualClock(86400.0))
     assert d.tzinfo == timezone.utc
     assert (d.year, d.month, d.day, d.hour) == (1970, 1, 2, 0)
+
+
+def test_rfc3339_is_what_kubernetes_writes() -> None:
+    assert rfc3339(86400.0 + 3661.7) == "1970-01-02T01:01:01Z"

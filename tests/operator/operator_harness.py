@@ -20,12 +20,12 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from pdserve.api.crd import build_crd
+from pdserve.kube.constants import GROUP, PLURAL, VERSION
 from pdserve.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES, RULES
 
 T = TypeVar("T")
 OPERATOR_USER = "pdserve-operator"
 CLUSTER_ROLE = "pdserve-operator"
-GROUP, VERSION, PLURAL = "pdserve.io", "v1alpha1", "disaggregatedservices"
 
 
 def eventually(what: str, fn: Callable[[], T | None], timeout_s: float = 60, interval_s: float = 0.2) -> T:

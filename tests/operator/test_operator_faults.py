@@ -12,7 +12,8 @@ import pytest
 from kubernetes import client as k8s
 
 from pdserve.operator.handlers import _raise_for
-from pdserve.operator.kube import Kube, KubeError
+from pdserve.kube.errors import KubeError
+from pdserve.operator.kube import Kube
 from pdserve.operator.reconcile import Reconciler
 
 # Plain HTTP reactions: each test scripts exactly the answers the API server gives.
@@ -29,9 +30,16 @@ BODY: dict[str, Any] = {
 }
 
 
-def _reconciler(server: kmock.RawHandler) -> Reconciler:
+class Events(list[tuple[str, str, str, bool]]):
+    """What the reconciler hands to kopf's Event poster."""
+
+    def __call__(self, involved: Any, reason: str, message: str, *, warning: bool = False) -> None:
+        self.append((involved["metadata"]["uid"], reason, message, warning))
+
+
+def _reconciler(server: kmock.RawHandler, events: Events | None = None) -> Reconciler:
     cfg = k8s.Configuration(host=str(server.url).rstrip("/"))
-    return Reconciler(Kube(k8s.ApiClient(cfg), request_timeout_s=5))
+    return Reconciler(Kube(k8s.ApiClient(cfg), request_timeout_s=5), post_event=events if events is not None else Events())
 
 
 def _cluster(server: kmock.RawHandler, body: dict[str, Any] | None = BODY) -> None:
@@ -39,7 +47,6 @@ def _cluster(server: kmock.RawHandler, body: dict[str, Any] | None = BODY) -> No
     server[f"get /apis/apps/v1/namespaces/{NS}/deployments"] << {"items": []}
     server[f"get /api/v1/namespaces/{NS}/pods"] << {"items": []}
     server[f"patch {BASE}/status"] << {}
-    server[f"post /api/v1/namespaces/{NS}/events"] << {}
 
 
 def _json(req: Any) -> Any:
@@ -60,7 +67,8 @@ def _condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
 async def test_conflict_on_apply_is_transient_and_reported(kmock: kmock.RawHandler) -> None:
     _cluster(kmock)
     kmock[f"patch /api/v1/namespaces/{NS}/serviceaccounts/s-router"] << 409 << {"kind": "Status", "code": 409, "message": "Apply failed with 1 conflict: conflict with \"kubectl\""}
-    outcome = await _reconciler(kmock).sync(NS, NAME, cause="spec", logger=LOG)
+    events = Events()
+    outcome = await _reconciler(kmock, events).sync(NS, NAME, cause="spec", logger=LOG)
     assert outcome is not None and outcome.transient
     assert outcome.error == 'ServiceAccount/s-router: Apply failed with 1 conflict: conflict with "kubectl"'
     degraded = _condition(_status_patch(kmock), "Degraded")
@@ -73,9 +81,8 @@ async def test_conflict_on_apply_is_transient_and_reported(kmock: kmock.RawHandl
     assert req.params == {"fieldManager": "pdserve-operator", "force": "true"}
     assert req.headers["Content-Type"] == "application/apply-patch+yaml"
     assert _json(req)["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    # A Warning event marks the transition.
-    event = kmock[f"post /api/v1/namespaces/{NS}/events"]
-    assert any(_json(e)["reason"] == "ApplyFailed" and _json(e)["type"] == "Warning" for e in event)
+    # A Warning event on the resource marks the transition (kopf posts it).
+    assert any(uid == "u-1" and reason == "ApplyFailed" and warning for uid, reason, _, warning in events)
 
 
 async def test_server_error_while_listing_raises_transient(kmock: kmock.RawHandler) -> None:

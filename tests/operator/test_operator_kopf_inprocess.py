@@ -99,6 +99,10 @@ async def test_operator_reconciles_existing_resource_in_process(emulator: kmock.
         assert obj("rbac.authorization.k8s.io/v1/roles", "s-router")["rules"][0]["resources"] == ["pods"]
         applies = [r for r in emulator["patch"] if r.params.get("fieldManager") == "pdserve-operator"]
         assert {r.params.get("force") for r in applies} == {"true"}
+        # Condition transitions reach the cluster as Events through kopf's own poster.
+        events = await _until("a transition Event", lambda: [e for e in emulator.objects if e[0] == "v1/events"])
+        posted = [dict(emulator.objects[e].raw) for e in events]
+        assert any(p["involvedObject"]["uid"] == "u-1" and p["reason"] == "RollingOut" for p in posted), posted
     finally:
         stop.set()
         await asyncio.wait_for(task, 15)

@@ -6,7 +6,8 @@ import logging
 import pytest
 from kubernetes import client
 
-from pdserve.planner.actuator_kubernetes import GROUP, PLURAL, VERSION, KubernetesActuator
+from pdserve.kube.constants import GROUP, PLURAL, VERSION
+from pdserve.planner.actuator_kubernetes import KubernetesActuator
 from pdserve.planner.decision import ScalingDecision
 from pdserve.planner.hosted import run_hosted
 
@@ -45,12 +46,16 @@ def read(api):
     return client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, "ns", PLURAL, "svc")
 
 
-def events(api):
-    return client.CoreV1Api(api).list_namespaced_event("ns").items
+class Events(list):
+    """What the actuator hands to kopf's Event poster: (uid, reason, message, warning)."""
+
+    def __call__(self, involved, reason, message, *, warning=False):
+        self.append((involved["metadata"]["uid"], reason, message, warning))
 
 
 async def test_pools_and_one_patch(api):
-    act = KubernetesActuator("ns", "svc", api)
+    evs = Events()
+    act = KubernetesActuator("ns", "svc", api, post_event=evs)
     p, d = await asyncio.to_thread(act.pools)
     assert (p.replicas, p.ready, p.pending) == (1, 1, 0)
     assert (d.replicas, d.ready, d.pending) == (2, 1, 1)
@@ -62,12 +67,11 @@ async def test_pools_and_one_patch(api):
     st = obj["status"]["planner"]
     assert st["prefillReplicas"] == 3 and st["reason"].startswith("prefill 1->3")
     assert st["explanation"] == {}  # NaN -> null, and null in a merge patch removes the key
-    evs = await asyncio.to_thread(events, api)
-    assert [e.reason for e in evs] == ["Scaled"] and evs[0].involved_object.uid == "u-1"
+    assert [(uid, reason, warning) for uid, reason, _, warning in evs] == [("u-1", "Scaled", False)]
 
 
 async def test_dry_run_writes_only_status(api):
-    act = KubernetesActuator("ns", "svc", api, dry_run=True)
+    act = KubernetesActuator("ns", "svc", api, dry_run=True, post_event=Events())
     await asyncio.to_thread(act.pools)
     await asyncio.to_thread(act.apply, ScalingDecision(4, 4, "would scale", previous=(1, 2)))
     obj = await asyncio.to_thread(read, api)
@@ -75,8 +79,9 @@ async def test_dry_run_writes_only_status(api):
 
 
 async def test_hosted_holds_when_prometheus_is_down(api):
-    stopped = asyncio.Event()
-    task = asyncio.create_task(run_hosted("ns", "svc", stopped=stopped, logger=logging.getLogger("t"), api_client=api))
+    stopped, evs = asyncio.Event(), Events()
+    task = asyncio.create_task(run_hosted("ns", "svc", stopped=stopped, logger=logging.getLogger("t"), api_client=api,
+                                          post_event=evs))
     for _ in range(200):
         obj = await asyncio.to_thread(read, api)
         if "status" in obj:
@@ -87,8 +92,7 @@ async def test_hosted_holds_when_prometheus_is_down(api):
     st = obj["status"]["planner"]
     assert st["held"] is True and st["holdReason"] == "metrics-unavailable" and "prometheus" in st["reason"]
     assert obj["spec"]["prefill"]["replicas"] == 1 and obj["spec"]["decode"]["replicas"] == 2
-    evs = await asyncio.to_thread(events, api)
-    assert any(e.reason == "PlannerHeld" and e.type == "Warning" for e in evs)
+    assert any(reason == "PlannerHeld" and warning for _, reason, _, warning in evs)
 
 
 async def test_hosted_stops_when_the_resource_is_gone(kmock):

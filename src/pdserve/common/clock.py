@@ -71,6 +71,16 @@ class VirtualClock:
 WALL = WallClock()
 
 
+def to_utc(t: float) -> datetime:
+    """Epoch seconds as an aware UTC datetime."""
+    return datetime.fromtimestamp(t, tz=timezone.utc)
+
+
 def utc(clock: Clock) -> datetime:
     """The clock's ``now()`` as an aware UTC datetime (for Kubernetes timestamps)."""
-    return datetime.fromtimestamp(clock.now(), tz=timezone.utc)
+    return to_utc(clock.now())
+
+
+def rfc3339(t: float) -> str:
+    """Epoch seconds as Kubernetes writes timestamps (second precision, ``Z``)."""
+    return to_utc(t).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -8,9 +8,8 @@ from typing import Any
 
 import kopf
 
-from pdserve.api import GROUP, PLURAL, VERSION
-from pdserve.operator.kube import KubeError
-from pdserve.operator.names import SERVICE_LABEL
+from pdserve.kube.constants import GROUP, PLURAL, SERVICE_LABEL, VERSION
+from pdserve.kube.errors import KubeError
 from pdserve.operator.reconcile import Reconciler, SyncOutcome
 
 RETRY_DELAY_S = 10.0

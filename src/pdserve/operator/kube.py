@@ -1,4 +1,4 @@
-"""A thin, typed Kubernetes shell for the operator: server-side apply, reads, status patches, events.
+"""A thin, typed Kubernetes shell for the operator: server-side apply, reads, status patches.
 
 Built on the official client's ApiClient (auth from kubeconfig or in-cluster) with
 raw JSON paths, so the operator holds plain dicts and never pays for model
@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
-from pdserve.api import GROUP, PLURAL, VERSION
-from pdserve.operator.names import FIELD_MANAGER
+from pdserve.kube.client import load_api_client
+from pdserve.kube.constants import APPLY_PATCH, FIELD_MANAGER, GROUP, MERGE_PATCH, PLURAL, VERSION
+from pdserve.kube.errors import KubeError
+
+__all__ = ["Kube", "KubeError", "load_api_client", "object_path", "service_path"]
 
 _PLURALS = {
     "Deployment": "deployments",
@@ -27,34 +27,7 @@ _PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "Pod": "pods",
-    "Event": "events",
 }
-
-
-class KubeError(Exception):
-    """A non-2xx answer, with the API server's own message."""
-
-    def __init__(self, status: int, message: str, method: str, path: str):
-        super().__init__(f"{method} {path}: {status} {message}")
-        self.status = status
-        self.message = message
-
-    @property
-    def transient(self) -> bool:
-        return self.status in (409, 429) or self.status >= 500
-
-
-def load_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
-    """Admin-free auth: an explicit kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
-    cfg = k8s.Configuration()
-    try:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    except (k8s_config.ConfigException, FileNotFoundError, TypeError):
-        if kubeconfig:
-            raise
-        k8s_config.load_incluster_config(client_configuration=cfg)
-    cfg.connection_pool_maxsize = 16
-    return k8s.ApiClient(cfg)
 
 
 def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
@@ -111,7 +84,7 @@ class Kube:
         meta = manifest["metadata"]
         path = object_path(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
         query = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        return await self.call("PATCH", path, query, manifest, "application/apply-patch+yaml")  # type: ignore[no-any-return]
+        return await self.call("PATCH", path, query, manifest, APPLY_PATCH)  # type: ignore[no-any-return]
 
     async def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
         out = await self.call("GET", object_path(api_version, kind, namespace), {"labelSelector": selector})
@@ -122,30 +95,4 @@ class Kube:
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         # A merge patch touches only the keys we send: status.planner stays the planner's.
-        await self.call("PATCH", service_path(namespace, name, "status"), None, {"status": dict(status)}, "application/merge-patch+json")
-
-    async def post_event(self, involved: Mapping[str, Any], reason: str, message: str, warning: bool, now: datetime | None = None) -> None:
-        meta = involved["metadata"]
-        stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": involved.get("apiVersion", f"{GROUP}/{VERSION}"),
-                "kind": involved.get("kind", "DisaggregatedService"),
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid", ""),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": FIELD_MANAGER},
-            "reportingComponent": FIELD_MANAGER,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        await self.call("POST", object_path("v1", "Event", meta["namespace"]), None, event)
-
+        await self.call("PATCH", service_path(namespace, name, "status"), None, {"status": dict(status)}, MERGE_PATCH)

@@ -1,4 +1,4 @@
-"""Names, labels and fixed ports shared by rendering, status and the handlers."""
+"""Names and fixed ports shared by rendering, status and the handlers (labels: ``pdserve.kube``)."""
 
 from __future__ import annotations
 
@@ -6,22 +6,19 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pdserve import __version__
-from pdserve.api import API_VERSION, KIND, DisaggregatedService
+from pdserve.api import DisaggregatedService
+from pdserve.kube.constants import API_VERSION, KIND, MANAGED_BY, ROLE_LABEL, SERVICE_LABEL
 
 Role = Literal["prefill", "decode", "router"]
 WORKER_ROLES: tuple[Role, Role] = ("prefill", "decode")
 ROLES: tuple[Role, Role, Role] = ("prefill", "decode", "router")
-
-SERVICE_LABEL = "pdserve.io/service"
-ROLE_LABEL = "pdserve.io/role"
-MANAGED_BY = "pdserve-operator"
-FIELD_MANAGER = "pdserve-operator"
 
 HTTP_PORT = 8000
 KV_EVENTS_PORT = 5557
 
 DEFAULT_PDSERVE_IMAGE = f"ghcr.io/pdserve/pdserve:{__version__}"
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from pdserve.api import DisaggregatedService
+from pdserve.common.clock import WALL, Clock, utc
+from pdserve.kube import events
+from pdserve.kube.constants import ROLE_LABEL, SERVICE_LABEL
+from pdserve.kube.errors import KubeError
 from pdserve.operator.drift import drift
-from pdserve.operator.kube import Kube, KubeError
-from pdserve.operator.names import ROLE_LABEL, ROLES, SERVICE_LABEL, RenderOptions, child_name, endpoint_url
+from pdserve.operator.kube import Kube
+from pdserve.operator.names import ROLES, RenderOptions, child_name, endpoint_url
 from pdserve.operator.render import render
 from pdserve.operator.status import ChildState, compute_status, pods_matter, status_changed
 
@@ -26,10 +28,6 @@ Key = tuple[str, str]
 # Why a sync runs; a queued sync keeps the strongest cause folded into it.
 Cause = Literal["child", "resync", "spec"]
 _RANK = {"child": 0, "resync": 1, "spec": 2}
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 @dataclass
@@ -42,10 +40,11 @@ class SyncOutcome:
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, options: RenderOptions | None = None, clock: Callable[[], datetime] = _utcnow):
+    def __init__(self, kube: Kube, options: RenderOptions | None = None, clock: Clock = WALL, post_event: events.Poster = events.post):
         self.kube = kube
         self.options = options or RenderOptions()
         self.clock = clock
+        self.post_event = post_event
         self._locks: dict[Key, asyncio.Lock] = {}
         self._queued: dict[Key, Cause] = {}
 
@@ -110,13 +109,11 @@ class Reconciler:
                 logger.warning("repaired drift in Deployment/%s: %s", child, ", ".join(paths[:5]))
         children = {role: ChildState.from_deployment(live[child_name(svc, role)]) if child_name(svc, role) in live else None for role in ROLES}
         pods = await self.kube.list("v1", "Pod", namespace, f"{SERVICE_LABEL}={name},{ROLE_LABEL} in (prefill,decode)") if pods_matter(svc, children) else []
-        result = compute_status(svc, children, pods, endpoint_url(svc, self.options), self.clock(), outcome.error)
+        result = compute_status(svc, children, pods, endpoint_url(svc, self.options), utc(self.clock), outcome.error)
         if status_changed(body.get("status"), result.status):
             await self.kube.patch_status(namespace, name, result.status)
         for t in result.transitions:
             outcome.transitions.append(f"{t.type}={t.status}")
-            try:
-                await self.kube.post_event(body, t.reason, f"{t.type} is {t.status}: {t.message}".rstrip(": "), t.warning, self.clock())
-            except KubeError as e:
-                logger.warning("could not post event %s: %s", t.reason, e)
+            # kopf posts it in the background (with retries): a slow API server never blocks a sync.
+            self.post_event(body, t.reason, f"{t.type} is {t.status}: {t.message}".rstrip(": "), warning=t.warning)
         return outcome

@@ -11,7 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from pdserve.api import Condition, DisaggregatedService
-from pdserve.operator.names import ROLE_LABEL, ROLES, Role
+from pdserve.kube.constants import ROLE_LABEL
+from pdserve.operator.names import ROLES, Role
 
 GPU_SHORTAGE = "Insufficient nvidia.com/gpu"
 BAD_WAITING_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "InvalidImageName")

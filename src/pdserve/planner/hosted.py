@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from typing import Any
 
+from pdserve.common.clock import WALL, Clock
+from pdserve.kube import events
 from pdserve.planner.actuator_kubernetes import KubernetesActuator
 from pdserve.planner.loop import is_stopped, sleep_unless_stopped, tick
 from pdserve.planner.metrics import PlannerMetrics
@@ -31,10 +32,10 @@ METRICS = PlannerMetrics()  # one registry per process; the operator may expose 
 async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging.Logger | Any,
                      api_client: Any = None, dry_run: bool = False, default_prometheus_url: str | None = None,
                      default_interval_s: float | None = None, scrape_interval_s: float = 15.0,
-                     clock=time.time, retry_s: float = 10.0) -> None:
+                     clock: Clock = WALL, retry_s: float = 10.0, post_event: events.Poster = events.post) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    actuator = KubernetesActuator(namespace, name, api_client, dry_run=dry_run)
+    actuator = KubernetesActuator(namespace, name, api_client, dry_run=dry_run, clock=clock, post_event=post_event)
     policy: PlannerPolicy | None = None
     profile_key: tuple | None = None
     source: PrometheusSource | None = None
@@ -78,9 +79,9 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
         if source is None or source.url != settings.prometheus_url:
             source = PrometheusSource(settings.prometheus_url, query)
         source.query = query
-        started = clock()
+        started = clock.monotonic()
         try:
-            out = await tick(policy, source, actuator, now=started, logger=logger)
+            out = await tick(policy, source, actuator, now=clock.now(), logger=logger)
         except Exception as exc:  # a bug must not end the service's planning for good
             logger.exception(f"planner {namespace}/{name}: interval failed: {exc!r}")
             out = None
@@ -88,4 +89,4 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
             obs, d = out
             METRICS.record(name, namespace, obs, d, settings.config.ttft_slo_ms, settings.config.itl_slo_ms)
             (logger.warning if d.held else logger.info)(f"planner {namespace}/{name}: {d.reason}")
-        await sleep_unless_stopped(stopped, max(0.0, settings.config.interval_s - (clock() - started)))
+        await sleep_unless_stopped(stopped, max(0.0, settings.config.interval_s - (clock.monotonic() - started)))

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-log = logging.getLogger("pdserve.router.discovery")
+from pdserve.kube.constants import ROLE_LABEL, SERVICE_LABEL, pool_selector
+from pdserve.kube.pods import is_ready
 
-ROLE_LABEL = "pdserve.io/role"
-SERVICE_LABEL = "pdserve.io/service"
+log = logging.getLogger("pdserve.router.discovery")
 
 
 class DiscoveryError(ValueError):
@@ -121,14 +121,8 @@ def pods_to_endpoints(pods: Iterable[Mapping[str, Any]], http_port: int = 8000, 
         role = labels.get(ROLE_LABEL)
         if service is not None and labels.get(SERVICE_LABEL) != service:
             continue
-        if role not in pools or meta.get("deletionTimestamp") or meta.get("deletion_timestamp"):
-            continue
-        status = pod.get("status") or {}
-        ip = status.get("podIP") or status.get("pod_ip")
-        if not ip or status.get("phase") not in (None, "Running"):
-            continue
-        conditions = status.get("conditions") or []
-        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        ip = (pod.get("status") or {}).get("podIP")
+        if role not in pools or not ip or not is_ready(pod):
             continue
         host = f"[{ip}]" if ":" in ip else ip
         pools[role].append(Endpoint(f"http://{host}:{http_port}", f"tcp://{host}:{kv_port}"))
@@ -202,15 +196,12 @@ class KubernetesWatcher:
         self.loop.call_soon_threadsafe(self.on_change, eps)
 
     def _run(self) -> None:
-        from kubernetes import client, config, watch
+        from kubernetes import client, watch
 
-        if self.api_client is None:
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-        api = client.CoreV1Api(self.api_client)
-        selector = f"{SERVICE_LABEL}={self.service}"
+        from pdserve.kube.client import load_api_client
+
+        api = client.CoreV1Api(self.api_client if self.api_client is not None else load_api_client(pool_size=2))
+        selector = pool_selector(self.service)
         while not self._stop.is_set():
             try:
                 listing = api.list_namespaced_pod(self.namespace, label_selector=selector)
