@@ -11,7 +11,8 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
-	@echo "make test   - set up everything from nothing and run the whole suite"
+	@echo "make test   - set up everything from nothing and run the whole suite (then make bench-smoke)"
+	@echo "make bench-smoke - run every benchmark script on a tiny input"
 
 $(VENV)/.installed: pyproject.toml
 	$(PY_SYS) -m venv $(VENV)
@@ -42,6 +43,12 @@ dashboard: venv
 
 test: venv system-deps k8s-bins
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
+	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(MAKE) --no-print-directory bench-smoke
+
+# Every benchmark script on a tiny input (seconds each, outputs in a temporary folder),
+# so none of them rots; numbers are not checked here (bench/smoke.py).
+bench-smoke: venv
+	PYTHONPATH=$(abspath src) $(PY) bench/smoke.py
 
 unit: venv
 	$(PY) -m pytest -ra -m "not controlplane and not prometheus" $(PYTEST_ARGS) tests

@@ -228,6 +228,7 @@ def main() -> None:
     ap.add_argument("--probe-json", type=Path, default=None,
                     help="host terms from an earlier hop_probe.py run instead of probing now")
     ap.add_argument("--tag", default="", help="suffix for the result file names")
+    ap.add_argument("--out-dir", type=Path, default=HERE / "results", help="folder for the result files")
     ap.add_argument("--scrape-interval-s", type=float, default=0.5,
                     help="the live router's /metrics scrape period (its default); the host-time variants "
                     "simulate routing on views this stale (x S in model time)")
@@ -327,10 +328,10 @@ def main() -> None:
         "runs": runs,
     }
     stem = f"fidelity_{cfg.label.replace(':', '-')}{args.tag}"
-    out = HERE / "results" / f"{stem}.json"
+    out = args.out_dir / f"{stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    (HERE / "results" / f"{stem}_requests.json").write_text(json.dumps(per_request) + "\n")
+    (args.out_dir / f"{stem}_requests.json").write_text(json.dumps(per_request) + "\n")
     con.print(f"wrote {out}")
 
 

@@ -1,0 +1,145 @@
+"""Run every benchmark script on a tiny input so none of them rots (``make bench-smoke``).
+
+    .venv/bin/python bench/smoke.py              # all of them, outputs in a temporary folder
+    .venv/bin/python bench/smoke.py --only curves routing_quality
+    .venv/bin/python bench/smoke.py --list
+
+Each script runs as a user would run it (a subprocess, its own CLI), on the committed
+trace excerpts under ``bench/sim/data/``, writing into a temporary folder, never over
+the committed results. A script that exits non-zero, times out or writes none of the
+files it promises fails the run. The numbers are not checked: a few seconds of input
+say nothing about performance; this only proves that each script still runs end to end.
+Scripts that need the control plane (``bench/operator``) run only when its binaries are
+present (``PDSERVE_K8S_BIN`` or ``.cache/k8s/bin``, as ``make test`` builds them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "bench" / "sim" / "data"
+AZURE = str(DATA / "azure_conv_excerpt.csv")
+MOONCAKE = str(DATA / "mooncake_conv_excerpt.jsonl")
+
+
+@dataclass(frozen=True)
+class Smoke:
+    name: str
+    script: str
+    args: list[str]  # "{out}" is replaced by this script's output folder
+    expect: list[str] = field(default_factory=list)  # files the run must write under {out}
+    timeout_s: float = 120.0
+    needs_k8s: bool = False
+
+
+SMOKES: list[Smoke] = [
+    Smoke("readme_table", "bench/readme_table.py", ["--check"]),
+    Smoke("curves", "bench/sim/curves.py",
+          ["--name", "smoke", "--requests", "200", "--seeds", "1", "2", "--window", "10", "--max-requests", "80",
+           "--grid", "1.5", "--out", "{out}"], ["curves_smoke.json", "curves_smoke.png"]),
+    Smoke("speed", "bench/sim/speed.py", ["--trace", MOONCAKE, "--limit", "60", "--out", "{out}/speed.json"],
+          ["speed.json"]),
+    Smoke("routing_quality", "bench/router/routing_quality.py",
+          ["--trace", MOONCAKE, "--minutes", "1", "--instances", "2", "--out", "{out}/rq.json", "--plot", "{out}/rq.png"],
+          ["rq.json", "rq.png"]),
+    Smoke("decision_time", "bench/router/decision_time.py",
+          ["--workers", "4", "--blocks", "2000", "--requests", "50", "--out", "{out}/dt.json"], ["dt.json"]),
+    Smoke("overhead", "bench/router/overhead.py",
+          ["--concurrency", "2", "--requests-per-stream", "1", "--rounds", "1", "--modes", "burst", "--only", "pdserve",
+           "--out", "{out}/ov.json", "--plot", "{out}/ov.png"], ["ov.json"], timeout_s=180),
+    Smoke("hop_probe", "bench/sim/hop_probe.py",
+          ["--trace", AZURE, "--requests", "3", "--speedups", "4", "--output-tokens", "4", "--out", "{out}/hop.json"],
+          ["hop.json"], timeout_s=180),
+    Smoke("fidelity", "bench/sim/fidelity.py",
+          ["--trace", AZURE, "--requests", "6", "--speedups", "2", "--band-runs", "1",
+           "--probe-json", str(REPO / "bench/sim/results/hop_probe.json"), "--out-dir", "{out}"], timeout_s=180),
+    Smoke("fidelity_report", "bench/sim/fidelity_report.py",
+          [str(REPO / "bench/sim/results/fidelity_1P1D.json"), "--out", "{out}/fidelity.md"], ["fidelity.md"]),
+    Smoke("planner_evaluate", "bench/planner/evaluate.py",
+          ["--trace", AZURE, "--limit", "150", "--warmup", "10", "--out", "{out}"], ["evaluation.json"],
+          timeout_s=180),
+    Smoke("engine_speed", "bench/worker/engine_speed.py", ["--trace", AZURE, "--limit", "50", "--out-dir", "{out}"]),
+    Smoke("calibration", "bench/worker/calibration.py", ["--requests-per-level", "1", "--out-dir", "{out}"],
+          ["calibration_results.json"], timeout_s=180),
+    Smoke("http_framework", "bench/worker/http_framework.py",
+          ["--concurrency", "2", "--chunks", "2", "--rounds", "1", "--out-dir", "{out}"]),
+    Smoke("worker_load", "bench/worker/load.py",
+          ["--concurrency", "2", "--speedups", "64", "--seconds", "1", "--max-tokens", "4", "--out-dir", "{out}"],
+          ["load_results.json"]),
+    Smoke("operator", "bench/operator/reconcile_latency.py", ["--resources", "2", "--resync-seconds", "5",
+                                                               "--out", "{out}"],
+          ["results.json"], timeout_s=300, needs_k8s=True),
+]
+
+
+K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def k8s_available() -> bool:
+    path = Path(os.environ.get("PDSERVE_K8S_BIN") or REPO / ".cache" / "k8s" / "bin")
+    return all((path / b).exists() for b in K8S_BINARIES)
+
+
+def run_one(s: Smoke, root: Path, python: str) -> tuple[bool, float, str]:
+    out = root / s.name
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [python, str(REPO / s.script), *(a.replace("{out}", str(out)) for a in s.args)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p)}
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=s.timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return False, time.perf_counter() - t0, f"timed out after {s.timeout_s:g} s"
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        return False, dt, f"exit {r.returncode}\n{(r.stdout + r.stderr)[-3000:]}"
+    missing = [f for f in s.expect if not (out / f).exists()]
+    if missing:
+        return False, dt, f"did not write {missing} under {out}"
+    return True, dt, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="+", default=None, help="run only these (names from --list)")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--keep", type=Path, default=None, help="write outputs here instead of a temporary folder")
+    args = ap.parse_args(argv)
+    if args.list:
+        for s in SMOKES:
+            print(f"{s.name:18} {s.script}")
+        return 0
+    unknown = set(args.only or []) - {s.name for s in SMOKES}
+    if unknown:
+        print(f"unknown smoke names: {sorted(unknown)} (see --list)", file=sys.stderr)
+        return 2
+    chosen = [s for s in SMOKES if args.only is None or s.name in args.only]
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="pdserve-bench-smoke-") as tmp:
+        root = args.keep or Path(tmp)
+        for s in chosen:
+            if s.needs_k8s and not k8s_available():
+                print(f"SKIP {s.name:18} control-plane binaries not built (make k8s-bins)")
+                continue
+            ok, dt, why = run_one(s, root, sys.executable)
+            print(f"{'ok  ' if ok else 'FAIL'} {s.name:18} {dt:6.1f} s  {s.script}", flush=True)
+            if not ok:
+                failed.append(s.name)
+                print("     " + why.replace("\n", "\n     "), flush=True)
+    if failed:
+        print(f"bench-smoke: {len(failed)} of {len(chosen)} failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
