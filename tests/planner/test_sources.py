@@ -108,17 +108,22 @@ def test_router_target_gives_the_wake_up_signal():
     reg = CollectorRegistry()
     reqs = Counter("pdserve_router_requests", "", ["status"], registry=reg)
     inflight = Gauge("pdserve_router_inflight_requests", "", registry=reg)
+    prompt = Counter("pdserve_router_prompt_tokens", "", registry=reg)
     server, _ = start_http_server(0, addr="127.0.0.1", registry=reg)
     try:
         src = ScrapeSource([parse_target(f"router=http://127.0.0.1:{server.server_port}")])
         src.observe(0.0, PoolState(0), PoolState(0))
         reqs.labels(status="503").inc(4)
         inflight.set(2)
+        prompt.inc(3000)
         o = src.observe(2.0, PoolState(0), PoolState(0))
         assert o.router_request_rate == pytest.approx(2.0) and o.router_inflight == 2
+        assert o.router_prompt_tokens_rate == pytest.approx(1500.0)  # counted as routed, before completion
         assert math.isnan(o.request_rate)  # no worker: the pools' own metrics stay unknown
     finally:
         server.shutdown()
         server.server_close()
     q = PromQL('namespace="ns"').queries()
     assert "pdserve_router_inflight_requests" in q["router_inflight"]
+    assert "rate(pdserve_router_prompt_tokens_total" in q["router_prompt_tokens_rate"]
+    assert 'pdserve_role="prefill"' in q["prefill_waiting"] and 'pdserve_role="decode"' in q["decode_waiting"]

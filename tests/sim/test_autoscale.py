@@ -35,10 +35,17 @@ def test_scripted_scale_up_then_down() -> None:
     # Ticks every 10 s from the first arrival, windows of 10 s.
     times = [t for t, _, _ in auto.seen]
     assert times[:3] == [10.0, 20.0, 30.0]
+    # What Prometheus shows at t=10: the scrape at 7.5 s (15 s period, half a period
+    # behind), rates over the 60 s before it.
     first = auto.seen[0][1]
-    assert first.start_s == 0.0 and first.end_s == 10.0
-    assert first.arrivals == sum(1 for r in trace.requests if r.arrival_s <= 10.0)
-    assert first.request_rate == pytest.approx(first.arrivals / 10.0)
+    assert first.end_s == 7.5 and first.start_s == 7.5 - 60.0
+    routed = [r for r in trace.requests if r.arrival_s <= 7.5]
+    assert first.arrivals == len(routed)
+    assert first.prompt_tokens_rate == pytest.approx(sum(r.input_tokens for r in routed) / 60.0)
+    done = [r for r in res.records if 0 <= r.finish_s <= 7.5]
+    assert done and first.completions == len(done)
+    assert first.request_rate == pytest.approx(len(done) / 60.0)
+    assert first.mean_osl == pytest.approx(sum(r.output_tokens for r in done) / len(done))
     assert first.mean_isl is not None and 200 <= first.mean_isl <= 800
     assert first.ttft_p50 is not None and first.ttft_p90 is not None and first.ttft_p50 <= first.ttft_p90
     assert auto.seen[0][2] == PoolSizes(1, 1)
@@ -94,3 +101,21 @@ def test_bad_autoscaler_is_reported() -> None:
         run_simulation(synthetic_trace(20, 1.0, 100, 5), SimConfig(), autoscaler=Broken())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="PoolSizes.decode must be an int >= 0"):
         PoolSizes(1, -1)
+
+
+def test_window_knows_no_output_length_before_completion() -> None:
+    """Live-equal view: a request's output length reaches the planner only when it finishes."""
+    from pdserve.sim.traces import from_rows
+
+    # 20 long generations arriving in the first 10 s; none can finish before the first scrapes.
+    trace = from_rows([(0.5 * i, 512, 8000, ()) for i in range(20)] + [(200.0, 64, 4, ())], format="synthetic", source="long outputs")
+    auto = Scripted({}, interval_s=30.0)
+    run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1), autoscaler=auto)
+    first = auto.seen[0][1]  # t=30: the scrape at 22.5 s saw all 20 routed, none finished
+    assert first.arrivals == 20 and first.prompt_tokens_rate == pytest.approx(20 * 512 / 60.0)
+    assert first.completions == 0 and first.request_rate == 0.0
+    assert first.mean_osl is None and first.mean_isl is None and first.ttft_p50 is None
+    assert first.inflight == 20
+    # ...and learns it from the completions once they are scraped.
+    later = [w for _, w, _ in auto.seen if w.completions]
+    assert later and later[0].mean_osl == pytest.approx(8000.0)

@@ -38,11 +38,16 @@ class Observation:
     itl_tail_s: float = NAN
     running: float = NAN
     waiting: float = NAN  # in the engines' queues
+    prefill_waiting: float = NAN  # of which in the prefill pool's queues (the TTFT backlog)
+    decode_waiting: float = NAN  # of which in the decode pool's (KV transfers not landed, admission)
     kv_usage: float = NAN  # 0..1
     prefix_hit_ratio: float = NAN  # 0..1, prompt tokens served from the prefix cache
     # The router sees requests even while no worker runs: the wake-up signal at zero.
     router_request_rate: float = NAN
     router_inflight: float = NAN
+    # Prompt tokens/s as the router routes them: the one arrival-time load signal (vLLM's
+    # prompt-token histograms are observed only when a request finishes).
+    router_prompt_tokens_rate: float = NAN
     error: str | None = None
     extra: dict[str, float] = field(default_factory=dict)
 

@@ -24,6 +24,8 @@ def _f(x: float | None) -> float:
 def observation_from_window(now: float, window: WindowMetrics, current: PoolSizes) -> Observation:
     """Simulator window -> planner observation.
 
+    The window holds what Prometheus would (completed requests, scraped counters,
+    see :mod:`pdserve.sim.windows`), so the policy gets no future knowledge here.
     The simulator reports p50/p90 over the window's completions; p50 stands in for
     the mean (the profile's mean latency) and p90 for the tail. Instances still
     starting are not ``pending`` in the Kubernetes sense (they will become ready),
@@ -49,8 +51,12 @@ def observation_from_window(now: float, window: WindowMetrics, current: PoolSize
         itl_tail_s=_f(window.itl_p90),
         running=float(window.prefill.running + window.decode.running),
         waiting=float(window.prefill.waiting + window.decode.waiting),
+        prefill_waiting=float(window.prefill.waiting),
+        decode_waiting=float(window.decode.waiting),
         kv_usage=window.decode.kv_usage,
         prefix_hit_ratio=_f(hit),
+        router_prompt_tokens_rate=_f(window.prompt_tokens_rate),
+        router_inflight=float(window.inflight),
     )
 
 

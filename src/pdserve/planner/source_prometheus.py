@@ -34,6 +34,7 @@ class Names:
     queries: tuple[str, ...] = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
     router_requests: tuple[str, ...] = ("pdserve_router_requests_total",)
     router_inflight: tuple[str, ...] = ("pdserve_router_inflight_requests",)
+    router_prompt_tokens: tuple[str, ...] = ("pdserve_router_prompt_tokens_total",)
 
 
 class PromQL:
@@ -89,10 +90,13 @@ class PromQL:
             "itl_tail_s": self.quantile_of_hist(n.itl, "decode"),
             "running": self.gauge(n.running, None),
             "waiting": self.gauge(n.waiting, None),
+            "prefill_waiting": self._alts(n.waiting, "prefill", lambda m, s: f"sum({m}{s})"),
+            "decode_waiting": self._alts(n.waiting, "decode", lambda m, s: f"sum({m}{s})"),
             "kv_usage": self.gauge(n.kv, "decode", agg="avg"),
             "prefix_hit_ratio": self.ratio(n.hits, n.queries, "prefill"),
             "router_request_rate": self.rate_sum(n.router_requests, None),
             "router_inflight": self.gauge(n.router_inflight, None),
+            "router_prompt_tokens_rate": self.rate_sum(n.router_prompt_tokens, None),
         }
 
 

@@ -124,6 +124,7 @@ class ScrapeSource:
         router = {
             "router_request_rate": _first(rates.get("router", {}), n.router_requests),
             "router_inflight": _first(gauges.get("router", {}), n.router_inflight),
+            "router_prompt_tokens_rate": _first(rates.get("router", {}), n.router_prompt_tokens),
         }
         rates.pop("router", None)
         gauges.pop("router", None)
@@ -141,6 +142,8 @@ class ScrapeSource:
             itl_tail_s=self._pick(rates, "decode", lambda s: _quant(s, n.itl, self.quantile)),
             running=self._g(gauges, None, n.running),
             waiting=self._g(gauges, None, n.waiting),
+            prefill_waiting=_first(gauges.get("prefill", {}), n.waiting),
+            decode_waiting=_first(gauges.get("decode", {}), n.waiting),
             kv_usage=self._pick(gauges, "decode", lambda s: _first(s, n.kv) / max(1, _count(targets, "decode"))),
             prefix_hit_ratio=self._pick(rates, "prefill", lambda s: _ratio(s, n.hits, n.queries)),
             extra={"scrape_errors": float(len(errors))}, **router,

@@ -18,11 +18,15 @@ Semantics (all times are virtual seconds on the simulator's clock):
 
 * The first tick is at ``interval_s`` after the first arrival, then every
   ``interval_s`` until the trace is replayed and every request has finished.
-* ``window`` covers ``(now - interval_s, now]``: requests that *arrived* in it
-  give ``arrivals``, ``request_rate``, ``mean_isl``, ``mean_osl``; requests that
-  *completed* in it give the TTFT / ITL quantiles (``None`` when nothing completed).
-  Pool gauges (running, waiting, KV usage) are sampled at ``now``; the prefix hit
-  ratio is the pool's prefix-cache hits / queries (tokens) during the window.
+* ``window`` is what Prometheus would answer at ``now`` (see
+  :mod:`pdserve.sim.windows`): counters as of the last scrape (every 15 s), rates
+  over the 60 s before it. Requests that *completed* in it give ``request_rate``,
+  ``mean_isl``, ``mean_osl`` and the TTFT / ITL quantiles (``None`` when nothing
+  completed); the router's arrival-time counter gives ``prompt_tokens_rate`` and
+  ``arrivals``. No output length is known before its request has finished.
+  Pool gauges (running, waiting, KV usage) and ``inflight`` are sampled at ``now``;
+  the prefix hit ratio is the pool's prefix-cache hits / queries (tokens) since the
+  previous tick.
 * ``current`` is the number of instances per pool that are *requested*: ready or
   still starting, not draining. For the colocated and chunked topologies there is
   one pool, reported as ``decode``; ``prefill`` is 0 and is ignored on return.
@@ -74,14 +78,14 @@ class PoolMetrics:
 
 @dataclass(frozen=True, slots=True)
 class WindowMetrics:
-    """What a metrics scrape over the last interval would show."""
+    """What a Prometheus query at the tick would show (rate windows end at the last scrape)."""
 
     start_s: float
     end_s: float
-    arrivals: int  # requests that arrived in the window
-    request_rate: float  # arrivals / window length, req/s
-    mean_isl: float | None  # mean prompt tokens of the arrivals
-    mean_osl: float | None  # mean output tokens of the arrivals
+    arrivals: int  # requests the router routed in the window
+    request_rate: float  # completions / window length, req/s (rate of vllm:request_success_total)
+    mean_isl: float | None  # mean prompt tokens of the completions
+    mean_osl: float | None  # mean output tokens of the completions
     completions: int  # requests that finished in the window
     ttft_p50: float | None  # seconds, over completions in the window
     ttft_p90: float | None
@@ -89,6 +93,9 @@ class WindowMetrics:
     itl_p90: float | None
     prefill: PoolMetrics  # all zeros for colocated / chunked topologies
     decode: PoolMetrics  # the decode pool, or the single colocated pool
+    # Arrival-time signals (the router counts prompt tokens as it routes, NaN: unknown)
+    prompt_tokens_rate: float = float("nan")  # prompt tokens/s routed in the window
+    inflight: int = 0  # requests in the router at the tick (arrived, not finished)
 
 
 @runtime_checkable

@@ -1,7 +1,30 @@
-"""Per-interval metrics for the autoscaler hook (what a Prometheus scrape would show)."""
+"""Per-tick metrics for the autoscaler hook: only what a Prometheus query would return.
+
+Live, the planner reads counters and histograms that Prometheus scraped every
+``scrape_s`` seconds, through ``rate(x[window])``; it never sees a request's output
+length before the request has finished. This tracker gives the simulated planner the
+same view:
+
+* counters are read at the last scrape at or before the tick (scrapes at
+  ``origin + phase + k * scrape_s``: on average half a scrape period old, as live);
+* ``rate()`` is the counter increase between that scrape and the one ``window_s``
+  earlier, over ``window_s`` (Prometheus extrapolates a partial window to its edges;
+  with the window a multiple of the scrape period the two agree);
+* request rate, ISL / OSL means and TTFT / ITL quantiles come from *completed*
+  requests (vLLM observes ``request_success_total``, ``request_prompt_tokens``,
+  ``request_generation_tokens`` when a request finishes); the only arrival-time signal
+  is the router's ``pdserve_router_prompt_tokens`` counter, which counts prompt tokens
+  as requests are routed, and its in-flight gauge;
+* quantiles are exact over the window's completions rather than interpolated from
+  histogram buckets (the one place this view is kinder than Prometheus);
+* pool gauges (running, waiting, KV usage) are read at the tick.
+"""
 
 from __future__ import annotations
 
+import bisect
+import math
+from collections import deque
 from typing import TYPE_CHECKING
 
 from pdserve.sim.autoscale import PoolMetrics, PoolSizes, WindowMetrics
@@ -13,26 +36,45 @@ if TYPE_CHECKING:
 
 _EMPTY = PoolMetrics(ready=0, starting=0, draining=0, running=0, waiting=0, kv_usage=0.0, prefix_hit_ratio=None)
 
+SCRAPE_S = 15.0  # the chart's PodMonitor interval
+RATE_WINDOW_S = 60.0  # the planner's PromQL window ("1m")
+
 
 class WindowTracker:
-    """Accumulates arrivals and completions between ticks; reads gauges at a tick."""
+    """Time-stamped arrival / completion events, read back as scraped counters at a tick."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Simulation, *, scrape_s: float = SCRAPE_S, window_s: float = RATE_WINDOW_S,
+                 phase_s: float | None = None) -> None:
+        if not (scrape_s > 0 and window_s >= scrape_s):
+            raise ValueError(f"need scrape period > 0 and rate window >= scrape period, got {scrape_s}, {window_s}")
         self.sim = sim
-        self.isl: list[int] = []
-        self.osl: list[int] = []
-        self.ttft: list[float] = []
-        self.tpot: list[float] = []
+        self.scrape_s = scrape_s
+        self.window_s = window_s
+        self.phase_s = scrape_s / 2 if phase_s is None else phase_s
+        self.origin: float | None = None
+        # (time, prompt tokens) per routed request; (time, isl, osl, ttft, tpot or None) per completion
+        self.arrivals: deque[tuple[float, int]] = deque()
+        self.done: deque[tuple[float, int, int, float, float | None]] = deque()
+        self.inflight = 0
         self.prefix_seen: dict[str, tuple[int, int]] = {}  # instance -> (hits, queries) at last tick
 
     def arrived(self, rec: RequestRecord) -> None:
-        self.isl.append(rec.input_tokens)
-        self.osl.append(rec.output_tokens)
+        if self.origin is None:
+            self.origin = rec.arrival_s
+        self.arrivals.append((rec.arrival_s, rec.input_tokens))
+        self.inflight += 1
 
     def completed(self, rec: RequestRecord) -> None:
-        self.ttft.append(rec.ttft)
-        if rec.output_tokens > 1:
-            self.tpot.append(rec.tpot)
+        tpot = rec.tpot if rec.output_tokens > 1 else None
+        self.done.append((rec.finish_s, rec.input_tokens, rec.output_tokens, rec.ttft, tpot))
+        self.inflight -= 1
+
+    def last_scrape(self, now: float) -> float:
+        """The newest scrape instant at or before ``now``."""
+        origin = (self.origin or 0.0) + self.phase_s
+        if now < origin:
+            return now - self.scrape_s  # nothing scraped yet: an empty window
+        return origin + math.floor((now - origin) / self.scrape_s + 1e-9) * self.scrape_s
 
     def pool_sizes(self) -> PoolSizes:
         def live(pool: str) -> int:
@@ -64,26 +106,43 @@ class WindowTracker:
         )
 
     def snapshot(self, now: float, interval_s: float) -> WindowMetrics:
-        n = len(self.isl)
+        end = self.last_scrape(now)
+        start = end - self.window_s
+        # Events older than any future window are never read again.
+        while self.arrivals and self.arrivals[0][0] <= start - self.window_s:
+            self.arrivals.popleft()
+        while self.done and self.done[0][0] <= start - self.window_s:
+            self.done.popleft()
+        arr = _between(self.arrivals, start, end)
+        done = _between(self.done, start, end)
+        n = len(done)
+        ttft = sorted(d[3] for d in done)
+        tpot = sorted(d[4] for d in done if d[4] is not None)
         sim = self.sim
         if sim.disagg:
             prefill, decode = self._pool("prefill"), self._pool("decode")
         else:
             prefill, decode = _EMPTY, self._pool("colocated")
-        w = WindowMetrics(
-            start_s=now - interval_s,
-            end_s=now,
-            arrivals=n,
-            request_rate=n / interval_s,
-            mean_isl=sum(self.isl) / n if n else None,
-            mean_osl=sum(self.osl) / n if n else None,
-            completions=len(self.ttft),
-            ttft_p50=percentile(self.ttft, 50),
-            ttft_p90=percentile(self.ttft, 90),
-            itl_p50=percentile(self.tpot, 50),
-            itl_p90=percentile(self.tpot, 90),
+        return WindowMetrics(
+            start_s=start,
+            end_s=end,
+            arrivals=len(arr),
+            request_rate=n / self.window_s,
+            mean_isl=sum(d[1] for d in done) / n if n else None,
+            mean_osl=sum(d[2] for d in done) / n if n else None,
+            completions=n,
+            ttft_p50=percentile(ttft, 50),
+            ttft_p90=percentile(ttft, 90),
+            itl_p50=percentile(tpot, 50),
+            itl_p90=percentile(tpot, 90),
             prefill=prefill,
             decode=decode,
+            prompt_tokens_rate=sum(a[1] for a in arr) / self.window_s,
+            inflight=self.inflight,
         )
-        self.isl, self.osl, self.ttft, self.tpot = [], [], [], []
-        return w
+
+
+def _between(events: deque, start: float, end: float) -> list:
+    """Events with start < time <= end (events are appended in time order)."""
+    times = [e[0] for e in events]
+    return list(events)[bisect.bisect_right(times, start):bisect.bisect_right(times, end)]
