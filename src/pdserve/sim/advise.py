@@ -6,8 +6,11 @@ one TP in ``T`` for both pools, or every pair with ``mixed_tp``; the budget used
 to one instance).
 A coarse pass searches every candidate's goodput on a short window with a loose
 tolerance; the best few (and the best of each kind) are searched again on a longer
-window with a tight one, and so is any candidate whose coarse estimate still beats
-the best refined result (short windows overstate goodput).
+window with a tight one. Short windows overstate goodput (by up to ~2x on bursty
+traces), so before any verdict every candidate whose coarse estimate beats the best
+refined result *of its own kind* (split, or colocated-style) is refined too: the
+verdict compares the best split with the best colocated layout, and either one could
+otherwise be a coarse number never checked.
 """
 
 from __future__ import annotations
@@ -106,7 +109,6 @@ def advise(
     tps: Sequence[int] | None = None,
     mixed_tp: bool = False,
     refine_top: int = 3,
-    max_extra_refines: int = 4,
     coarse_window_s: float = 20.0,
     fine_window_s: float = 60.0,
     coarse_max_requests: int = 400,
@@ -153,19 +155,31 @@ def advise(
     for k, r in enumerate(coarse):
         if r in pick:
             refine(k)
-    # Short coarse windows overstate goodput (queues have not built up yet), so a
-    # candidate whose coarse estimate still beats the best refined one gets refined too.
-    for _ in range(max_extra_refines):
-        best_fine = max(x.compared.per_gpu for x in refined.values())
-        k = next((k for k, r in enumerate(coarse) if k not in refined and r.per_gpu > best_fine), None)
-        if k is None:
-            break
+    # Short coarse windows overstate goodput (queues have not built up yet), so any
+    # candidate whose coarse estimate still beats the best refined one of its kind is
+    # refined, highest estimate first, until none is left: the verdict then compares
+    # refined numbers only. Each refinement can only lower the bar for the rest of its
+    # kind by being lower itself, so this ends after at most len(coarse) searches.
+    while (k := next_to_refine(coarse, refined)) is not None:
         refine(k)
     ranked = [refined.get(k) or Ranked(r, refined=False) for k, r in enumerate(coarse)]
     ranked.sort(key=lambda r: (not r.refined, -r.compared.per_gpu, r.label))
     best = ranked[0]
     verdict, facts = explain(trace, base, ranked)
     return Advice(ranked=ranked, best=best, verdict=verdict, facts=facts)
+
+
+def next_to_refine(coarse: Sequence[Compared], refined: dict[int, Ranked]) -> int | None:
+    """Index of the unrefined candidate with the highest coarse estimate above its kind's best refined one."""
+    best: dict[bool, float] = {}
+    for k, r in refined.items():
+        kind = coarse[k].config.topology == "disagg"
+        best[kind] = max(best.get(kind, 0.0), r.compared.per_gpu)
+    for k, r in enumerate(coarse):  # sorted by coarse estimate, best first
+        kind = r.config.topology == "disagg"
+        if k not in refined and r.per_gpu > best.get(kind, 0.0):
+            return k
+    return None
 
 
 def _with_latency(trace: Trace, c: Compared, window_s: float, max_requests: int, refined: bool) -> Ranked:

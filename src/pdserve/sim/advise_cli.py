@@ -73,17 +73,19 @@ def manifest(advice: Advice, name: str) -> dict[str, object]:
 
 
 def _table(advice: Advice) -> Table:
-    t = Table(title="configurations by goodput per GPU (refined = searched on the long window)")
+    t = Table(title="configurations by goodput per GPU (refined = searched on the long window; "
+                    "~ = coarse estimate on a short window, which overstates goodput)")
     for col in ("#", "configuration", "GPUs", "goodput req/s", "req/s/GPU", "TTFT p90 s", "TPOT p90 ms", "KV MB/req", "search"):
         t.add_column(col, justify="right" if col not in ("configuration", "search") else "left")
     for i, r in enumerate(advice.ranked, 1):
         c = r.compared
+        est = "" if r.refined else "~"
         t.add_row(
-            str(i), r.label, str(c.gpus), f"{c.goodput.goodput_rps:.3f}", f"{c.per_gpu:.3f}",
+            str(i), r.label, str(c.gpus), f"{est}{c.goodput.goodput_rps:.3f}", f"{est}{c.per_gpu:.3f}",
             "" if r.ttft_p90 is None else f"{r.ttft_p90:.3f}",
             "" if r.tpot_p90 is None else f"{1000 * r.tpot_p90:.1f}",
             f"{r.kv_mb_per_request:.0f}" if r.refined and r.disagg else "",
-            "refined" if r.refined else "coarse",
+            "refined" if r.refined else "coarse estimate",
         )
     return t
 
@@ -135,6 +137,7 @@ def main(argv: list[str]) -> int:
                 {"configuration": r.label, "layout": r.compared.config.label, "gpus": r.compared.gpus,
                  "goodput_rps": round(r.compared.goodput.goodput_rps, 6),
                  "goodput_per_gpu": round(r.compared.per_gpu, 6), "refined": r.refined,
+                 "estimate": "refined" if r.refined else "coarse (short window; overstates goodput)",
                  "ttft_p90_s": r.ttft_p90, "tpot_p90_s": r.tpot_p90}
                 for r in advice.ranked
             ],
