@@ -62,6 +62,13 @@ def _many(*mutations: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, A
 
 
 _DELETE = object()
+_V011 = _set("spec.engine.vllmVersion", "0.11.0")
+
+
+def _tp(prefill: int, decode: int) -> Callable[[dict[str, Any]], None]:
+    return _many(_set("spec.prefill.tensorParallelSize", prefill), _set("spec.decode.tensorParallelSize", decode))
+
+
 _AUTOSCALE = _set("spec.autoscaling", {"enabled": True, "prefill": {"min": 1, "max": 4}, "decode": {"min": 1, "max": 4}})
 
 INVALID: list[Invalid] = [
@@ -93,4 +100,45 @@ INVALID: list[Invalid] = [
     Invalid("interval-too-short", _many(_AUTOSCALE, _set("spec.autoscaling.intervalSeconds", 1)), "spec.autoscaling.intervalSeconds", "autoscaling.intervalSeconds"),
     Invalid("prometheus-url-not-http", _many(_AUTOSCALE, _set("spec.autoscaling.prometheusUrl", "prometheus:9090")), "spec.autoscaling.prometheusUrl", "autoscaling.prometheusUrl"),
     Invalid("toleration-operator-unknown", _set("spec.prefill.tolerations", [{"key": "a", "operator": "Matches"}]), "spec.prefill.tolerations[0].operator", "prefill.tolerations.0.operator"),
+    # vLLM's own limits, per version (pdserve.api.vllm_versions; each from vLLM's source).
+    Invalid("mooncake-not-in-0.11", _many(_V011, _set("spec.kvConnector", {"type": "MooncakeConnector"})), "spec.kvConnector.type", "kvConnector.type"),
+    Invalid("vllm-version-unknown", _set("spec.engine.vllmVersion", "0.10.0"), "spec.engine.vllmVersion", "engine.vllmVersion"),
+    Invalid("prefill-tp-above-decode-0.11", _many(_V011, _tp(4, 2)), "spec.decode.tensorParallelSize", "decode.tensorParallelSize"),
+    Invalid("decode-tp-not-multiple-0.11", _many(_V011, _tp(4, 6)), "spec.decode.tensorParallelSize", "decode.tensorParallelSize"),
+    Invalid("tp-not-dividing-0.33", _tp(2, 3), "spec.decode.tensorParallelSize", "decode.tensorParallelSize"),
+    Invalid("side-channel-range-hits-kv-events-0.11", _many(_V011, _tp(4, 4), _set("spec.kvConnector", {"sideChannelPort": 5555})), "spec.kvConnector.sideChannelPort", "kvConnector.sideChannelPort"),
+    Invalid("side-channel-range-hits-http-0.11", _many(_V011, _tp(1, 4), _set("spec.kvConnector", {"sideChannelPort": 7997})), "spec.kvConnector.sideChannelPort", "kvConnector.sideChannelPort"),
+    Invalid("side-channel-is-kv-events-0.33", _set("spec.kvConnector", {"sideChannelPort": 5557}), "spec.kvConnector.sideChannelPort", "kvConnector.sideChannelPort"),
+    Invalid("mooncake-bootstrap-is-http-0.33", _set("spec.kvConnector", {"type": "MooncakeConnector", "sideChannelPort": 8000}), "spec.kvConnector.sideChannelPort", "kvConnector.sideChannelPort"),
+    Invalid("side-channel-range-past-65535-0.11", _many(_V011, _tp(2, 2), _set("spec.kvConnector", {"sideChannelPort": 65535})), "spec.kvConnector.sideChannelPort", "kvConnector.sideChannelPort"),
+    Invalid("block-size-in-pool-args", _set("spec.prefill.extraArgs", ["--max-num-seqs", "8", "--block-size", "32"]), "spec.prefill.extraArgs", "extraArgs"),
+    Invalid("block-size-eq-in-engine-args", _set("spec.engine.args", ["--block-size=32"]), "spec.engine.args", "args"),
+    Invalid("tokenizer-in-decode-args", _set("spec.decode.extraArgs", ["--tokenizer", "other/tok"]), "spec.decode.extraArgs", "extraArgs"),
+    Invalid("block-size-not-in-0.11", _many(_V011, _set("spec.engine.blockSize", 24)), "spec.engine.blockSize", "engine.blockSize"),
+    Invalid("block-size-zero", _set("spec.engine.blockSize", 0), "spec.engine.blockSize", "engine.blockSize"),
+    Invalid("tokenizer-mode-slow-gone-in-0.33", _set("spec.model.tokenizerMode", "slow"), "spec.model.tokenizerMode", "model.tokenizerMode"),
+    Invalid("tokenizer-mode-hf-not-in-0.11", _many(_V011, _set("spec.model.tokenizerMode", "hf")), "spec.model.tokenizerMode", "model.tokenizerMode"),
+    Invalid("tokenizer-mode-unknown", _set("spec.model.tokenizerMode", "sentencepiece"), "spec.model.tokenizerMode", "model.tokenizerMode"),
+    # Pods: env from Secrets, the model cache, RDMA.
+    Invalid(
+        "env-value-and-value-from",
+        _set("spec.engine.env", [{"name": "HF_TOKEN", "value": "x", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]),
+        "spec.engine.env[0].valueFrom",
+        "valueFrom",
+    ),
+    Invalid("env-value-from-empty", _set("spec.engine.env", [{"name": "HF_TOKEN", "valueFrom": {}}]), "spec.engine.env[0].valueFrom", "valueFrom"),
+    Invalid("env-from-both", _set("spec.engine.envFrom", [{"secretRef": {"name": "a"}, "configMapRef": {"name": "b"}}]), "spec.engine.envFrom[0]", "envFrom"),
+    Invalid("token-secret-bad-name", _set("spec.model.tokenSecret", {"name": "Bad_Name"}), "spec.model.tokenSecret.name", "tokenSecret.name"),
+    Invalid("image-pull-secret-bad-name", _set("spec.imagePullSecrets", [{"name": "UPPER"}]), "spec.imagePullSecrets[0].name", "imagePullSecrets.0.name"),
+    Invalid("cache-pvc-and-host-path", _set("spec.modelCache", {"persistentVolumeClaim": "hf", "hostPath": "/data/hf"}), "spec.modelCache.hostPath", "hostPath"),
+    Invalid("cache-read-only-without-volume", _set("spec.modelCache", {"readOnly": True}), "spec.modelCache.readOnly", "readOnly"),
+    Invalid("cache-host-path-relative", _set("spec.modelCache", {"hostPath": "data/hf"}), "spec.modelCache.hostPath", "modelCache.hostPath"),
+    Invalid("cache-size-malformed", _set("spec.modelCache", {"size": "big"}), "spec.modelCache.size", "size"),
+    Invalid("rdma-without-root", _set("spec.rdma", {"enabled": True}), "spec.rdma.enabled", "rdma.enabled"),
+    Invalid(
+        "rdma-resource-is-gpu",
+        _many(_set("spec.engine.runAsRoot", True), _set("spec.rdma", {"enabled": True, "resources": {"nvidia.com/gpu": 1}})),
+        "spec.rdma.resources",
+        "resources",
+    ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -35,17 +36,37 @@ def test_at_least_ten_distinct_invalid_cases() -> None:
     assert len({c.field for c in INVALID}) >= 10
 
 
+def services(path: Path) -> list[dict[str, Any]]:
+    """The DisaggregatedService documents of an example (some also carry a Secret, PVC, Job)."""
+    return [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "DisaggregatedService"]
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_examples_are_valid(path: Path) -> None:
-    doc = yaml.safe_load(path.read_text())
-    svc = DisaggregatedService.from_body(doc)
-    assert svc.metadata.name == doc["metadata"]["name"]
+    docs = services(path)
+    assert docs, f"{path.name} has no DisaggregatedService"
+    for doc in docs:
+        svc = DisaggregatedService.from_body(doc)
+        assert svc.metadata.name == doc["metadata"]["name"]
 
 
 def test_examples_cover_both_engines_and_autoscaling() -> None:
-    specs = [DisaggregatedServiceSpec.model_validate(yaml.safe_load(p.read_text())["spec"]) for p in EXAMPLES]
+    specs = [DisaggregatedServiceSpec.model_validate(d["spec"]) for p in EXAMPLES for d in services(p)]
     assert {s.engine.kind for s in specs} == {"vllm", "mock"}
     assert any(s.autoscaling.enabled and s.engine.kind == "mock" for s in specs)
+    # A gated model: token from a Secret, weights from a shared cache volume.
+    assert any(s.model.token_secret and s.model_cache.persistent_volume_claim for s in specs)
+
+
+def test_gated_example_references_its_own_secret_and_pvc() -> None:
+    docs = list(yaml.safe_load_all((EXAMPLES[0].parent / "gated-model-cache.yaml").read_text()))
+    by_kind = {d["kind"]: d for d in docs}
+    spec = by_kind["DisaggregatedService"]["spec"]
+    assert spec["model"]["tokenSecret"]["name"] == by_kind["Secret"]["metadata"]["name"]
+    assert spec["model"]["tokenSecret"]["key"] in by_kind["Secret"]["stringData"]
+    assert spec["modelCache"]["persistentVolumeClaim"] == by_kind["PersistentVolumeClaim"]["metadata"]["name"]
+    job = by_kind["Job"]["spec"]["template"]["spec"]
+    assert job["volumes"][0]["persistentVolumeClaim"]["claimName"] == by_kind["PersistentVolumeClaim"]["metadata"]["name"]
 
 
 @pytest.mark.parametrize("name", ["x" * 43, "1-starts-with-digit", "has.dot"])

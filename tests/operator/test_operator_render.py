@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _svc(path: str = "examples/llama-8b-disagg.yaml", **spec_overrides: Any) -> DisaggregatedService:
-    doc = yaml.safe_load((ROOT / path).read_text())
+    doc = next(d for d in yaml.safe_load_all((ROOT / path).read_text()) if d["kind"] == "DisaggregatedService")
     doc["metadata"].update(namespace="llm", uid="1234-uid", generation=3)
     doc["spec"].update(spec_overrides)
     return DisaggregatedService.from_body(doc)
@@ -55,17 +55,20 @@ def test_children_and_order() -> None:
 
 def test_vllm_prefill_exact_command() -> None:
     c = _engine(render(_svc()), "llama-8b-prefill")
-    assert c["image"] == "vllm/vllm-openai:v0.11.0"
+    assert c["image"] == "vllm/vllm-openai:v0.33.0"
     assert c["command"] == ["vllm", "serve"]
     assert c["args"] == [
         "meta-llama/Llama-3.1-8B-Instruct",
         "--port", "8000",
         "--served-model-name", "llama-8b",
         "--tensor-parallel-size", "1",
+        "--block-size", "16",
+        "--tokenizer", "meta-llama/Llama-3.1-8B-Instruct",
+        "--tokenizer-mode", "auto",
         "--enable-prefix-caching",
         "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
         "--kv-events-config", '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557"}',
-        "--max-model-len", "16384", "--block-size", "16",
+        "--max-model-len", "16384",
         "--max-num-batched-tokens", "16384",
     ]  # fmt: skip
     assert json.loads(c["args"][c["args"].index("--kv-transfer-config") + 1]) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
@@ -82,11 +85,21 @@ def test_decode_gets_its_own_extra_args_and_tp() -> None:
     assert _by(out, "Deployment", "llama-8b-decode")["spec"]["replicas"] == 3
 
 
-@pytest.mark.parametrize("connector", ["NixlConnector", "LMCacheConnectorV1", "MooncakeConnector"])
-def test_chosen_connector(connector: str) -> None:
-    c = _engine(render(_svc(kvConnector={"type": connector})), "llama-8b-decode")
-    cfg = json.loads(c["args"][c["args"].index("--kv-transfer-config") + 1])
-    assert cfg == {"kv_connector": connector, "kv_role": "kv_both"}
+@pytest.mark.parametrize(
+    ("connector", "prefill_role", "decode_role", "port_env"),
+    [
+        ("NixlConnector", "kv_both", "kv_both", "VLLM_NIXL_SIDE_CHANNEL_PORT"),
+        ("LMCacheConnectorV1", "kv_producer", "kv_consumer", "VLLM_NIXL_SIDE_CHANNEL_PORT"),
+        ("MooncakeConnector", "kv_producer", "kv_consumer", "VLLM_MOONCAKE_BOOTSTRAP_PORT"),
+    ],
+)
+def test_chosen_connector(connector: str, prefill_role: str, decode_role: str, port_env: str) -> None:
+    out = render(_svc(kvConnector={"type": connector, "sideChannelPort": 6100}))
+    for name, role in (("llama-8b-prefill", prefill_role), ("llama-8b-decode", decode_role)):
+        c = _engine(out, name)
+        cfg = json.loads(c["args"][c["args"].index("--kv-transfer-config") + 1])
+        assert cfg == {"kv_connector": connector, "kv_role": role}
+        assert {e["name"]: e.get("value") for e in c["env"]}[port_env] == "6100"
 
 
 def test_env_ports_probes_resources() -> None:
@@ -95,7 +108,8 @@ def test_env_ports_probes_resources() -> None:
     env = {e["name"]: e for e in c["env"]}
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"]["value"] == "5600"
-    assert env["HF_HUB_OFFLINE"]["value"] == "0"
+    assert env["VLLM_LOGGING_LEVEL"]["value"] == "INFO"
+    assert env["HF_HOME"]["value"] == "/cache/huggingface"
     assert env["PDSERVE_ROLE"]["value"] == "prefill"
     assert [(p["name"], p["containerPort"]) for p in c["ports"]] == [("http", 8000), ("side-channel", 5600), ("kv-events", 5557)]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -103,7 +117,8 @@ def test_env_ports_probes_resources() -> None:
     # vLLM gets at least 30 minutes to load weights before liveness applies.
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 1800
     assert c["resources"] == {
-        "requests": {"cpu": "8", "memory": "48Gi", "nvidia.com/gpu": "1"},
+        # No cache volume in this example: the per-pod emptyDir cache is requested as ephemeral storage.
+        "requests": {"ephemeral-storage": "100Gi", "cpu": "8", "memory": "48Gi", "nvidia.com/gpu": "1"},
         "limits": {"memory": "64Gi", "nvidia.com/gpu": "1"},
     }
     pod = _by(out, "Deployment", "llama-8b-prefill")["spec"]["template"]["spec"]
@@ -130,6 +145,7 @@ def test_mock_engine_same_args_plus_mock_flags() -> None:
         "--port", "8000",
         "--served-model-name", "mock-llama",
         "--tensor-parallel-size", "1",
+        "--block-size", "16",
         "--enable-prefix-caching",
         "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
         "--kv-events-config", '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557"}',
@@ -147,9 +163,13 @@ def test_router_deployment_service_and_rbac() -> None:
     assert c["args"] == [
         "--host", "0.0.0.0", "--port", "8000",
         "--k8s-service", "llama-8b", "--k8s-namespace", "llm", "--worker-port", "8000",
-        "--policy", "kv_aware", "--kv-events", "--kv-events-port", "5557",
+        "--policy", "kv_aware", "--block-size", "16", "--kv-events", "--kv-events-port", "5557",
     ]  # fmt: skip
-    assert c["env"] == [{"name": "PDSERVE_ROUTER_WEIGHTS", "value": '{"overlap_weight":2.0,"request_tokens":64.0}'}]
+    assert c["env"] == [
+        {"name": "HOME", "value": "/home/pdserve"},
+        {"name": "HF_HOME", "value": "/cache/huggingface"},
+        {"name": "PDSERVE_ROUTER_WEIGHTS", "value": '{"overlap_weight":2.0,"request_tokens":64.0}'},
+    ]
     assert dep["spec"]["replicas"] == 2
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "llama-8b-router"
     svc = _by(out, "Service", "llama-8b")
@@ -181,7 +201,7 @@ def test_render_is_pure_and_deterministic() -> None:
     assert json.dumps(render(svc), sort_keys=True) == json.dumps(render(_svc()), sort_keys=True)
 
 
-@pytest.mark.parametrize("example", ["examples/llama-8b-disagg.yaml", "examples/mock-disagg.yaml"])
+@pytest.mark.parametrize("example", ["examples/llama-8b-disagg.yaml", "examples/mock-disagg.yaml", "examples/gated-model-cache.yaml"])
 def test_rendered_objects_validate_against_kubernetes_schema(example: str) -> None:
     for manifest in render(_svc(example)):
         kubernetes_validate.validate(manifest, "1.33", strict=True)

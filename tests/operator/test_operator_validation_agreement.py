@@ -26,9 +26,23 @@ spec_parts = st.fixed_dictionaries(
     {},
     optional={
         "prefill": st.fixed_dictionaries({"replicas": st.integers(-1, 8), "tensorParallelSize": st.sampled_from([0, 1, 2, 4, 8])}),
-        "decode": st.fixed_dictionaries({"replicas": st.integers(-1, 8), "tensorParallelSize": st.sampled_from([0, 1, 2, 8])}),
+        "decode": st.fixed_dictionaries({"replicas": st.integers(-1, 8), "tensorParallelSize": st.sampled_from([0, 1, 2, 3, 8])}),
         "slo": st.fixed_dictionaries({}, optional={"ttftMs": st.sampled_from([-1, 0, 0.5, 500]), "attainment": st.sampled_from([0, 0.5, 1, 1.01])}),
-        "kvConnector": st.fixed_dictionaries({}, optional={"type": st.sampled_from(["NixlConnector", "MooncakeConnector", "Nixl"]), "sideChannelPort": st.sampled_from([80, 1024, 5600, 65536])}),
+        "kvConnector": st.fixed_dictionaries(
+            {}, optional={"type": st.sampled_from(["NixlConnector", "MooncakeConnector", "LMCacheConnectorV1", "Nixl"]), "sideChannelPort": st.sampled_from([80, 1024, 5555, 5600, 7999, 65535, 65536])}
+        ),
+        # The version table's rules: connectors, TP pairing, side-channel ranges, block sizes, tokenizer modes.
+        "engine": st.fixed_dictionaries(
+            {},
+            optional={
+                "vllmVersion": st.sampled_from(["0.11.0", "0.33.0", "0.9.0"]),
+                "blockSize": st.sampled_from([0, 8, 16, 24, 128, 256]),
+                "args": st.sampled_from([[], ["--max-num-seqs", "8"], ["--block-size", "8"], ["--tokenizer-mode=slow"]]),
+                "runAsRoot": st.booleans(),
+            },
+        ),
+        "model": st.fixed_dictionaries({}, optional={"tokenizerMode": st.sampled_from(["auto", "hf", "slow", "mistral", "custom"])}),
+        "rdma": st.fixed_dictionaries({"enabled": st.booleans()}, optional={"resources": st.sampled_from([{"rdma/ib": 1}, {"nvidia.com/gpu": 1}, {"ib": 1}])}),
         "autoscaling": st.fixed_dictionaries(
             {"enabled": st.booleans()},
             optional={
@@ -54,7 +68,7 @@ def _manifest(parts: dict[str, Any]) -> dict[str, Any]:
     return m
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(parts=spec_parts)
 def test_api_server_and_models_agree(admin: client.ApiClient, parts: dict[str, Any]) -> None:
     manifest = _manifest(parts)

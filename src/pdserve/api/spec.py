@@ -9,56 +9,113 @@ Python, so code that builds a spec by hand fails exactly where the API server wo
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, ClassVar, Literal
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
+from pdserve.api import vllm_versions
 from pdserve.api.cel import CelRule
+from pdserve.api.pods import EnvFromSource, EnvVar, LocalObjectReference, ModelCacheSpec, RdmaSpec, SecretKey
+from pdserve.api.spec_base import QUANTITY_PATTERN, QUANTITY_RE, ApiModel, Quantity
+from pdserve.api.vllm_versions import DEFAULT_VERSION, OFFERED_CONNECTORS, VERSIONS, VersionName
+
+__all__ = ["QUANTITY_PATTERN", "ApiModel", "EnvVar", "Quantity"]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ENGINE_KINDS = ("vllm", "mock")
-KV_CONNECTORS = ("NixlConnector", "LMCacheConnectorV1", "MooncakeConnector")
+KV_CONNECTORS = OFFERED_CONNECTORS
 ROUTER_POLICIES = ("round_robin", "least_loaded", "power_of_two", "prefix_approx", "kv_aware", "cache_aware")
 PREDICTORS = ("constant", "moving_average", "holt_winters", "arima")
+DEFAULT_BLOCK_SIZE = 16
+# Fixed ports of every worker pod (the operator's names.py reads them from here): the
+# connector's handshake ports must stay clear of them.
+WORKER_HTTP_PORT = 8000
+KV_EVENTS_PORT = 5557
+# Flags the spec sets once for both pools and the router: in extra args they could make the pools disagree.
+SPEC_OWNED_FLAGS = ("--block-size", "--tokenizer", "--tokenizer-mode")
+Arg = Annotated[str, Field(max_length=4096)]
 
-# Kubernetes quantity syntax (resource.Quantity), e.g. 500m, 16Gi, 1.5, 2e3.
-QUANTITY_PATTERN = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$"
-_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
-# Structural int-or-string with the quantity pattern, as controller-gen emits for resource.Quantity.
-Quantity = Annotated[int | str, WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY_PATTERN})]
+
+def _no_spec_owned_flags(list_field: str) -> CelRule:
+    cond = " || ".join(f"a == '{f}' || a.startsWith('{f}=')" for f in SPEC_OWNED_FLAGS)
+    return CelRule(
+        f"!has(self.{list_field}) || !self.{list_field}.exists(a, {cond})",
+        f"{list_field} must not set {', '.join(SPEC_OWNED_FLAGS)}: set engine.blockSize, model.tokenizer, model.tokenizerMode once (both pools and the router use them)",
+        f".{list_field}",
+    )
 
 
-class ApiModel(BaseModel):
-    """CRD objects: camelCase on the wire, unknown fields refused (the API server prunes them)."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-    __cel__: ClassVar[tuple[CelRule, ...]] = ()
+def _check_no_spec_owned_flags(where: str, args: list[str]) -> None:
+    for a in args:
+        if a.split("=", 1)[0] in SPEC_OWNED_FLAGS:
+            raise ValueError(f"{where} must not set {a.split('=', 1)[0]}: set engine.blockSize, model.tokenizer, model.tokenizerMode once (both pools and the router use them)")
 
 
 class ModelSpec(ApiModel):
     name: str = Field(min_length=1, max_length=256, description="Model to load, e.g. a Hugging Face id (`meta-llama/Llama-3.1-8B-Instruct`) or a path.")
     served_name: str | None = Field(None, min_length=1, max_length=256, description="Name clients use in the OpenAI `model` field (`--served-model-name`); defaults to `name`.")
+    tokenizer: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Tokenizer source (`--tokenizer`): a hub id or a directory (e.g. in the model cache); defaults to `name`. Passed to both pools and the router, so the router counts and hashes the tokens the workers see.",
+    )
+    tokenizer_mode: Literal["auto", "hf", "slow", "mistral"] = Field(
+        "auto", description="`--tokenizer-mode` for both pools and the router. `mistral` loads mistral-common tokenizers; `slow` exists in vLLM 0.11 only, `hf` from 0.33 on."
+    )
+    token_secret: SecretKey | None = Field(None, description="Secret key holding a Hugging Face token for gated models; set as HF_TOKEN in both pools and the router.")
 
-
-class EnvVar(ApiModel):
-    name: str = Field(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Environment variable name.")
-    value: str = Field("", description="Its value.")
+    @property
+    def tokenizer_source(self) -> str:
+        return self.tokenizer or self.name
 
 
 class EngineSpec(ApiModel):
     kind: Literal["vllm", "mock"] = Field("vllm", description="`vllm` runs `vllm serve` on GPUs; `mock` runs `pdserve worker`, the GPU-free vLLM stand-in with the same flags.")
     image: str | None = Field(None, min_length=1, description="Container image; defaults to vllm/vllm-openai for `vllm` and the pdserve image for `mock`.")
-    args: list[str] = Field(default_factory=list, description="Extra arguments for both pools, appended after the rendered ones.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for both pools.")
+    vllm_version: VersionName = Field(
+        DEFAULT_VERSION,
+        description="vLLM release the image runs (see the supported-version table in docs/install.md): picks the default image, the flags and env rendered, the connectors and tokenizer modes allowed. The mock engine emulates it.",
+    )
+    block_size: int = Field(
+        DEFAULT_BLOCK_SIZE,
+        ge=1,
+        le=1024,
+        description="KV-cache block size in tokens (`--block-size`), the same for both pools (NIXL copies whole blocks) and passed to the router, which hashes prompts in blocks of this size.",
+    )
+    run_as_root: bool = Field(
+        False,
+        description="Run the engine as root (the vllm/vllm-openai image's own user). Off: uid 1000 with HOME, USER and LOGNAME set so torch's getpass.getuser() needs no passwd entry. Needed for rdma (capabilities are only effective for root).",
+    )
+    args: list[Arg] = Field(default_factory=list, max_length=128, description="Extra arguments for both pools, appended after the rendered ones.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Extra environment variables for both pools; `valueFrom` reads Secrets and ConfigMaps.")
+    env_from: list[EnvFromSource] = Field(default_factory=list, max_length=16, description="Secrets / ConfigMaps whose keys all become environment variables of both pools.")
     mock_profile: str = Field("llama-3.1-8b-h100", min_length=1, description="Mock engine only: the performance profile (`--mock-profile`).")
     mock_speedup: float = Field(1.0, gt=0, le=10000, description="Mock engine only: how much faster than real time the mock runs (`--mock-speedup`).")
 
+    __cel__ = (_no_spec_owned_flags("args"),)
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineSpec:
+        _check_no_spec_owned_flags("args", self.args)
+        return self
+
+    @property
+    def version(self) -> vllm_versions.VllmVersion:
+        return VERSIONS[self.vllm_version]
+
 
 class KvConnectorSpec(ApiModel):
-    type: Literal["NixlConnector", "LMCacheConnectorV1", "MooncakeConnector"] = Field("NixlConnector", description="vLLM KV connector that moves KV blocks from prefill to decode workers.")
-    side_channel_port: int = Field(5600, ge=1024, le=65535, description="NIXL side-channel port (`VLLM_NIXL_SIDE_CHANNEL_PORT`).")
+    type: Literal["NixlConnector", "LMCacheConnectorV1", "MooncakeConnector"] = Field(
+        "NixlConnector", description="vLLM KV connector that moves KV blocks from prefill to decode workers; must exist in engine.vllmVersion (MooncakeConnector: 0.33 on)."
+    )
+    side_channel_port: int = Field(
+        5600,
+        ge=1024,
+        le=65535,
+        description="Handshake port: `VLLM_NIXL_SIDE_CHANNEL_PORT` (vLLM 0.11 also uses the next TP-1 ports, one per TP rank) or `VLLM_MOONCAKE_BOOTSTRAP_PORT`. Must not overlap the HTTP (8000) or KV-events (5557) port.",
+    )
 
 
 class ResourceRequirements(ApiModel):
@@ -76,7 +133,7 @@ class ResourceRequirements(ApiModel):
             if GPU_RESOURCE in values:
                 raise ValueError(f"{where}: nvidia.com/gpu is set from tensorParallelSize; remove it from {where}")
             for key, q in values.items():
-                if isinstance(q, str) and not _QUANTITY_RE.match(q):
+                if isinstance(q, str) and not QUANTITY_RE.match(q):
                     raise ValueError(f"{where}.{key}: {q!r} is not a Kubernetes quantity")
         return self
 
@@ -95,7 +152,14 @@ class PoolSpec(ApiModel):
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="CPU / memory requests and limits per worker.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the workers must run on.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Taints the workers tolerate (GPU nodes are often tainted).")
-    extra_args: list[str] = Field(default_factory=list, description="Extra engine arguments for this pool only.")
+    extra_args: list[Arg] = Field(default_factory=list, max_length=128, description="Extra engine arguments for this pool only.")
+
+    __cel__ = (_no_spec_owned_flags("extraArgs"),)
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolSpec:
+        _check_no_spec_owned_flags("extraArgs", self.extra_args)
+        return self
 
 
 class RouterWeights(ApiModel):
@@ -147,9 +211,7 @@ class AutoscalingSpec(ApiModel):
     scale_down_stabilization_seconds: int = Field(300, ge=0, le=86400, description="A scale-down must be wanted this long before it happens.")
     scale_to_zero: bool = Field(False, description="Allow a pool's minimum of 0 (the pool is empty when idle).")
 
-    __cel__ = (
-        CelRule("self.scaleToZero || (self.prefill.min >= 1 && self.decode.min >= 1)", "a minimum of 0 needs scaleToZero: true", ".scaleToZero"),
-    )
+    __cel__ = (CelRule("self.scaleToZero || (self.prefill.min >= 1 && self.decode.min >= 1)", "a minimum of 0 needs scaleToZero: true", ".scaleToZero"),)
 
     @model_validator(mode="after")
     def _check(self) -> AutoscalingSpec:
@@ -169,6 +231,81 @@ def _within(pool: str) -> CelRule:
     )
 
 
+_V = "self.engine.vllmVersion"
+_MAX_TP = "(self.prefill.tensorParallelSize > self.decode.tensorParallelSize ? self.prefill.tensorParallelSize : self.decode.tensorParallelSize)"
+RDMA_ROOT_MESSAGE = "rdma.enabled needs engine.runAsRoot: true (Kubernetes makes added capabilities such as IPC_LOCK effective only for uid 0)"
+
+
+def _offer(values: Mapping[str, Sequence[object] | None]) -> str:
+    return "; ".join(f"{v}: {', '.join(map(str, allowed)) if allowed is not None else 'any'}" for v, allowed in values.items())
+
+
+def _connectors() -> dict[str, tuple[str, ...]]:
+    return {v: tuple(info.connectors) for v, info in VERSIONS.items()}
+
+
+def _tokenizer_modes() -> dict[str, tuple[str, ...]]:
+    return {v: tuple(m for m in info.tokenizer_modes if m in vllm_versions.OFFERED_TOKENIZER_MODES) for v, info in VERSIONS.items()}
+
+
+def _block_sizes() -> dict[str, tuple[int, ...] | None]:
+    return {v: info.block_sizes for v, info in VERSIONS.items()}
+
+
+CONNECTOR_MESSAGE = f"kvConnector.type must be a connector engine.vllmVersion has ({_offer(_connectors())})"
+TOKENIZER_MODE_MESSAGE = f"model.tokenizerMode must be one engine.vllmVersion accepts ({_offer(_tokenizer_modes())})"
+BLOCK_SIZE_MESSAGE = f"engine.blockSize must be one engine.vllmVersion accepts ({_offer(_block_sizes())})"
+TP_MESSAGE = "decode.tensorParallelSize must be a multiple of prefill.tensorParallelSize with NixlConnector on vLLM 0.11 (decode TP >= prefill TP); from 0.33 on one of the two must divide the other"
+PORT_MESSAGE = (
+    "kvConnector.sideChannelPort: the handshake ports (vLLM 0.11: port..port+TP-1, one per TP rank; 0.33: port) "
+    f"must not include the HTTP port {WORKER_HTTP_PORT} or the KV-events port {KV_EVENTS_PORT}, and must end <= 65535"
+)
+
+
+def _ports_clear(port: str, span: str) -> str:
+    return " && ".join([*(f"!({port} <= {fixed} && {fixed} < {port} + {span})" for fixed in (WORKER_HTTP_PORT, KV_EVENTS_PORT)), f"{port} + {span} - 1 <= 65535"])
+
+
+def version_rules() -> tuple[CelRule, ...]:
+    """CEL rules generated from the supported-version table (pdserve.api.vllm_versions)."""
+    tp = {
+        v: "self.decode.tensorParallelSize % self.prefill.tensorParallelSize == 0"
+        + ("" if info.decode_tp_must_cover_prefill else " || self.prefill.tensorParallelSize % self.decode.tensorParallelSize == 0")
+        for v, info in VERSIONS.items()
+    }
+    port_checks = []
+    for v, info in VERSIONS.items():
+        for name, conn in info.connectors.items():
+            span = _MAX_TP if conn.port_per_tp_rank else "1"
+            port_checks.append(f"(!({_V} == '{v}' && self.kvConnector.type == '{name}') || ({_ports_clear('self.kvConnector.sideChannelPort', span)}))")
+    return (
+        CelRule(vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.kvConnector.type", _connectors())), CONNECTOR_MESSAGE, ".kvConnector.type"),
+        CelRule(vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.model.tokenizerMode", _tokenizer_modes())), TOKENIZER_MODE_MESSAGE, ".model.tokenizerMode"),
+        CelRule(vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.engine.blockSize", _block_sizes())), BLOCK_SIZE_MESSAGE, ".engine.blockSize"),
+        CelRule(f"self.kvConnector.type != 'NixlConnector' || {vllm_versions.per_version_cel(_V, tp)}", TP_MESSAGE, ".decode.tensorParallelSize"),
+        CelRule(" && ".join(port_checks), PORT_MESSAGE, ".kvConnector.sideChannelPort"),
+    )
+
+
+def version_problems(spec: DisaggregatedServiceSpec) -> list[str]:
+    """The same checks as version_rules(), in Python, each message starting with the field."""
+    info = spec.engine.version
+    out = []
+    if spec.kv_connector.type not in info.connectors:
+        out.append(CONNECTOR_MESSAGE)
+    if spec.model.tokenizer_mode not in info.tokenizer_modes:
+        out.append(TOKENIZER_MODE_MESSAGE)
+    if info.block_sizes is not None and spec.engine.block_size not in info.block_sizes:
+        out.append(BLOCK_SIZE_MESSAGE)
+    if spec.kv_connector.type == "NixlConnector" and not info.tp_ok(spec.prefill.tensor_parallel_size, spec.decode.tensor_parallel_size):
+        out.append(TP_MESSAGE)
+    if spec.kv_connector.type in info.connectors:
+        ports = info.side_channel_ports(spec.kv_connector.type, spec.kv_connector.side_channel_port, spec.prefill.tensor_parallel_size, spec.decode.tensor_parallel_size)
+        if WORKER_HTTP_PORT in ports or KV_EVENTS_PORT in ports or ports.stop - 1 > 65535:
+            out.append(PORT_MESSAGE)
+    return out
+
+
 class DisaggregatedServiceSpec(ApiModel):
     """Desired state: the model, the engine, the KV connector, both worker pools, the router, SLOs and autoscaling."""
 
@@ -180,10 +317,15 @@ class DisaggregatedServiceSpec(ApiModel):
     router: RouterSpec = Field(default_factory=RouterSpec, description="The OpenAI-compatible router in front of both pools.")
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives the planner sizes the pools for.")
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="Forecasting planner settings.")
+    model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Hugging Face cache volume of both pools (mounted at HF_HOME).")
+    rdma: RdmaSpec = Field(default_factory=RdmaSpec, description="RDMA devices and UCX settings for the KV transfer.")
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, max_length=16, description="Registry credentials for the worker and router images.")
 
     __cel__ = (
         _within("prefill"),
         _within("decode"),
+        *version_rules(),
+        CelRule("!self.rdma.enabled || self.engine.runAsRoot", RDMA_ROOT_MESSAGE, ".rdma.enabled"),
         CelRule(
             f"!({_AUTOSCALED}) || !has(self.autoscaling.gpuBudget) || self.autoscaling.gpuBudget >= "
             "self.autoscaling.prefill.min * self.prefill.tensorParallelSize + self.autoscaling.decode.min * self.decode.tensorParallelSize",
@@ -194,6 +336,10 @@ class DisaggregatedServiceSpec(ApiModel):
 
     @model_validator(mode="after")
     def _check(self) -> DisaggregatedServiceSpec:
+        for problem in version_problems(self):
+            raise ValueError(problem)
+        if self.rdma.enabled and not self.engine.run_as_root:
+            raise ValueError(f"rdma.enabled: {RDMA_ROOT_MESSAGE}")
         a = self.autoscaling
         if not a.enabled:
             return self

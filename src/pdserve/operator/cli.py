@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--resync-seconds", type=float, default=60.0, help="full re-apply and status refresh per resource (default 60)")
     p.add_argument("--pdserve-image", default=DEFAULT_PDSERVE_IMAGE, help="image for the router and mock workers")
-    p.add_argument("--vllm-image", default=DEFAULT_VLLM_IMAGE, help="default image for real vLLM workers")
+    p.add_argument("--vllm-image", default=None, help=f"image for every real vLLM worker whose resource sets no engine.image (default: the image of its engine.vllmVersion, e.g. {DEFAULT_VLLM_IMAGE})")
     p.add_argument("--cluster-domain", default="cluster.local", help="DNS suffix for the endpoint URL")
     p.add_argument("--hosted-planner", action="store_true", help="run the planner inside the operator (a kopf daemon per autoscaled resource) instead of as its own process")
     return p

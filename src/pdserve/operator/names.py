@@ -7,18 +7,22 @@ from typing import Literal
 
 from pdserve import __version__
 from pdserve.api import DisaggregatedService
+from pdserve.api.spec import KV_EVENTS_PORT as SPEC_KV_EVENTS_PORT
+from pdserve.api.spec import WORKER_HTTP_PORT
+from pdserve.api.vllm_versions import DEFAULT_VERSION, VERSIONS
 from pdserve.kube.constants import API_VERSION, KIND, MANAGED_BY, ROLE_LABEL, SERVICE_LABEL
 
 Role = Literal["prefill", "decode", "router"]
 WORKER_ROLES: tuple[Role, Role] = ("prefill", "decode")
 ROLES: tuple[Role, Role, Role] = ("prefill", "decode", "router")
 
-HTTP_PORT = 8000
-KV_EVENTS_PORT = 5557
+# Defined next to the CRD's port rules (the handshake ports must stay clear of them).
+HTTP_PORT = WORKER_HTTP_PORT
+KV_EVENTS_PORT = SPEC_KV_EVENTS_PORT
 
 DEFAULT_PDSERVE_IMAGE = f"ghcr.io/pdserve/pdserve:{__version__}"
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
-
+# The image of the default supported vLLM version; a resource's engine.vllmVersion picks its own.
+DEFAULT_VLLM_IMAGE = VERSIONS[DEFAULT_VERSION].image
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,8 @@ class RenderOptions:
     """Operator-wide settings that are not part of a resource's spec."""
 
     pdserve_image: str = DEFAULT_PDSERVE_IMAGE
-    vllm_image: str = DEFAULT_VLLM_IMAGE
+    # None: each resource gets the image of its engine.vllmVersion from the version table.
+    vllm_image: str | None = None
     cluster_domain: str = "cluster.local"
 
 

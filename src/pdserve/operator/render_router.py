@@ -7,7 +7,9 @@ from typing import Any
 
 from pdserve.api import DisaggregatedService
 from pdserve.operator.names import HTTP_PORT, KV_EVENTS_PORT, RenderOptions, child_name, labels, owner_reference, selector_labels, service_name
+from pdserve.operator.render_workers import HF_HOME, cache_volume, hf_env
 
+ROUTER_HOME = "/home/pdserve"
 ROUTER_ROLE_RULES: list[dict[str, Any]] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 
 
@@ -28,33 +30,51 @@ def router_command(svc: DisaggregatedService) -> list[str]:
         "--k8s-namespace", svc.metadata.namespace,
         "--worker-port", str(HTTP_PORT),
         "--policy", svc.spec.router.policy,
+        # The workers' block size: the router hashes prompts in blocks of this size.
+        "--block-size", str(svc.spec.engine.block_size),
         "--kv-events",
         "--kv-events-port", str(KV_EVENTS_PORT),
     ]  # fmt: skip
 
 
 def router_env(svc: DisaggregatedService) -> list[dict[str, Any]]:
+    # The router loads the workers' tokenizer: same token Secret, HF cache layout under a writable HOME.
+    env = [{"name": "HOME", "value": ROUTER_HOME}, *hf_env(svc)]
     weights = svc.spec.router.weights.model_dump(by_alias=True, exclude_none=True)
-    if not weights:
-        return []
-    payload = {WEIGHT_FIELDS[k]: v for k, v in weights.items()}
-    return [{"name": "PDSERVE_ROUTER_WEIGHTS", "value": json.dumps(payload, separators=(",", ":"), sort_keys=True)}]
+    if weights:
+        payload = {WEIGHT_FIELDS[k]: v for k, v in weights.items()}
+        env.append({"name": "PDSERVE_ROUTER_WEIGHTS", "value": json.dumps(payload, separators=(",", ":"), sort_keys=True)})
+    return env
+
+
+def _router_volumes(svc: DisaggregatedService) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts): a writable HOME (the root filesystem is read-only) and the model cache
+    when it can be shared (hostPath, or a read-only PVC, i.e. ReadOnlyMany), so a tokenizer given
+    as a path in the cache resolves in the router as in the workers. Otherwise the cache is an
+    emptyDir the router's tokenizer download lands in."""
+    cache = svc.spec.model_cache
+    shared = cache.host_path is not None or (cache.persistent_volume_claim is not None and cache.read_only)
+    volumes: list[dict[str, Any]] = [{"name": "home", "emptyDir": {}}, cache_volume(svc) if shared else {"name": "model-cache", "emptyDir": {"sizeLimit": "2Gi"}}]
+    mounts: list[dict[str, Any]] = [{"name": "home", "mountPath": ROUTER_HOME}, {"name": "model-cache", "mountPath": HF_HOME, **({"readOnly": True} if cache.read_only else {})}]
+    return volumes, mounts
 
 
 def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict[str, Any]:
     command = router_command(svc)
+    volumes, mounts = _router_volumes(svc)
     probe = {"httpGet": {"path": "/health", "port": "http"}}
     container: dict[str, Any] = {
         "name": "router",
         "image": svc.spec.router.image or options.pdserve_image,
         "command": command[:2],
         "args": command[2:],
-        **({"env": env} if (env := router_env(svc)) else {}),
+        "env": router_env(svc),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+        "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True},
     }
     return {
@@ -71,14 +91,11 @@ def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict
                 "spec": {
                     "serviceAccountName": child_name(svc, "router"),
                     "containers": [container],
+                    "volumes": volumes,
+                    **({"imagePullSecrets": [{"name": s.name} for s in svc.spec.image_pull_secrets]} if svc.spec.image_pull_secrets else {}),
                     "terminationGracePeriodSeconds": 30,
                     "enableServiceLinks": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
                 },
             },
         },
@@ -90,11 +107,7 @@ def router_service(svc: DisaggregatedService) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(svc, service_name(svc)),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector_labels(svc, "router"),
-            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
-        },
+        "spec": {"type": "ClusterIP", "selector": selector_labels(svc, "router"), "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}]},
     }
 
 
