@@ -36,7 +36,7 @@ k8s-bins:
 	bash e2e/controlplane/build-binaries.sh $(K8S_BIN)
 
 crds: venv
-	$(VENV)/bin/pdserve crd --out crds/ --out charts/pdserve/crds/ --reference docs/crd-reference.md
+	$(VENV)/bin/pdserve crd --out crds/ --out charts/pdserve/crds/ --reference docs/crd-reference.md --versions-doc docs/install.md
 
 dashboard: venv
 	$(VENV)/bin/pdserve dashboard --out charts/pdserve/dashboards/pdserve.json

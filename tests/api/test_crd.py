@@ -10,6 +10,7 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
+from pdserve.api import vllm_versions
 from pdserve.api.cli import main as crd_main
 from pdserve.api.crd import CRD_FILENAME, build_crd, crd_yaml
 from pdserve.api.reference import reference_markdown
@@ -25,6 +26,13 @@ def test_committed_crd_is_current() -> None:
 
 def test_committed_reference_is_current() -> None:
     assert (ROOT / "docs/crd-reference.md").read_text() == reference_markdown(), "run `pdserve crd --reference docs/crd-reference.md`"
+
+
+def test_install_doc_version_table_is_current() -> None:
+    doc = (ROOT / "docs/install.md").read_text()
+    assert vllm_versions.markdown_table() in doc, "run `make crds` (pdserve crd --versions-doc docs/install.md)"
+    for name, info in vllm_versions.VERSIONS.items():
+        assert f"| {name}" in doc and info.image in doc
 
 
 def test_cli_check_mode_detects_staleness(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pdserve.api import vllm_versions
 from pdserve.api.crd import CRD_FILENAME, crd_yaml
 from pdserve.api.reference import reference_markdown
 
@@ -14,6 +15,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pdserve crd", description="Generate the DisaggregatedService CRD from the pydantic models.")
     p.add_argument("--out", action="append", type=Path, default=[], metavar="DIR", help=f"directory to write {CRD_FILENAME} into (repeatable); without it the YAML goes to stdout")
     p.add_argument("--reference", type=Path, metavar="PATH", help="also write the markdown CRD reference to PATH")
+    p.add_argument("--versions-doc", type=Path, metavar="PATH", help="also rewrite the supported-vLLM-version table between its markers in PATH (docs/install.md)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any target file is out of date")
     return p
 
@@ -23,6 +25,8 @@ def main(argv: list[str]) -> int:
     targets = [(d / CRD_FILENAME, crd_yaml()) for d in args.out]
     if args.reference:
         targets.append((args.reference, reference_markdown()))
+    if args.versions_doc:
+        targets.append((args.versions_doc, vllm_versions.with_table(args.versions_doc.read_text())))
     if not targets:
         sys.stdout.write(crd_yaml())
         return 0
