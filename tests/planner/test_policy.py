@@ -13,6 +13,7 @@ from conftest import queue_profile
 
 
 def obs(t, p=1, d=1, rate=10.0, isl=1024.0, osl=200.0, **kw):
+    kw.setdefault("waiting", 0.0)  # an unknown queue blocks every scale-down
     return Observation(timestamp=t, prefill=PoolState(p, kw.pop("p_ready", None), kw.pop("p_pending", 0)),
                        decode=PoolState(d, kw.pop("d_ready", None), kw.pop("d_pending", 0)),
                        request_rate=rate, mean_isl=isl, mean_osl=osl, **kw)
@@ -196,6 +197,8 @@ def test_wake_up_from_the_routers_signal():
 
 def test_backlog_adds_prefill_demand():
     calm = make().decide(obs(0, rate=20.0, waiting=0.0), 0)
-    queued = make().decide(obs(0, rate=20.0, waiting=600.0), 0)  # 600 queued / 10 s interval = +60 req/s
+    # 600 queued x 1024 tokens over the drain time (start-up 60 s + TTFT 1 s), flat out
+    queued = make().decide(obs(0, rate=20.0, waiting=600.0), 0)
     assert queued.prefill > calm.prefill and queued.decode == calm.decode
-    assert queued.explanation["demand"]["backlogRequests"] == 600.0
+    assert queued.explanation["demand"]["prefillQueueTokens"] == 600.0 * 1024
+    assert queued.explanation["demand"]["terms"]["binding_prefill"] == "drain"

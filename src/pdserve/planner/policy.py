@@ -1,10 +1,14 @@
 """The planner's pure core: observation + clock -> replica counts for both pools.
 
 Each interval: validate the inputs (hold on anything doubtful), append to the history,
-forecast rate / ISL / OSL for the next interval, turn the forecast into token demand
-per pool, divide by what one replica sustains within the SLOs (capacity profile,
-corrected by observed vs expected latency), then clamp: min/max, pending pods, the
-scale-down stabilisation window and finally the GPU budget, which no path may exceed.
+forecast rate / ISL / OSL for the start-up horizon, and size each pool for whichever
+bottleneck binds (``pdserve.planner.sizing``: prefill compute within the TTFT SLO,
+decode compute and KV memory within the ITL SLO, the P/D KV link at both ends, and
+draining the queues that a burst left behind), with the profile corrected by observed vs
+expected latency. Then clamp: min/max, pending pods, scale-down only once the queues are
+empty and after a short stabilisation window, and finally the GPU budget, which no path
+may exceed. Up is fast (one tick, for the forecast, the observed load or the queue,
+whichever is largest); down is cheap (as soon as queue and forecast allow).
 No I/O and no wall clock: ``now`` is passed in, so the simulator and the tests drive it.
 """
 
@@ -21,6 +25,7 @@ from pdserve.planner.decision import ScalingDecision
 from pdserve.planner.observation import Observation
 from pdserve.planner.predictors import Forecast, Predictor, make_predictor
 from pdserve.planner.profile import CapacityProfile
+from pdserve.planner.sizing import Capacity, Load, size
 
 
 @dataclass
@@ -42,7 +47,9 @@ class PolicyConfig:
     prefill_tp: int = 1
     decode_tp: int = 1
     gpu_budget: int | None = None
-    scale_down_stabilization_s: float = 300.0
+    # Short: a burst's capacity is released a minute after the queue is gone, not held for
+    # minutes; flapping is bounded by the queue gate below and by the start-up horizon.
+    scale_down_stabilization_s: float = 60.0
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
     stale_after_s: float | None = None  # default: 3 intervals
@@ -52,7 +59,12 @@ class PolicyConfig:
     target_utilization: float = 0.85
     # Never plan for less than the load observed right now (a forecast lagging a ramp).
     floor_on_observed: bool = True
-    drain_backlog: bool = True  # size prefill for queued requests as well as arrivals
+    drain_backlog: bool = True  # size for draining the queues as well as for arrivals
+    # Queued work must be gone this long after a decision (None: start-up + TTFT SLO: the
+    # replica asked for now is ready, then the queue clears within one TTFT budget).
+    drain_s: float | None = None
+    # No pool shrinks while more than this many requests per ready replica wait in it.
+    release_queue_per_replica: float = 1.0
     correction: bool = True
     correction_bounds: tuple[float, float] = (0.67, 1.5)
     # A slower-than-profile pool only gets more replicas once its tail latency nears the
@@ -119,7 +131,7 @@ class PlannerPolicy:
             return self._hold(cur, now, D.HOLD_STALE, f"metrics are {age:.0f}s old (limit {stale_after:.0f}s)", expl)
 
         busy = any(_finite(v) and v > 0 for v in (obs.request_rate, obs.waiting, obs.router_request_rate,
-                                                   obs.router_inflight))
+                                                   obs.router_inflight, obs.router_prompt_tokens_rate))
         if busy or s.last_busy is None:  # the first interval counts as busy: no instant scale-to-zero
             s.last_busy = now
         if cfg.scale_to_zero and cur == (0, 0):
@@ -133,10 +145,14 @@ class PlannerPolicy:
         if obs.request_rate > 0 and not (_finite(obs.mean_isl) and _finite(obs.mean_osl)):
             return self._hold(cur, now, D.HOLD_MISSING, "mean ISL/OSL missing while requests flow", expl)
 
-        self._push(s.rate, obs.request_rate)
         if obs.request_rate > 0:
             self._push(s.isl, obs.mean_isl)
             self._push(s.osl, obs.mean_osl)
+        seen = self._arrival_rate(obs)
+        if seen is None:
+            return self._hold(cur, now, D.HOLD_MISSING, "prompt tokens arrive but no request has completed yet "
+                              "(no ISL to turn them into a request rate)", expl)
+        self._push(s.rate, seen)
         if _finite(obs.prefix_hit_ratio):
             s.hit = min(max(obs.prefix_hit_ratio, 0.0), 0.95)
 
@@ -158,8 +174,8 @@ class PlannerPolicy:
 
         rate = f_rate.value
         if cfg.floor_on_observed:
-            rate = max(rate, obs.request_rate)
-        if rate <= 0:
+            rate = max(rate, seen)
+        if rate <= 0 and not self._queued(obs):
             want = (0, 0)
             expl["demand"] = {"requestRate": 0.0}
         else:
@@ -194,26 +210,69 @@ class PlannerPolicy:
             self._update_correction(obs)
         corr_p = s.corr_prefill if s.corr_prefill < 1 or self._near_slo(obs.ttft_tail_s, cfg.ttft_slo_ms) else 1.0
         corr_d = s.corr_decode if s.corr_decode < 1 or self._near_slo(obs.itl_tail_s, cfg.itl_slo_ms) else 1.0
-        eff_p = cap_p * cfg.target_utilization / corr_p
-        eff_d = cap_d * cfg.target_utilization / corr_d
-        # A queue that has built up is load too: drain it over one interval on top of
-        # the arrivals, or a late scale-up never catches up with its own backlog.
-        backlog = obs.waiting if cfg.drain_backlog and _finite(obs.waiting) else 0.0
-        demand_p = (rate + backlog / cfg.interval_s) * isl * (1.0 - s.hit)
-        demand_d = rate * osl
-        want = (math.ceil(demand_p / eff_p - 1e-9), math.ceil(demand_d / eff_d - 1e-9))
+        link = prof.kv_link.tokens_per_s if prof.kv_link is not None else None
+        capacity = Capacity(
+            prefill_slo=cap_p * cfg.target_utilization / corr_p,
+            prefill_saturated=(prof.prefill_saturated(isl) or cap_p) / corr_p,
+            decode_slo=cap_d * cfg.target_utilization / corr_d,
+            link=link, link_utilization=cfg.target_utilization,
+        )
+        q_p, q_d = self._queue_tokens(obs, isl) if cfg.drain_backlog else (0.0, 0.0)
+        tokens_now = obs.router_prompt_tokens_rate if cfg.floor_on_observed and _finite(obs.router_prompt_tokens_rate) else 0.0
+        load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
+                    decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now)
+        terms = size(load, capacity, drain_s=cfg.drain_s or (cfg.startup_s + cfg.ttft_slo_ms / 1000))
+        want = (terms.prefill, terms.decode)
         expl["capacity"] = {
             "prefillTokensPerSPerReplica": cap_p, "decodeTokensPerSPerReplica": cap_d,
+            "prefillSaturatedTokensPerS": capacity.prefill_saturated, "linkTokensPerSPerInstance": link,
             "prefillCorrection": corr_p, "decodeCorrection": corr_d,
             "prefillLatencyRatio": s.corr_prefill, "decodeLatencyRatio": s.corr_decode,
             "targetUtilization": cfg.target_utilization, "decodeContext": context,
         }
         expl["demand"] = {
-            "requestRate": rate, "prefixHitRatio": s.hit, "backlogRequests": backlog,
-            "prefillTokensPerS": demand_p, "decodeTokensPerS": demand_d,
+            "requestRate": rate, "prefixHitRatio": s.hit, "prefillQueueTokens": q_p, "decodeQueueTokens": q_d,
+            "prefillTokensPerS": load.prompt_tokens, "decodeTokensPerS": load.rate * osl,
             "prefillReplicas": want[0], "decodeReplicas": want[1],
+            "terms": terms.to_dict(),
         }
         return want
+
+    def _arrival_rate(self, obs: Observation) -> float | None:
+        """Requests/s arriving now. Completions lag arrivals by a whole request; the router's
+        prompt-token counter does not, so it turns into a rate with the latest known ISL.
+        None: tokens arrive but no ISL is known yet."""
+        rate = obs.request_rate
+        tokens = obs.router_prompt_tokens_rate
+        if not (_finite(tokens) and tokens > 0):
+            return rate
+        isl = obs.mean_isl if _finite(obs.mean_isl) and obs.mean_isl > 0 else (self._s.isl[-1] if self._s.isl else None)
+        if isl is None:
+            return None
+        return max(rate, tokens / isl)
+
+    @staticmethod
+    def _queue_tokens(obs: Observation, isl: float) -> tuple[float, float]:
+        """Prompt tokens queued for each pool (vLLM exports queued requests, not tokens:
+        the mean ISL turns one into the other). Unknown counts as empty: the queue only
+        ever adds replicas."""
+        # Without a per-pool gauge, count every queued request as prefill work (conservative).
+        q_p = obs.prefill_waiting if _finite(obs.prefill_waiting) else (obs.waiting if _finite(obs.waiting) else 0.0)
+        q_d = obs.decode_waiting if _finite(obs.decode_waiting) else 0.0
+        return q_p * isl, q_d * isl
+
+    def _queued(self, obs: Observation) -> bool:
+        return any(_finite(v) and v > 0 for v in (obs.prefill_waiting, obs.decode_waiting, obs.waiting))
+
+    def _may_shrink(self, obs: Observation, pool: str) -> bool:
+        """A pool shrinks only while its queue is (nearly) empty; an unknown queue blocks it."""
+        state = obs.prefill if pool == "prefill" else obs.decode
+        waiting = obs.prefill_waiting if pool == "prefill" else obs.decode_waiting
+        if not _finite(waiting):
+            waiting = obs.waiting
+        if not _finite(waiting):
+            return False
+        return waiting <= self.config.release_queue_per_replica * max(state.effective_ready, 1)
 
     def _near_slo(self, tail_s: float, slo_ms: float) -> bool:
         """Unknown tail latency counts as near: then trust the measured ratio."""
@@ -272,6 +331,11 @@ class PlannerPolicy:
             d = min(cur[1], max(r[2] for r in s.recs))
         if (p, d) != before:
             notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")
+        # A queue still draining keeps its pool: removing a replica now would only lengthen it.
+        for pool, idx in (("prefill", 0), ("decode", 1)):
+            if (p, d)[idx] < cur[idx] and not self._may_shrink(obs, pool):
+                p, d = (cur[0], d) if idx == 0 else (p, cur[1])
+                notes.append(f"{pool}: requests still queued, not shrinking")
 
         fp, fd = fit_budget(p, d, tp_prefill=cfg.prefill_tp, tp_decode=cfg.decode_tp, budget=cfg.gpu_budget,
                             min_prefill=cfg.prefill_min, min_decode=cfg.decode_min, want_prefill=want[0], want_decode=want[1])

@@ -21,7 +21,8 @@ File format (JSON, ``version: 1``)::
           {"context": 2048, "concurrency": 32, "throughputTokensPerS": 1400.0, "itlMeanMs": 22.8, "itlTailMs": 24.0},
           ...
         ]
-      }
+      },
+      "kvLink": {"kvBytesPerToken": 131072, "gbps": 100}  # optional: the P/D KV link per instance
     }
 
 Semantics:
@@ -78,6 +79,20 @@ class DecodeCurve(BaseModel):
     points: list[DecodePoint] = Field(min_length=1)
 
 
+class KvLink(BaseModel):
+    """The P/D KV-cache link: every prompt token's KV crosses it once, through one link
+    at the prefill end and one at the decode end (each instance has its own)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+    kv_bytes_per_token: float = Field(alias="kvBytesPerToken", gt=0)
+    gbps: float = Field(alias="gbps", gt=0, description="per instance, Gbit/s")
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Prompt tokens' KV one instance's link moves per second at saturation."""
+        return self.gbps * 1e9 / 8 / self.kv_bytes_per_token
+
+
 class CapacityProfile(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
     version: int = PROFILE_VERSION
@@ -88,6 +103,7 @@ class CapacityProfile(BaseModel):
     tail_quantile: float = Field(0.99, alias="tailQuantile", gt=0, lt=1)
     prefill: PrefillCurve
     decode: DecodeCurve
+    kv_link: KvLink | None = Field(None, alias="kvLink")  # None: the link is not modelled
 
     @model_validator(mode="after")
     def _known_version(self) -> "CapacityProfile":
@@ -141,6 +157,19 @@ class CapacityProfile(BaseModel):
         groups = _group(self.prefill.points, lambda p: p.isl)
         caps = {x: _max_under(pts, lambda p: p.ttft_tail_ms, ttft_slo_ms) for x, pts in groups.items()}
         return _interp_over(caps, isl)
+
+    def prefill_saturated(self, isl: float) -> float | None:
+        """Prompt tokens/s one prefill replica reaches at its highest measured load (any TTFT):
+        the rate at which it drains a queue."""
+        groups = _group(self.prefill.points, lambda p: p.isl)
+        return _interp_over({x: max(p.throughput for p in pts) for x, pts in groups.items()}, isl)
+
+    def decode_saturated(self, context: float, itl_slo_ms: float) -> float | None:
+        """Generated tokens/s one decode replica reaches at ``context`` with mean ITL within
+        the SLO (KV memory caps the concurrency measured): the bound's decode rate."""
+        groups = _group(self.decode.points, lambda p: p.context)
+        caps = {x: _max_under(pts, lambda p: p.itl_mean_ms, itl_slo_ms) for x, pts in groups.items()}
+        return _interp_over(caps, context)
 
     def decode_capacity(self, context: float, itl_slo_ms: float) -> float | None:
         """Generated tokens/s one decode replica sustains at ``context`` within the ITL SLO."""

@@ -34,6 +34,7 @@ def derive_profile(
     max_num_batched_tokens: int = 8192,
     block_size: int = 16,
     tail_quantile: float = 0.99,
+    kv_link_gbps: float | None = 100.0,
 ) -> CapacityProfile:
     from pdserve.worker.perf import PerfModel, load_profile
 
@@ -79,6 +80,7 @@ def derive_profile(
         "tailQuantile": tail_quantile,
         "prefill": {"tensorParallelSize": pm_p.tp, "points": pre},
         "decode": {"tensorParallelSize": pm_d.tp, "points": dec},
+        "kvLink": None if kv_link_gbps is None else {"kvBytesPerToken": pm_p.kv_bytes_per_token, "gbps": kv_link_gbps},
     })
 
 

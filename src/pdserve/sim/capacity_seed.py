@@ -75,4 +75,5 @@ def capacity_seed(trace: Trace, config: SimConfig, *, requests_per_point: int = 
         "tailQuantile": 0.99,
         "prefill": {"tensorParallelSize": pspec.tp, "points": pre},
         "decode": {"tensorParallelSize": dspec.tp, "points": dec},
+        "kvLink": {"kvBytesPerToken": pspec.perf.kv_bytes_per_token, "gbps": config.kv_link_gbps},
     })
