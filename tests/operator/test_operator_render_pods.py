@@ -150,6 +150,9 @@ def test_model_cache_host_path_and_default_empty_dir() -> None:
     default = render(_svc(modelCache={"size": "40Gi"}))
     assert {"name": "model-cache", "emptyDir": {"sizeLimit": "40Gi"}} in _pod(default, "prefill")["volumes"]
     assert _container(default, "prefill")["resources"]["requests"]["ephemeral-storage"] == "40Gi"
+    mock = render(_svc(engine={"kind": "mock"}))
+    assert {"name": "model-cache", "emptyDir": {"sizeLimit": "2Gi"}} in _pod(mock, "prefill")["volumes"]
+    assert "ephemeral-storage" not in _container(mock, "prefill")["resources"]["requests"]
     user = render(_svc(prefill={"resources": {"requests": {"ephemeral-storage": "300Gi"}}}))
     assert _container(user, "prefill")["resources"]["requests"]["ephemeral-storage"] == "300Gi"
 

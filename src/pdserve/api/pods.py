@@ -101,7 +101,7 @@ class ModelCacheSpec(ApiModel):
     )
     read_only: bool = Field(False, description="Mount read-only; the weights must be there already and HF_HUB_OFFLINE=1 is set.")
     size: Quantity = Field(
-        "100Gi", description="Without a PVC or hostPath: size of the per-pod emptyDir cache, requested as ephemeral-storage so the scheduler picks a node with room for the weights."
+        "100Gi", description="Without a PVC or hostPath: size of the per-pod emptyDir cache, requested as ephemeral-storage so the scheduler picks a node with room for the weights (vLLM engine only: mock workers get a 2Gi emptyDir and request none)."
     )
     scratch: Quantity = Field("10Gi", description="ephemeral-storage requested besides the cache: HOME, torch.compile / Triton / FlashInfer caches, logs.")
 

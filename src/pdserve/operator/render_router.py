@@ -7,7 +7,7 @@ from typing import Any
 
 from pdserve.api import DisaggregatedService
 from pdserve.operator.names import HTTP_PORT, KV_EVENTS_PORT, RenderOptions, child_name, labels, owner_reference, selector_labels, service_name
-from pdserve.operator.render_workers import HF_HOME, cache_volume, hf_env
+from pdserve.operator.render_workers import HF_HOME, SMALL_CACHE, cache_volume, hf_env
 
 ROUTER_HOME = "/home/pdserve"
 ROUTER_ROLE_RULES: list[dict[str, Any]] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
@@ -54,7 +54,7 @@ def _router_volumes(svc: DisaggregatedService) -> tuple[list[dict[str, Any]], li
     emptyDir the router's tokenizer download lands in."""
     cache = svc.spec.model_cache
     shared = cache.host_path is not None or (cache.persistent_volume_claim is not None and cache.read_only)
-    volumes: list[dict[str, Any]] = [{"name": "home", "emptyDir": {}}, cache_volume(svc) if shared else {"name": "model-cache", "emptyDir": {"sizeLimit": "2Gi"}}]
+    volumes: list[dict[str, Any]] = [{"name": "home", "emptyDir": {}}, cache_volume(svc) if shared else {"name": "model-cache", "emptyDir": {"sizeLimit": SMALL_CACHE}}]
     mounts: list[dict[str, Any]] = [{"name": "home", "mountPath": ROUTER_HOME}, {"name": "model-cache", "mountPath": HF_HOME, **({"readOnly": True} if cache.read_only else {})}]
     return volumes, mounts
 

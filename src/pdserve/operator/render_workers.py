@@ -28,6 +28,8 @@ VLLM_GRACE_SECONDS = 120
 MOCK_GRACE_SECONDS = 30
 RUN_AS_USER = 1000
 EPHEMERAL = "ephemeral-storage"
+# An emptyDir cache that only ever holds a tokenizer (mock workers, the router).
+SMALL_CACHE = "2Gi"
 
 
 def _compact(obj: Any) -> str:
@@ -87,8 +89,9 @@ def _resources(svc: DisaggregatedService, pool: PoolSpec) -> dict[str, dict[str,
         extended |= {k: str(v) for k, v in spec.rdma.resources.items()}
     cache = spec.model_cache
     # The scheduler must find a node with room for the weights (emptyDir cache) or at least for
-    # HOME and the compile caches; the user's own ephemeral-storage request wins.
-    requests = {EPHEMERAL: str(cache.size if cache.ephemeral else cache.scratch)}
+    # HOME and the compile caches; the user's own ephemeral-storage request wins. Mock workers
+    # load no weights: they ask for nothing.
+    requests = {} if spec.engine.kind == "mock" else {EPHEMERAL: str(cache.size if cache.ephemeral else cache.scratch)}
     requests |= {k: str(v) for k, v in pool.resources.requests.items()}
     limits = {k: str(v) for k, v in pool.resources.limits.items()}
     return {"requests": requests | extended, "limits": limits | extended}
@@ -147,7 +150,8 @@ def cache_volume(svc: DisaggregatedService) -> dict[str, Any]:
         return {"name": "model-cache", "persistentVolumeClaim": {"claimName": cache.persistent_volume_claim, "readOnly": cache.read_only}}
     if cache.host_path:
         return {"name": "model-cache", "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
-    return {"name": "model-cache", "emptyDir": {"sizeLimit": str(cache.size)}}
+    # Mock workers download at most a tokenizer.
+    return {"name": "model-cache", "emptyDir": {"sizeLimit": SMALL_CACHE if svc.spec.engine.kind == "mock" else str(cache.size)}}
 
 
 def _security(svc: DisaggregatedService) -> tuple[dict[str, Any], dict[str, Any]]:
