@@ -7,12 +7,13 @@ PIP := $(VENV)/bin/pip
 K8S_BIN := .cache/k8s/bin
 PYTEST_ARGS ?=
 
-.PHONY: test unit venv system-deps k8s-bins demo crds dashboard bench clean help
+.PHONY: test lint unit venv system-deps k8s-bins demo crds dashboard bench clean help
 
 help:
 	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
 	@echo "make test   - set up everything from nothing and run the whole suite (then make bench-smoke)"
 	@echo "make bench-smoke - run every benchmark script on a tiny input"
+	@echo "make lint   - ruff and mypy (make test runs it)"
 
 $(VENV)/.installed: pyproject.toml
 	$(PY_SYS) -m venv $(VENV)
@@ -41,7 +42,13 @@ crds: venv
 dashboard: venv
 	$(VENV)/bin/pdserve dashboard --out charts/pdserve/dashboards/pdserve.json
 
-test: venv system-deps k8s-bins
+# Lint rules and types (config in pyproject.toml); `make test` runs it first.
+lint:
+	@test -x $(VENV)/bin/mypy -a -x $(VENV)/bin/ruff || $(MAKE) venv
+	$(VENV)/bin/ruff check src tests e2e bench
+	$(VENV)/bin/mypy
+
+test: venv lint system-deps k8s-bins
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(MAKE) --no-print-directory bench-smoke
 

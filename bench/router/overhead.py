@@ -276,7 +276,7 @@ def internal_overhead(before: dict, after: dict) -> dict:
             continue
         edges = sorted((float(le), h1[le] - h0.get(le, 0.0)) for le in h1 if le not in ("sum", "count"))
 
-        def q(p: float) -> float | None:
+        def q(p: float, edges: list[tuple[float, float]] = edges, n: float = n) -> float | None:
             for edge, cum in edges:  # the bucket's upper edge: an upper bound on the quantile
                 if cum >= p * n:
                     return None if edge == float("inf") else round(edge * 1000, 3)

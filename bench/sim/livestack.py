@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import socket
 import subprocess
@@ -152,7 +151,7 @@ async def replay(url: str, schedule: Sequence[tuple[int, float, list[int], int]]
                             chunk = json.loads(line[6:])
                             if chunk.get("choices") and chunk["choices"][0].get("text") is not None:
                                 rec.token_s.append(time.perf_counter() - t0)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            except (TimeoutError, aiohttp.ClientError) as e:
                 rec.error = f"{type(e).__name__}: {e}"
             if rec.token_s:
                 rec.first_token_s = rec.token_s[0]

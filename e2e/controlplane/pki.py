@@ -53,7 +53,7 @@ def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
 def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, *, ca: bool,
              cert_sign: bool) -> x509.CertificateBuilder:
     """What the CA and every leaf share: names, serial, validity window, basic constraints, key usage."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return (
         x509.CertificateBuilder()
         .subject_name(subject)

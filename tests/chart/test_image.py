@@ -31,7 +31,7 @@ def test_chart_runs_the_image_as_its_user(chart: helm.Chart) -> None:
 
 
 def test_dockerignore_keeps_the_build_context_to_the_package() -> None:
-    lines = [l for l in (ROOT / ".dockerignore").read_text().splitlines() if l and not l.startswith("#")]
+    lines = [ln for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln and not ln.startswith("#")]
     assert lines[0] == "*" and {"!pyproject.toml", "!README.md", "!src"} <= set(lines)
     for needed in ("pyproject.toml", "README.md", "src"):
-        assert f"COPY {needed}" in DOCKERFILE or f"COPY pyproject.toml README.md" in DOCKERFILE
+        assert f"COPY {needed}" in DOCKERFILE or "COPY pyproject.toml README.md" in DOCKERFILE

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from pdserve.api import DisaggregatedService
@@ -11,8 +11,8 @@ from pdserve.operator.drift import differences, drift
 from pdserve.operator.render import render
 from pdserve.operator.status import ChildState, compute_status
 
-T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
-T1 = datetime(2026, 1, 1, 12, 5, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+T1 = datetime(2026, 1, 1, 12, 5, 0, tzinfo=UTC)
 
 
 def _svc(status: dict[str, Any] | None = None, prefill: int = 2, decode: int = 1) -> DisaggregatedService:

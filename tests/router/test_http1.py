@@ -176,7 +176,7 @@ async def test_a_sink_gets_the_body_from_the_read_callback_with_raw_chunks_when_
         for _ in range(2):  # the connection goes back to the pool after a sunk body too
             resp = await pool.post(srv.url, "/v1/completions", {"prompt": "hi"}, {}, T)
             got: list[tuple[bytes, bytes | None]] = []
-            resp.set_sink(lambda data, raw: got.append((data, raw)))
+            resp.set_sink(lambda data, raw, got=got: got.append((data, raw)))
             assert await resp.readany() == b""  # only the end is reported
             resp.release()
             assert b"".join(d for d, _ in got) == b"".join(events)

@@ -205,8 +205,8 @@ async def _raw_stream(url: str, version: str, max_tokens: int, rcvbuf: int | Non
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
     reader, writer = await asyncio.open_connection(sock=sock)
-    body = ('{"model": "%s", "prompt": "slow reader", "max_tokens": %d, "ignore_eos": true, "stream": true}'
-            % (MODEL, max_tokens)).encode()
+    body = (f'{{"model": "{MODEL}", "prompt": "slow reader", "max_tokens": {max_tokens:d}, "ignore_eos": true, '
+            f'"stream": true}}').encode()
     writer.write(b"POST /v1/completions HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (version.encode(), len(body), body))
     await asyncio.sleep(pause_s)

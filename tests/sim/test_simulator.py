@@ -9,7 +9,7 @@ import pytest
 
 from pdserve.sim.config import SimConfig, SimConfigError, parse_layout
 from pdserve.sim.goodput import search_goodput
-from pdserve.sim.simulator import run_simulation
+from pdserve.sim.simulator import Simulation, run_simulation
 from pdserve.sim.traces import load_trace, synthetic_trace
 
 KV_8B = 131072  # llama-3.1-8b: 2 x 32 layers x 8 KV heads x 128 x 2 bytes per token
@@ -41,6 +41,19 @@ def test_every_request_finishes_with_its_tokens(layout: str) -> None:
     else:
         assert s.kv_bytes_moved == 0
     assert res.gpus == 2 if layout != "2p1d" else res.gpus == 3
+
+
+def test_simulation_built_directly_resolves_its_block_size(tmp_path: Path) -> None:
+    # SimConfig().block_size is None ("16, or the trace's own block size"); only run_simulation
+    # used to resolve it, so Simulation(trace, SimConfig()) crashed multiplying by None.
+    trace = load_trace(_shared_prefix_trace(tmp_path, 6))
+    cfg = SimConfig(prefill_instances=1, decode_instances=1)
+    direct = Simulation(trace, cfg).run()
+    assert direct.records == run_simulation(trace, cfg).records
+    assert sum(r.cached_tokens for r in direct.records) == 5 * 4096  # 512-token blocks of the hash ids
+    plain = synthetic_trace(20, 10.0, (100, 400), (2, 8), seed=1)
+    assert Simulation(plain, SimConfig(topology="colocated", instances=1)).block_size == 16
+    assert Simulation(plain, SimConfig(topology="colocated", instances=1)).run().summary.finished == 20
 
 
 def _shared_prefix_trace(tmp_path: Path, n: int) -> Path:

@@ -40,7 +40,7 @@ async def sleep_unless_stopped(stopped: Any, seconds: float) -> None:
     if isinstance(stopped, asyncio.Event):
         try:
             await asyncio.wait_for(stopped.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         return
     waiter = stopped.wait(seconds)  # kopf: `await stopped.wait(timeout)`

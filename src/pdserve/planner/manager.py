@@ -49,14 +49,14 @@ async def run_manager(namespaces: list[str] | None, *, stopped: asyncio.Event, l
                 ev.set()
                 await asyncio.wait([task], timeout=10)
                 logger.info(f"planner: stopped for {key[0]}/{key[1]}")
-            for key, (task, ev) in list(tasks.items()):
+            for key, (task, _ev) in list(tasks.items()):
                 if task.done():  # ended by itself (resource gone) or crashed: restart on the next pass
                     tasks.pop(key)
                     if task.exception() is not None:
                         logger.error(f"planner {key[0]}/{key[1]} crashed: {task.exception()!r}")
             await sleep_unless_stopped(stopped, resync_s)
     finally:
-        for task, ev in tasks.values():
+        for _task, ev in tasks.values():
             ev.set()
         if tasks:
             await asyncio.wait([t for t, _ in tasks.values()], timeout=10)

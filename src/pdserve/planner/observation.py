@@ -52,7 +52,7 @@ class Observation:
     extra: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def failed(cls, timestamp: float, prefill: PoolState, decode: PoolState, error: str) -> "Observation":
+    def failed(cls, timestamp: float, prefill: PoolState, decode: PoolState, error: str) -> Observation:
         return cls(timestamp=timestamp, prefill=prefill, decode=decode, error=error)
 
     def metrics_dict(self) -> dict[str, float | None]:

@@ -42,7 +42,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
+from collections.abc import Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -106,14 +107,14 @@ class CapacityProfile(BaseModel):
     kv_link: KvLink | None = Field(None, alias="kvLink")  # None: the link is not modelled
 
     @model_validator(mode="after")
-    def _known_version(self) -> "CapacityProfile":
+    def _known_version(self) -> CapacityProfile:
         if self.version != PROFILE_VERSION:
             raise ValueError(f"capacity profile version {self.version} is not supported (expected {PROFILE_VERSION})")
         return self
 
     # ---- persistence -------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path) -> "CapacityProfile":
+    def load(cls, path: str | Path) -> CapacityProfile:
         try:
             data = json.loads(Path(path).read_text())
         except json.JSONDecodeError as exc:
@@ -123,7 +124,7 @@ class CapacityProfile(BaseModel):
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.model_dump(by_alias=True), indent=2) + "\n")
 
-    def time_scaled(self, speedup: float) -> "CapacityProfile":
+    def time_scaled(self, speedup: float) -> CapacityProfile:
         """The same hardware seen through a mock worker running ``speedup`` x real time:
         throughput x speedup, latencies / speedup (what its wall-clock metrics report)."""
         if speedup <= 0:

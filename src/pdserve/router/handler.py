@@ -194,7 +194,6 @@ class CompletionHandler:
         """Run the prefill step; returns the kv_transfer_params for decode, or None to
         fall back to a local prefill on the decode worker."""
         st = self.state
-        cfg = st.cfg
         timeout = self.prefill_timeout
         body = pd.prefill_request(flow.parsed.body)
         policy = st.prefill_policy

@@ -274,12 +274,12 @@ class Response:
         assert self._read_timeout is not None
         idle = self._loop.time() - self._last
         if idle >= self._read_timeout:
-            self._fail(asyncio.TimeoutError(f"no data from {self._key[0]}:{self._key[1]} for {idle:.1f} s"))
+            self._fail(TimeoutError(f"no data from {self._key[0]}:{self._key[1]} for {idle:.1f} s"))
         else:  # re-armed only when it fires, not on every chunk
             self._timers.append(self._loop.call_later(self._read_timeout - idle, self._check_silence))
 
     def _on_total_timeout(self, total: float) -> None:
-        self._fail(asyncio.TimeoutError(f"{self._key[0]}:{self._key[1]} did not finish within {total:.1f} s"))
+        self._fail(TimeoutError(f"{self._key[0]}:{self._key[1]} did not finish within {total:.1f} s"))
 
     def _cancel_timers(self) -> None:
         for t in self._timers:
@@ -405,7 +405,7 @@ class Http1Pool:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(loop.create_connection(_Conn, key[0], key[1]), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise aiohttp.ServerTimeoutError(f"connecting to {key[0]}:{key[1]} timed out") from None
         except OSError as e:
             raise aiohttp.ClientConnectionError(f"cannot connect to {key[0]}:{key[1]}: {e}") from e

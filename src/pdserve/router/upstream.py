@@ -68,7 +68,7 @@ async def send_with_retries(
     order: list[str] = []
     last = "no worker available"
     choice = first
-    for attempt in range(state.cfg.max_retries + 1):
+    for _attempt in range(state.cfg.max_retries + 1):
         if choice is None or choice.decision.worker_id in tried:
             choice = state.choose(pool, policy, req, tried)
         if choice is None:

@@ -126,7 +126,7 @@ class WorkerPool:
                     if r.status != 200:
                         raise aiohttp.ClientResponseError(r.request_info, (), status=r.status)
                     load = parse_load(await r.text())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 # A busy worker answers /metrics slowly: that is load, not death.
                 w.scrape_timeouts += 1
                 return
@@ -149,7 +149,7 @@ class WorkerPool:
             try:
                 async with session.get(w.url + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
                     data = await r.json(content_type=None)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+            except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
                 return
             entries = data.get("data", []) if isinstance(data, dict) else []
             w.models = [m["id"] for m in entries if isinstance(m, dict) and isinstance(m.get("id"), str)]

@@ -50,6 +50,8 @@ def manifest(advice: Advice, name: str) -> dict[str, object]:
     """A DisaggregatedService for the recommendation (colocated: prefill.replicas 0)."""
     cfg = advice.best.compared.config
     model = resolve_profile(cfg.profile, cfg.tp).model.name
+    prefill: dict[str, object]
+    decode: dict[str, object]
     if cfg.topology == "disagg":
         prefill = {"replicas": cfg.prefill_instances, "tensorParallelSize": cfg.prefill_tp}
         decode = {"replicas": cfg.decode_instances, "tensorParallelSize": cfg.decode_tp}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
+from typing import cast
 
 from pdserve.router.policies import WorkerView
 from pdserve.sim.config import SimConfig, SimConfigError
@@ -160,7 +161,9 @@ class Instance:
             hold_kv=hold_kv,
             remote_prefilled=remote_prefilled,
         )
-        req.block_hashes = list(keys)
+        # The engine only compares and hashes these keys: the simulator's int keys stand in
+        # for the worker's bytes hashes (see pdserve.sim.prompts.block_keys).
+        req.block_hashes = cast("list[bytes]", list(keys))
         self.engine.add_request(req, now)
         if not remote_prefilled:
             self.inflight_prefill += input_tokens
@@ -172,7 +175,7 @@ class Instance:
     def cached_prefix_blocks(self, keys: list[int], input_tokens: int) -> int:
         """Blocks of this prompt already in this engine's prefix cache (a read-only probe)."""
         bs = self.spec.engine_config.block_size
-        return len(self.engine.pool.find_prefix(keys, (input_tokens - 1) // bs))
+        return len(self.engine.pool.find_prefix(cast("list[bytes]", keys), (input_tokens - 1) // bs))
 
     @property
     def idle(self) -> bool:

@@ -32,6 +32,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from pdserve.router.kv_index import KvIndex
 from pdserve.router.policies import Policy, RouteRequest, WorkerView, make_policy
@@ -69,6 +70,10 @@ class Simulation:
         autoscaler: Autoscaler | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
+        # Resolved here, not only in run_simulation: Simulation(trace, SimConfig()) must run too,
+        # with the engines' blocks (pool_spec) and the prompts' keys on the same block size.
+        self.block_size: int = config.block_size if config.block_size is not None else default_block_size(trace)
+        config = config.model_copy(update={"block_size": self.block_size})
         self.trace = trace
         self.cfg = config
         self.autoscaler = autoscaler
@@ -77,7 +82,7 @@ class Simulation:
         pools = ("prefill", "decode") if self.disagg else ("colocated",)
         self.specs: dict[str, PoolSpec] = {p: pool_spec(config, p) for p in pools}
         self.entry_pool = "prefill" if self.disagg else "colocated"
-        bs = config.block_size
+        bs = self.block_size
         try:
             self.policies: dict[str, Policy] = {
                 self.entry_pool: make_policy(config.policy, block_size=bs),
@@ -171,7 +176,7 @@ class Simulation:
         if inst is None:
             return
         rec = st.rec
-        rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.cfg.block_size
+        rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.block_size
         rid = str(rec.index)
         try:
             if self.disagg:
@@ -208,7 +213,7 @@ class Simulation:
         rec.decode_instance = d.instance_id
         d.incoming += 1
         hit = d.cached_prefix_blocks(st.keys, rec.input_tokens)
-        nbytes = int(max(0, rec.input_tokens - hit * self.cfg.block_size) * p.spec.perf.kv_bytes_per_token)
+        nbytes = int(max(0, rec.input_tokens - hit * self.block_size) * p.spec.perf.kv_bytes_per_token)
         tr = schedule_transfer(
             p.link, d.link, nbytes,
             prefill_start_s=st.prefill_start_s, prefill_end_s=self.now,
@@ -254,8 +259,8 @@ class Simulation:
     def _on_step_done(self, inst: Instance, out: StepOutput) -> None:
         inst.busy = False
         now = self.now
-        ev = out.kv_events
-        if ev.stored or ev.removed:
+        kv = out.kv_events
+        if kv.stored or kv.removed:
             self._feed_index(inst, out)
         prefill_pool = inst.pool == "prefill"
         states = self.states
@@ -360,7 +365,7 @@ class Simulation:
     def run(self) -> SimResult:
         reqs = self.trace.requests
         n = len(reqs)
-        bs = self.cfg.block_size
+        bs = self.block_size
         hb = self.trace.hash_block_tokens
         heap = self.heap
         limit = self.cfg.max_sim_time_s if self.cfg.max_sim_time_s is not None else math.inf
@@ -386,7 +391,8 @@ class Simulation:
                     break
                 self.now = t
                 if kind == _STEP_DONE:
-                    on_step_done(obj, obj.step_out)  # type: ignore[union-attr]
+                    inst = cast(Instance, obj)
+                    on_step_done(inst, cast(StepOutput, inst.step_out))
                 elif kind == _KICK:
                     self._on_kick(obj)  # type: ignore[arg-type]
                 elif kind == _KV_DONE:
@@ -470,6 +476,4 @@ def run_simulation(
     """
     if not trace.requests:
         raise SimConfigError("the trace has no requests")
-    if config.block_size is None:
-        config = config.model_copy(update={"block_size": default_block_size(trace)})
     return Simulation(trace.scaled(rate_scale), config, autoscaler=autoscaler, progress=progress).run()

@@ -24,7 +24,7 @@ import json
 import math
 import random
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Literal
 
@@ -147,7 +147,7 @@ def _parse_azure_time(path: str, line: int, text: str) -> float:
     text = text.strip()
     base, _, frac = text.partition(".")
     try:
-        ts = datetime.strptime(base, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        ts = datetime.strptime(base, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
         return ts + (float("0." + frac) if frac else 0.0)
     except ValueError:
         raise _err(path, line, "TIMESTAMP", f"not a 'YYYY-MM-DD HH:MM:SS[.frac]' time: {text!r}") from None
@@ -159,7 +159,7 @@ def _load_azure(path: Path, text: str) -> list[tuple[float, int, int, tuple[int,
     header = [h.strip() for h in next(reader)]
     cols = {h.lower(): i for i, h in enumerate(header)}
     it, ic, ig = cols["timestamp"], cols["contexttokens"], cols["generatedtokens"]
-    rows = []
+    rows: list[tuple[float, int, int, tuple[int, ...]]] = []
     for lineno, row in enumerate(reader, start=2):
         if not row or all(not c.strip() for c in row):
             continue
@@ -315,6 +315,7 @@ def synthetic_trace(
         return lo if lo == hi else rng.randint(lo, hi)
 
     times = synth_arrivals(n, rate, process=process, cv=cv, seed=seed)
-    rows = [(t, draw(input_tokens, "input_tokens"), draw(output_tokens, "output_tokens"), ()) for t in times]
+    rows: list[tuple[float, int, int, tuple[int, ...]]] = [
+        (t, draw(input_tokens, "input_tokens"), draw(output_tokens, "output_tokens"), ()) for t in times]
     desc = f"synthetic n={n} rate={rate} in={input_tokens} out={output_tokens} {process} cv={cv} seed={seed}"
     return from_rows(rows, format="synthetic", source=desc)

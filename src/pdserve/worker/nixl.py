@@ -142,7 +142,7 @@ async def pull_kv(
             data = await resp.json(content_type=None)
             if resp.status != 200:
                 raise KvLoadError(str(data.get("reason", f"http_{resp.status}")), str(data.get("detail", "")))
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+    except (TimeoutError, aiohttp.ClientError, OSError) as err:
         raise KvLoadError("unreachable", f"side channel {host}:{port}: {err!r}") from None
     expected = [hashing.to_external(h) for h in hashing.block_hashes(prompt_ids, block_size)]
     if data.get("block_hashes") != expected or data.get("num_tokens") != len(prompt_ids):
