@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 
@@ -48,7 +48,7 @@ def test_virtual_clock_refuses_to_go_backwards() -> None:
 
 def test_utc_is_an_aware_datetime_of_now() -> None:
     d = utc(VirtualClock(86400.0))
-    assert d.tzinfo == timezone.utc
+    assert d.tzinfo == UTC
     assert (d.year, d.month, d.day, d.hour) == (1970, 1, 2, 0)
 
 

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from pdserve.api.crd import build_crd
-from pdserve.kube.constants import GROUP, PLURAL, VERSION
+from pdserve.kube.constants import GROUP, PLURAL, VERSION  # noqa: F401  (re-exported to the operator tests)
 from pdserve.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES, RULES
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ simulation or a test decides exactly what time every decision sees.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Protocol, runtime_checkable
 
 
@@ -73,7 +73,7 @@ WALL = WallClock()
 
 def to_utc(t: float) -> datetime:
     """Epoch seconds as an aware UTC datetime."""
-    return datetime.fromtimestamp(t, tz=timezone.utc)
+    return datetime.fromtimestamp(t, tz=UTC)
 
 
 def utc(clock: Clock) -> datetime:

@@ -17,8 +17,10 @@ from typing import Any
 from grafana_foundation_sdk.builders import common as common_b
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus, timeseries
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import AnnotationQuery as AnnotationQueryModel
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DataSourceRef,
@@ -130,7 +132,7 @@ def _variables() -> list[dash.QueryVariable | dash.DatasourceVariable]:
     return [dash.DatasourceVariable("datasource").label("Prometheus").type("prometheus"), namespace, service]
 
 
-def _annotations() -> list[dash.AnnotationQuery]:
+def _annotations() -> list[Builder[AnnotationQueryModel]]:
     decisions = (dash.AnnotationQuery().name("Planner decisions").datasource(DATASOURCE).enable(True)
                  .icon_color("orange")
                  .expr(f"changes(pdserve_planner_decisions_total{{{PLANNER}}}[1m]) > 0"))

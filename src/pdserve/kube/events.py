@@ -8,7 +8,7 @@ code running under ``kopf.operator`` (handlers, daemons, and threads they start 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import kopf
 
@@ -23,7 +23,7 @@ class NotUnderKopf(RuntimeError):
 def post(involved: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
     """Queue an Event about ``involved`` (a resource body with apiVersion, kind and metadata)."""
     try:
-        kopf.event(dict(involved), type="Warning" if warning else "Normal", reason=reason, message=message[:MAX_MESSAGE])
+        kopf.event(cast(kopf.Body, dict(involved)), type="Warning" if warning else "Normal", reason=reason, message=message[:MAX_MESSAGE])
     except LookupError as e:  # kopf's context variables are unset
         raise NotUnderKopf(f"event {reason} needs a running kopf operator") from e
 

@@ -160,8 +160,8 @@ def advise(
     # refined, highest estimate first, until none is left: the verdict then compares
     # refined numbers only. Each refinement can only lower the bar for the rest of its
     # kind by being lower itself, so this ends after at most len(coarse) searches.
-    while (k := next_to_refine(coarse, refined)) is not None:
-        refine(k)
+    while (nxt := next_to_refine(coarse, refined)) is not None:
+        refine(nxt)
     ranked = [refined.get(k) or Ranked(r, refined=False) for k, r in enumerate(coarse)]
     ranked.sort(key=lambda r: (not r.refined, -r.compared.per_gpu, r.label))
     best = ranked[0]
@@ -172,9 +172,9 @@ def advise(
 def next_to_refine(coarse: Sequence[Compared], refined: dict[int, Ranked]) -> int | None:
     """Index of the unrefined candidate with the highest coarse estimate above its kind's best refined one."""
     best: dict[bool, float] = {}
-    for k, r in refined.items():
+    for k, done in refined.items():
         kind = coarse[k].config.topology == "disagg"
-        best[kind] = max(best.get(kind, 0.0), r.compared.per_gpu)
+        best[kind] = max(best.get(kind, 0.0), done.compared.per_gpu)
     for k, r in enumerate(coarse):  # sorted by coarse estimate, best first
         kind = r.config.topology == "disagg"
         if k not in refined and r.per_gpu > best.get(kind, 0.0):
