@@ -131,7 +131,7 @@ class RdmaSpec(ApiModel):
 
     enabled: bool = Field(False, description="Ask for RDMA devices, add IPC_LOCK (pinned memory registration) and set the UCX env.")
     resources: dict[str, Quantity] = Field(
-        default_factory=lambda: {"rdma/ib": 1},
+        default_factory=lambda: dict[str, Quantity]({"rdma/ib": 1}),
         description="Extended resources of the RDMA device plugin per worker, e.g. `rdma/ib: 1` (k8s-rdma-shared-dev-plugin) or `nvidia.com/hostdev: 1` (SR-IOV).",
     )
     ucx_tls: str | None = Field("rc,cuda_copy,cuda_ipc", max_length=256, description="UCX_TLS: UCX transports NIXL may use (`rc` = RDMA reliable connection). Unset leaves UCX's own choice.")

@@ -135,8 +135,8 @@ VERSIONS: dict[str, VllmVersion] = {
         block_sizes=None,
     ),
 }
-DEFAULT_VERSION = "0.33.0"
 VersionName = Literal["0.11.0", "0.33.0"]
+DEFAULT_VERSION: VersionName = "0.33.0"
 
 
 def get(version: str) -> VllmVersion:
