@@ -38,6 +38,7 @@ class Smoke:
     expect: list[str] = field(default_factory=list)  # files the run must write under {out}
     timeout_s: float = 120.0
     needs_k8s: bool = False
+    needs_peers: bool = False  # a Python with ai-dynamo (PDSERVE_PEERS_PYTHON or .cache/peers-venv)
 
 
 SMOKES: list[Smoke] = [
@@ -50,6 +51,11 @@ SMOKES: list[Smoke] = [
     Smoke("routing_quality", "bench/router/routing_quality.py",
           ["--trace", MOONCAKE, "--minutes", "1", "--instances", "2", "--out", "{out}/rq.json", "--plot", "{out}/rq.png"],
           ["rq.json", "rq.png"]),
+    Smoke("synth_mooncake", "bench/router/synth_mooncake.py", ["--minutes", "1", "--out", "{out}/syn.jsonl"],
+          ["syn.jsonl"]),
+    Smoke("dynamo_replay", "bench/router/dynamo_replay.py",
+          ["--trace", MOONCAKE, "--workers", "2", "--num-gpu-blocks", "848", "--router-mode", "kv_router"],
+          timeout_s=120, needs_peers=True),
     Smoke("decision_time", "bench/router/decision_time.py",
           ["--workers", "4", "--blocks", "2000", "--requests", "50", "--out", "{out}/dt.json"], ["dt.json"]),
     Smoke("overhead", "bench/router/overhead.py",
@@ -83,6 +89,11 @@ SMOKES: list[Smoke] = [
 K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
+def peers_python() -> str | None:
+    py = os.environ.get("PDSERVE_PEERS_PYTHON") or str(REPO / ".cache" / "peers-venv" / "bin" / "python")
+    return py if Path(py).exists() else None
+
+
 def k8s_available() -> bool:
     path = Path(os.environ.get("PDSERVE_K8S_BIN") or REPO / ".cache" / "k8s" / "bin")
     return all((path / b).exists() for b in K8S_BINARIES)
@@ -91,6 +102,8 @@ def k8s_available() -> bool:
 def run_one(s: Smoke, root: Path, python: str) -> tuple[bool, float, str]:
     out = root / s.name
     out.mkdir(parents=True, exist_ok=True)
+    if s.needs_peers:
+        python = peers_python() or python
     cmd = [python, str(REPO / s.script), *(a.replace("{out}", str(out)) for a in s.args)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p)}
@@ -129,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         for s in chosen:
             if s.needs_k8s and not k8s_available():
                 print(f"SKIP {s.name:18} control-plane binaries not built (make k8s-bins)")
+                continue
+            if s.needs_peers and peers_python() is None:
+                print(f"SKIP {s.name:18} no peers venv (bench/router/README.md: .cache/peers-venv)")
                 continue
             ok, dt, why = run_one(s, root, sys.executable)
             print(f"{'ok  ' if ok else 'FAIL'} {s.name:18} {dt:6.1f} s  {s.script}", flush=True)

@@ -1,24 +1,40 @@
-"""Routing quality on a real trace: prefix hit ratio, TTFT and load balance per policy.
+"""Routing quality on a real trace: prefix hit ratio, TTFT and load balance per policy, beside Dynamo.
 
 Replays a Mooncake-format trace (hash_ids = 512-token prefix blocks) in pdserve's
 discrete-event simulator (``pdserve.sim``), which drives the router's own policy
 objects and the mock worker's engine model on a virtual clock, once per policy.
 
-Two references:
-* ``oracle``: a router with global knowledge that reads every worker's real prefix
-  cache at decision time and sends each request to the longest cached prefix
-  (load ignored; ties to the least loaded). ``vs_oracle`` = hit ratio / its hit ratio.
-* ``unlimited``: one cache of unlimited size shared by all workers; an upper bound
-  no finite-KV deployment reaches (reported for context).
+Baselines inside the simulator, besides the router's own policies: SGLang-router's and
+vllm-router's ``cache_aware`` at those routers' released defaults
+(``sglang_router_cache_aware``, ``vllm_router_cache_aware``, see BASELINES), and
+``greedy_global``: a router that reads every engine's real cache and sends each request
+to the longest cached prefix (load ignored). The greedy one is a policy, not a bound.
+
+The reference is a **bound** no finite deployment beats: one cache of unlimited size
+shared by all workers (``bound.hit_ratio``), and per request the TTFT of its prefill
+alone on an idle engine with that cache (``bound.ttft_*``: front-end latency + one
+step of the uncached tokens, no queueing, no chunking, no KV transfer).
+
+The peer, with ``--dynamo-python`` (a Python with ``ai-dynamo`` 1.6.1 installed):
+NVIDIA Dynamo's offline replay (``bench/router/dynamo_replay.py``) on the same window
+written as Mooncake JSONL, the same number of workers, block size and KV blocks per
+worker, and the same token budget; round_robin once and kv_router ``--dynamo-runs``
+times (its random tie-breaks have no seed). Each system's TTFT gain is against its own
+round_robin, since the two engine models differ.
 
     .venv/bin/python bench/router/routing_quality.py \\
-        --trace /work/shared/data/traces/mooncake/conversation_trace.jsonl --minutes 10
+        --trace /work/shared/data/traces/mooncake/conversation_trace.jsonl --minutes 10 \\
+        --dynamo-python .cache/peers-venv/bin/python --out bench/router/results/routing_quality.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,16 +44,30 @@ from rich.table import Table
 
 from pdserve.router.policies import POLICIES, CostWeights, Decision, Policy, RouteRequest, WorkerView, make_policy, pool_weights
 from pdserve.sim.config import SimConfig
+from pdserve.sim.instance import pool_spec
 from pdserve.sim.simulator import Simulation, default_block_size
 from pdserve.sim.traces import Trace, from_rows, load_trace
 
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from resultmeta import Run, spread, write_result  # noqa: E402
+
 HASH_BLOCK = 512
+# Released defaults of the two Rust routers' cache_aware policy (router_args.py of
+# sglang-router 0.3.2 and vllm-router 0.1.17): cache_threshold, balance_abs_threshold,
+# balance_rel_threshold, max_tree_size in characters per worker. The trees there are
+# over characters; here over block hashes, at ~4 characters per token.
+BASELINES = {
+    "sglang_router_cache_aware": (0.3, 64, 1.5, 2**26),
+    "vllm_router_cache_aware": (0.3, 64, 1.5, 2**25),
+}
+CHARS_PER_TOKEN = 4
 
 
 class GlobalOracle(Policy):
     """Reads the simulated engines' real caches: the longest prefix wins."""
 
-    name = "oracle"
+    name = "greedy_global"
 
     def __init__(self, sim: Simulation, pool: str) -> None:
         super().__init__(block_size=sim.cfg.block_size)
@@ -52,11 +82,15 @@ class GlobalOracle(Policy):
         return Decision(best.worker_id, ov, 0.0, "longest real cached prefix", self.name, self.new_tokens(req, ov))
 
 
-def unlimited_hit_ratio(trace: Trace, block_size: int) -> float:
-    """Hit ratio with one unlimited cache shared by all (in tokens, whole blocks, and
-    never the prompt's last token, as vLLM recomputes it)."""
+def bound(trace: Trace, block_size: int, cfg: SimConfig) -> tuple[float, dict[str, float]]:
+    """The unlimited shared cache's hit ratio (in tokens, whole blocks, never the prompt's
+    last token, as vLLM recomputes it) and TTFT percentiles of each prompt's uncached part
+    prefilled alone on an idle engine: no finite deployment beats either."""
+    spec = pool_spec(cfg, "prefill" if cfg.topology == "disagg" else "colocated")
+    perf, front = spec.perf, spec.engine_config.frontend_latency_s
     seen: set[int] = set()
     hits = total = 0
+    ttfts = []
     for r in trace.requests:
         key, k = 0x5EED, 0
         chain = []
@@ -67,36 +101,142 @@ def unlimited_hit_ratio(trace: Trace, block_size: int) -> float:
             if key not in seen:
                 break
             k += 1
-        cached = min(k * HASH_BLOCK, r.input_tokens - 1)
-        hits += cached // block_size * block_size
+        cached = min(k * HASH_BLOCK, r.input_tokens - 1) // block_size * block_size
+        hits += cached
         total += r.input_tokens
         seen.update(chain)
-    return hits / total if total else 0.0
+        ttfts.append(front + perf.step_time([(r.input_tokens - cached, cached)]))
+    ttfts.sort()
+    pct = {f"ttft_p{q}_s": round(ttfts[min(len(ttfts) - 1, int(q / 100 * len(ttfts)))], 6) for q in (50, 90, 99)}
+    return (hits / total if total else 0.0), pct
+
+
+def build_policy(name: str, sim: Simulation, block: int, topology: str) -> None:
+    """Install policy ``name`` on the simulation's routed pool, as the router builds it."""
+    if name == "greedy_global":
+        sim.policies[sim.entry_pool] = GlobalOracle(sim, sim.entry_pool)
+    elif name in BASELINES:
+        thr, abs_thr, rel_thr, chars = BASELINES[name]
+        sim.policies[sim.entry_pool] = make_policy(
+            "cache_aware", block_size=block, cache_threshold=thr, balance_abs_threshold=abs_thr,
+            balance_rel_threshold=rel_thr, max_blocks=max(1, chars // CHARS_PER_TOKEN // block))
+    elif name in ("kv_aware", "prefix_approx") and topology == "disagg":
+        # As the router builds its prefill-pool policy (RouterState._make).
+        sim.policies["prefill"] = make_policy(name, block_size=block, weights=pool_weights(CostWeights(), "prefill"))
+
+
+def write_mooncake(trace: Trace, path: Path) -> None:
+    """The window as Mooncake JSONL (ms timestamps from 0), the format Dynamo's replay reads."""
+    with path.open("w") as fh:
+        for r in trace.requests:
+            fh.write(json.dumps({"timestamp": round(1000 * r.arrival_s), "input_length": r.input_tokens,
+                                 "output_length": r.output_tokens, "hash_ids": list(r.hash_ids)}) + "\n")
+
+
+def run_dynamo(python: str, trace: Trace, args: argparse.Namespace, num_blocks: int, block: int) -> dict:
+    """Dynamo's replay of the same window: round_robin once, kv_router --dynamo-runs times (+ weights)."""
+    with tempfile.TemporaryDirectory(prefix="pdserve-dynamo-") as tmp:
+        window = Path(tmp) / "window.jsonl"
+        write_mooncake(trace, window)
+        base = [python, str(HERE / "dynamo_replay.py"), "--trace", str(window), "--block-size", str(block),
+                "--num-gpu-blocks", str(num_blocks), "--token-budget", str(args.token_budget)]
+        if args.topology == "disagg":
+            base += ["--prefill-workers", str(args.instances), "--workers", str(args.decode_instances)]
+        else:
+            base += ["--workers", str(args.instances)]
+        variants = [("round_robin", ["--router-mode", "round_robin"]),
+                    ("kv_router", ["--router-mode", "kv_router", "--runs", str(args.dynamo_runs)])]
+        variants += [(f"kv_router_overlap{w:g}", ["--router-mode", "kv_router", "--runs", str(args.dynamo_runs),
+                                                 "--overlap-score-weight", str(w)]) for w in args.dynamo_overlap_weights]
+        out = {}
+        for name, extra in variants:
+            r = subprocess.run(base + extra, capture_output=True, text=True, timeout=1800, check=False)
+            if r.returncode != 0:
+                raise SystemExit(f"dynamo replay {name} failed:\n{r.stderr[-3000:]}")
+            doc = json.loads(r.stdout.strip().splitlines()[-1])
+            runs = doc.pop("runs")
+            hit = [x["prefix_hit_ratio"] for x in runs]
+            pick = sorted(runs, key=lambda x: x["prefix_hit_ratio"])[len(runs) // 2]  # the median run
+            out[name] = {**doc, "prefix_hit_ratio": spread(hit), "ttft_p50_s": spread([x["ttft_p50_s"] for x in runs]),
+                         "ttft_p90_s": spread([x["ttft_p90_s"] for x in runs]),
+                         "max_mean_requests": spread([x["max_mean_requests"] for x in runs]),
+                         "cpu_s": spread([x["cpu_s"] for x in runs]), "wall_s": spread([x["wall_s"] for x in runs]),
+                         "median_run": pick}
+        return out
 
 
 def plot(docs: list[dict], path: Path) -> None:
-    """Hit ratio vs the oracle and TTFT p90, per policy, one group per result file."""
+    """Hit ratio (pdserve policies, Dynamo's, the bound) and TTFT gain over round_robin, per window."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    policies = [p for p in docs[0]["results"] if p != "oracle"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
+    names = [*docs[0]["results"], *(f"dynamo {k}" for k in docs[0].get("dynamo", {}))]
     width = 0.8 / len(docs)
     for k, doc in enumerate(docs):
-        label = f"{doc['topology']} {doc.get('start_minute', 0):g}-{doc.get('start_minute', 0) + doc['minutes']:g} min"
-        xs = [i + k * width for i in range(len(policies))]
-        axes[0].bar(xs, [doc["results"][p]["vs_oracle"] for p in policies], width, label=label)
-        axes[1].bar(xs, [doc["results"][p]["ttft_p90_s"] for p in policies], width, label=label)
-    for ax, title in zip(axes, ("prefix hit ratio / oracle's", "TTFT p90 (s)")):
-        ax.set_xticks([i + width * (len(docs) - 1) / 2 for i in range(len(policies))], policies, rotation=20)
-        ax.set_title(title)
+        label = f"{doc['layout']} {doc['window']}"
+        rows = {**doc["results"], **{f"dynamo {n}": v for n, v in doc.get("dynamo", {}).items()}}
+        xs = [i + k * width for i in range(len(names))]
+        axes[0].bar(xs, [_median(rows[n]["prefix_hit_ratio"]) if n in rows else 0 for n in names], width, label=label)
+        axes[1].bar(xs, [rows[n].get("ttft_p90_gain_vs_round_robin") or 0 if n in rows else 0 for n in names], width,
+                    label=label)
+        axes[0].axhline(doc["bound"]["hit_ratio"], color=f"C{k}", linestyle="--", linewidth=1)
+    for ax, title in zip(axes, ("prefix hit ratio (dashed: unlimited shared cache bound)",
+                                "TTFT p90 gain over the same system's round_robin")):
+        ax.set_xticks([i + width * (len(docs) - 1) / 2 for i in range(len(names))], names, rotation=30, ha="right",
+                      fontsize=8)
+        ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
-    axes[0].axhline(0.9, color="grey", linestyle="--", linewidth=1)
-    fig.suptitle("routing quality on the Mooncake conversation trace (pdserve.sim)")
+    fig.suptitle("routing quality on Mooncake-format traces: pdserve.sim policies beside Dynamo 1.6.1 replay")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def _median(x: float | dict) -> float:
+    return x["median"] if isinstance(x, dict) else x
+
+
+def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int) -> tuple[dict, Simulation]:
+    """One pdserve policy on the window: hit ratio, TTFT, load balance (requests and work per routed worker)."""
+    cfg = SimConfig(topology=args.topology, instances=args.instances, block_size=block,
+                    prefill_instances=args.instances, decode_instances=args.decode_instances,
+                    policy=name if name in POLICIES else "round_robin", token_budget=args.token_budget)
+    t0 = time.perf_counter()
+    sim = Simulation(trace.scaled(args.rate_scale), cfg)
+    build_policy(name, sim, block, args.topology)
+    res = sim.run()
+    s = res.summary
+    per = {i["id"]: i for i in res.instances if i["pool"] == sim.entry_pool}
+    routed: dict[str, int] = {k: 0 for k in per}
+    for rec in res.records:
+        where = rec.prefill_instance or rec.decode_instance
+        if where in routed:
+            routed[where] += 1
+    work = [i["computed_prompt_tokens"] + i["generated_tokens"] for i in per.values()]
+    req_counts = [routed[k] for k in per]
+    return {
+        "prefix_hit_ratio": round(s.prefix_hit_ratio or 0.0, 4),
+        "ttft_p50_s": s.ttft["p50"], "ttft_p90_s": s.ttft["p90"], "ttft_p99_s": s.ttft["p99"],
+        "tpot_p50_s": s.tpot["p50"],
+        "requests_per_worker": req_counts,
+        "max_mean_requests": round(max(req_counts) / (sum(req_counts) / len(req_counts)), 3),
+        "max_mean_work": round(max(work) / (sum(work) / len(work)), 3),
+        "finished": s.finished, "requests": s.requests, "preemptions": res.preemptions,
+        "sim_wall_s": round(time.perf_counter() - t0, 1),
+    }, sim
+
+
+def gains(rows: dict[str, dict]) -> None:
+    """TTFT gain of each row over that system's round_robin (1 - p/p_rr), from medians."""
+    rr = rows.get("round_robin")
+    if not rr:
+        return
+    for r in rows.values():
+        for q in ("p50", "p90"):
+            mine, base = _median(r[f"ttft_{q}_s"]), _median(rr[f"ttft_{q}_s"])
+            r[f"ttft_{q}_gain_vs_round_robin"] = round(1 - mine / base, 3) if base else None
 
 
 def main() -> int:
@@ -110,9 +250,14 @@ def main() -> int:
     ap.add_argument("--decode-instances", type=int, default=4)
     ap.add_argument("--token-budget", type=int, default=2048)
     ap.add_argument("--rate-scale", type=float, default=1.0, help="arrival rate multiplier")
-    ap.add_argument("--policies", nargs="+", default=sorted(POLICIES))
+    ap.add_argument("--policies", nargs="+", default=[*sorted(POLICIES), *BASELINES, "greedy_global"])
     ap.add_argument("--block-size", type=int, default=None,
                     help="KV block size (default: the simulator's choice for the trace, 512 for Mooncake)")
+    ap.add_argument("--dynamo-python", default=None,
+                    help="a Python with ai-dynamo 1.6.1: run Dynamo's replay on the same window beside pdserve")
+    ap.add_argument("--dynamo-runs", type=int, default=5, help="kv_router repetitions (random tie-breaks)")
+    ap.add_argument("--dynamo-overlap-weights", type=float, nargs="*", default=[],
+                    help="also run kv_router with these overlap_score_weight values")
     ap.add_argument("--out", type=Path, default=None, help="write JSON results here")
     ap.add_argument("--plot", type=Path, default=None, help="bar charts (PNG) of this run or of --replot files")
     ap.add_argument("--replot", type=Path, nargs="+", default=None, help="only draw --plot from result JSONs")
@@ -120,9 +265,13 @@ def main() -> int:
     if args.replot:
         plot([json.loads(p.read_text()) for p in args.replot], args.plot or Path("routing_quality.png"))
         return 0
-    console = Console()
+    unknown = set(args.policies) - set(POLICIES) - set(BASELINES) - {"greedy_global"}
+    if unknown:
+        ap.error(f"unknown policies {sorted(unknown)}")
     if args.trace is None:
         ap.error("--trace is required")
+    run = Run(runs=args.dynamo_runs if args.dynamo_python else 1)
+    console = Console()
     full = load_trace(args.trace)
     lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
     picked = [r for r in full.requests if lo <= r.arrival_s < hi]
@@ -130,73 +279,51 @@ def main() -> int:
                       format=full.format, source=full.source, sha256=full.sha256)
     reqs = trace.requests
     block = args.block_size or default_block_size(trace)
-    unlimited = unlimited_hit_ratio(trace, block)
-    console.print(f"{len(reqs)} requests from {args.trace.name} (minutes {args.start_minute:g}-"
-                  f"{args.start_minute + args.minutes:g}); "
-                  f"unlimited-cache hit ratio {unlimited:.3f}")
-    rows = {}
-    names = ["oracle", *args.policies]
-    with Progress(console=console) as progress:
-        task = progress.add_task("policies", total=len(names))
-        for name in names:
-            cfg = SimConfig(topology=args.topology, instances=args.instances, block_size=block,
-                            prefill_instances=args.instances, decode_instances=args.decode_instances,
-                            policy="round_robin" if name == "oracle" else name, token_budget=args.token_budget)
-            t0 = time.perf_counter()
-            sim = Simulation(trace.scaled(args.rate_scale), cfg)
-            if name == "oracle":
-                sim.policies[sim.entry_pool] = GlobalOracle(sim, sim.entry_pool)
-            elif name in ("kv_aware", "prefix_approx") and args.topology == "disagg":
-                # As the router builds its prefill-pool policy (RouterState._make).
-                sim.policies["prefill"] = make_policy(name, block_size=block,
-                                                      weights=pool_weights(CostWeights(), "prefill"))
-            res = sim.run()
-            s = res.summary
-            per = {i["id"]: i for i in res.instances if i["pool"] == sim.entry_pool}
-            routed: dict[str, int] = {k: 0 for k in per}
-            for rec in res.records:
-                where = rec.prefill_instance or rec.decode_instance
-                if where in routed:
-                    routed[where] += 1
-            work = [i["computed_prompt_tokens"] + i["generated_tokens"] for i in per.values()]
-            req_counts = [routed[k] for k in per]
-            rows[name] = {
-                "prefix_hit_ratio": round(s.prefix_hit_ratio or 0.0, 4),
-                "vs_oracle": None,
-                "ttft_p50_s": s.ttft["p50"], "ttft_p90_s": s.ttft["p90"], "ttft_p99_s": s.ttft["p99"],
-                "tpot_p50_s": s.tpot["p50"],
-                "max_mean_requests": round(max(req_counts) / (sum(req_counts) / len(req_counts)), 3),
-                "max_mean_work": round(max(work) / (sum(work) / len(work)), 3),
-                "finished": s.finished, "requests": s.requests, "preemptions": res.preemptions,
-                "sim_wall_s": round(time.perf_counter() - t0, 1),
-            }
-            progress.advance(task)
-    oracle = rows["oracle"]["prefix_hit_ratio"]
-    for r in rows.values():
-        r["vs_oracle"] = round(r["prefix_hit_ratio"] / oracle, 3) if oracle else None
-    baselines = [n for n in rows if n not in ("oracle", "kv_aware", "prefix_approx")]
-    best_base = min(baselines, key=lambda n: rows[n]["ttft_p90_s"]) if baselines else None
     layout = f"{args.instances}P{args.decode_instances}D" if args.topology == "disagg" else f"{args.topology}:{args.instances}"
-    table = Table(title=f"{layout}, {len(reqs)} Mooncake requests, "
-                        f"oracle hit {oracle:.3f}, unlimited cache {unlimited:.3f}")
-    for col in ("policy", "hit ratio", "vs oracle", "TTFT p50 s", "TTFT p90 s", "max/mean reqs", "max/mean work"):
+    window = f"minutes {args.start_minute:g}-{args.start_minute + args.minutes:g}"
+    rows: dict[str, dict] = {}
+    sim = None
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("policies", total=len(args.policies))
+        for name in args.policies:
+            rows[name], sim = simulate(name, trace, args, block)
+            progress.advance(task)
+    assert sim is not None
+    num_blocks = sim.instances[sim.entry_pool][0].engine.pool.num_blocks
+    bound_hit, bound_ttft = bound(trace, block, sim.cfg)
+    for r in rows.values():
+        r["vs_bound"] = round(r["prefix_hit_ratio"] / bound_hit, 3) if bound_hit else None
+    gains(rows)
+    dynamo = {}
+    if args.dynamo_python:
+        console.print(f"Dynamo replay: same window, {layout}, {num_blocks} x {block}-token KV blocks per worker")
+        dynamo = run_dynamo(args.dynamo_python, trace, args, num_blocks, block)
+        gains(dynamo)
+    table = Table(title=f"{layout}, {len(reqs)} requests of {args.trace.name} ({window}); bound: unlimited shared "
+                        f"cache hit {bound_hit:.3f}, idle-engine TTFT p90 {bound_ttft['ttft_p90_s']:.3f} s")
+    for col in ("system", "policy", "hit ratio", "TTFT p50 s", "TTFT p90 s", "p90 gain vs RR", "max/mean reqs"):
         table.add_column(col)
-    for name, r in rows.items():
-        table.add_row(name, f"{r['prefix_hit_ratio']:.3f}", f"{r['vs_oracle']:.2f}", f"{r['ttft_p50_s']:.3f}",
-                      f"{r['ttft_p90_s']:.3f}", f"{r['max_mean_requests']:.2f}", f"{r['max_mean_work']:.2f}")
+    for sysname, group in (("pdserve", rows), ("dynamo", dynamo)):
+        for name, r in group.items():
+            hit = r["prefix_hit_ratio"]
+            hit_txt = f"{hit['median']:.3f} [{hit['min']:.3f}..{hit['max']:.3f}]" if isinstance(hit, dict) else f"{hit:.3f}"
+            table.add_row(sysname, name, hit_txt, f"{_median(r['ttft_p50_s']):.3f}", f"{_median(r['ttft_p90_s']):.3f}",
+                          f"{r.get('ttft_p90_gain_vs_round_robin') or 0:+.2f}", f"{_median(r['max_mean_requests']):.2f}")
     console.print(table)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "bench": "routing_quality", "trace": str(args.trace), "start_minute": args.start_minute,
-            "minutes": args.minutes, "requests": len(reqs),
-            "topology": args.topology, "instances": args.instances, "token_budget": args.token_budget,
-            "block_size": block,
-            "rate_scale": args.rate_scale, "oracle_hit_ratio": oracle,
-            "unlimited_cache_hit_ratio": round(unlimited, 4),
-            "oracle": "global knowledge of every worker's real cache; longest cached prefix wins, load ignored",
-            "best_baseline_by_ttft_p90": best_base, "results": rows,
-        }, indent=2) + "\n")
+        doc = {
+            "bench": "routing_quality", "trace": args.trace.name, "trace_sha256": full.sha256,
+            "start_minute": args.start_minute, "minutes": args.minutes, "window": window, "requests": len(reqs),
+            "topology": args.topology, "layout": layout, "instances": args.instances,
+            "decode_instances": args.decode_instances if args.topology == "disagg" else 0,
+            "token_budget": args.token_budget, "block_size": block, "kv_blocks_per_worker": num_blocks,
+            "rate_scale": args.rate_scale,
+            "bound": {"hit_ratio": round(bound_hit, 4), **bound_ttft,
+                      "what": "one unlimited cache shared by all workers; TTFT of each prompt's uncached part "
+                              "prefilled alone on an idle engine (front-end latency + one step)"},
+            "results": rows, "dynamo": dynamo,
+        }
+        write_result(args.out, doc, run)
         if args.plot:
             plot([json.loads(args.out.read_text())], args.plot)
     return 0
