@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -78,10 +79,15 @@ def metric(w: WorkerHandle, family: str, sample: str, **labels: str) -> float:
 def test_prefill_returns_nixl_params_and_holds_blocks(cluster: Cluster) -> None:
     p = prefill(cluster.prefill, "hold-1")
     assert p["do_remote_prefill"] is True and p["do_remote_decode"] is False
+    # vLLM 0.33 nixl/pull_scheduler.py request_finished on a P node
     assert set(p) == {"do_remote_prefill", "do_remote_decode", "remote_engine_id", "remote_request_id",
-                      "remote_block_ids", "remote_host", "remote_port", "tp_size"}
+                      "remote_block_ids", "remote_host", "remote_port", "tp_size", "dcp_size", "pp_size",
+                      "remote_num_tokens", "remote_blocks_expiry_time", "remote_registration_generation",
+                      "transfer_mode"}
     assert p["remote_host"] == "127.0.0.1" and p["remote_port"] == cluster.prefill.side_channel_port
-    assert p["tp_size"] == 1 and p["remote_request_id"].endswith("hold-1")
+    # the engine's id: the completion's "cmpl-{X-Request-Id}-0" plus 8 random characters (assign_request_id)
+    assert p["tp_size"] == 1 and re.fullmatch(r"cmpl-hold-1-0-[0-9a-f]{8}", p["remote_request_id"])
+    assert p["transfer_mode"] == "pull" and p["dcp_size"] == 1 and p["pp_size"] == 1
     n_prompt = httpx.post(f"{cluster.prefill.url}/v1/completions", json={"prompt": PROMPT, "max_tokens": 1}).json()[
         "usage"]["prompt_tokens"]
     assert len(p["remote_block_ids"]) == -(-n_prompt // 16)

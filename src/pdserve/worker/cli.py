@@ -23,6 +23,8 @@ from pdserve.worker.nixl import KVTransferConfig, SideChannelServer
 from pdserve.worker.perf import PerfModel, available_profiles, load_profile
 from pdserve.worker.runner import EngineRunner
 from pdserve.worker.server import ServerSettings, WorkerServer
+from pdserve.worker.vllm_emulation import CURRENT_VERSION, VERSIONS, VllmBehaviour, behaviour
+from pdserve.worker.vllm_hash import BlockHasher, is_reproducible
 
 READY_MARKER = "pdserve worker ready:"
 
@@ -75,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=_positive(int), default=256)
     p.add_argument("--max-num-batched-tokens", type=_positive(int), default=8192)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--prefix-caching-hash-algo", default=None,
+                   help="sha256 (vLLM's default: SHA-256 over pickle), sha256_cbor; 0.33 adds xxhash, xxhash_cbor. "
+                        "The chain's seed follows the emulated version's rule for PYTHONHASHSEED")
     p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--long-prefill-token-threshold", type=int, default=0)
     p.add_argument("--tensor-parallel-size", "-tp", type=_positive(int), default=None)
@@ -86,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-log-requests", action="store_true", help="accepted for vllm compatibility")
     p.add_argument("--disable-log-stats", action="store_true", help="accepted for vllm compatibility")
     m = p.add_argument_group("mock-only")
+    m.add_argument("--mock-vllm-version", choices=sorted(VERSIONS), default=CURRENT_VERSION,
+                   help="the vLLM release whose defaults the mock follows (hashing and its seed, KV event "
+                        "encoding, NIXL P/D pairing, lease and side-channel defaults)")
     m.add_argument("--mock-profile", default="llama-3.1-8b-h100", help=f"one of: {', '.join(available_profiles())}")
     m.add_argument("--mock-speedup", type=_positive(float), default=1.0,
                    help="run the simulated GPU this many times faster than real time")
@@ -99,9 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--mock-side-channel-host", default=None,
                    help="advertised side-channel host (default: $VLLM_NIXL_SIDE_CHANNEL_HOST or localhost)")
     m.add_argument("--mock-side-channel-port", type=int, default=None,
-                   help="side-channel port (default: $VLLM_NIXL_SIDE_CHANNEL_PORT or 5600; 0 = free port)")
+                   help="side-channel port (default: $VLLM_NIXL_SIDE_CHANNEL_PORT or the version's default: "
+                        "5557 in 0.11, 5600 in 0.33; 0 = free port)")
     m.add_argument("--mock-kv-lease-seconds", type=_positive(float), default=None,
-                   help="how long prefilled KV waits for its decode (default: $VLLM_NIXL_ABORT_REQUEST_TIMEOUT or 480)")
+                   help="how long prefilled KV waits for its decode (default as the version: 0.11 "
+                        "$VLLM_NIXL_ABORT_REQUEST_TIMEOUT or 120; 0.33 kv_connector_extra_config.kv_lease_duration or 30)")
     m.add_argument("--mock-mean-output-tokens", type=_positive(int), default=256,
                    help="mean length before the mock model emits EOS (ignore_eos / max_tokens override)")
     m.add_argument("--mock-max-body-bytes", type=_positive(int), default=32 * 1024 * 1024)
@@ -135,13 +145,13 @@ def _loop_factory() -> Any:
     return uvloop.new_event_loop
 
 
-def _lease_seconds(args: argparse.Namespace) -> float:
+def _lease_seconds(args: argparse.Namespace, vllm: VllmBehaviour) -> float:
     if args.mock_kv_lease_seconds is not None:
         return float(args.mock_kv_lease_seconds)
+    if vllm.kv_lease_source == "env:VLLM_NIXL_ABORT_REQUEST_TIMEOUT":
+        return float(os.environ.get("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", vllm.kv_lease_s))
     extra = (args.kv_transfer_config.kv_connector_extra_config if args.kv_transfer_config else {}) or {}
-    if "kv_lease_duration" in extra:
-        return float(extra["kv_lease_duration"])
-    return float(os.environ.get("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "480"))
+    return float(extra.get("kv_lease_duration", vllm.kv_lease_s))
 
 
 async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
@@ -153,18 +163,21 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
         raise ValueError(f"KV cache holds {num_blocks * args.block_size} tokens, less than max_model_len={max_len}; "
                          "lower --max-model-len or raise --gpu-memory-utilization")
     names = args.served_model_name or [args.model]
+    vllm = behaviour(args.mock_vllm_version)
+    hasher = BlockHasher.from_env(args.prefix_caching_hash_algo or vllm.default_hash_algo, vllm.version)
     prometheus_client.disable_created_metrics()  # vLLM exposes no *_created series
     cfg = EngineConfig(num_blocks=num_blocks, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
                        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=max_len,
                        enable_prefix_caching=args.enable_prefix_caching,
                        enable_chunked_prefill=args.enable_chunked_prefill,
                        long_prefill_token_threshold=args.long_prefill_token_threshold,
-                       kv_lease_s=_lease_seconds(args) * args.mock_speedup,
+                       kv_lease_s=_lease_seconds(args, vllm) * args.mock_speedup, hasher=hasher,
                        frontend_latency_s=(perf.profile.efficiency.frontend_latency_s
                                            if args.mock_frontend_latency is None else args.mock_frontend_latency))
     metrics = WorkerMetrics(names[0], max_len)
     ev_cfg: KVEventsConfig | None = args.kv_events_config
-    publisher = ZmqEventPublisher(ev_cfg) if ev_cfg and ev_cfg.enable_kv_cache_events and ev_cfg.publisher != "null" else None
+    publisher = (ZmqEventPublisher(ev_cfg, encoding=vllm.event_encoding)
+                 if ev_cfg and ev_cfg.enable_kv_cache_events and ev_cfg.publisher != "null" else None)
     runner = EngineRunner(Engine(cfg, perf), metrics, args.mock_speedup, publisher)
     runner.start()
     kvt: KVTransferConfig = args.kv_transfer_config or KVTransferConfig()
@@ -172,12 +185,12 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
         model=args.model, served_model_names=names, max_model_len=max_len,
         engine_id=kvt.engine_id or str(uuid.uuid4()), tp_size=perf.tp,
         side_channel_host=args.mock_side_channel_host or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
-        kv_transfer=kvt, mean_output_tokens=args.mock_mean_output_tokens)
+        kv_transfer=kvt, mean_output_tokens=args.mock_mean_output_tokens, vllm=vllm)
     side: SideChannelServer | None = None
     if kvt.kv_connector:
         port = args.mock_side_channel_port
         if port is None:
-            port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"))
+            port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", vllm.side_channel_port))
         side = SideChannelServer(runner, settings.engine_id, perf, args.mock_kv_link_gbps, args.mock_speedup)
         bind_host = _side_channel_bind_host(settings.side_channel_host)
         settings.side_channel_port = await side.start(bind_host, port)
@@ -189,7 +202,12 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
     site = web.TCPSite(web_runner, args.host, args.port, reuse_address=True, backlog=4096)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    if not is_reproducible(hasher.algo, vllm.version, os.environ.get("PYTHONHASHSEED")):
+        # vLLM warns likewise (kv_cache_utils.init_none_hash): block hashes differ between processes
+        print(f"pdserve worker: PYTHONHASHSEED is not set: NONE_HASH is random for {hasher.algo} on vLLM "
+              f"{vllm.version}, so block hashes are not reproducible across processes", file=sys.stderr, flush=True)
     print(f"{READY_MARKER} http://{args.host}:{port} model={names[0]} profile={perf.profile.name} "
+          f"vllm={vllm.version} hash={hasher.algo} "
           f"blocks={num_blocks} side_channel={settings.side_channel_port or '-'} "
           f"kv_events={publisher.endpoint if publisher else '-'}", flush=True)
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from collections import deque
 
-from pdserve.common import hashing
-from pdserve.common.tokenizer import EOS_ID, WORD_IDS
 from pdserve.worker.engine_types import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -49,7 +47,6 @@ __all__ = [
     "FINISH_ABORT", "FINISH_LENGTH", "FINISH_STOP", "Engine", "EngineConfig", "EngineRequest", "EngineStats",
     "StepOutput", "TokenEvent",
 ]
-_N_WORDS = len(WORD_IDS)
 
 
 def _drop(queue: list[EngineRequest] | deque[EngineRequest], req: EngineRequest) -> bool:
@@ -234,6 +231,9 @@ class Engine:
         prefill = 0
         finished: list[tuple[EngineRequest, TokenEvent]] = []
         max_model_len = cfg.max_model_len
+        eos_id = cfg.eos_token_id
+        words = cfg.output_token_ids
+        n_words = len(words)
         for req, n in scheduled:
             ctx = req.num_computed
             new_tokens += n
@@ -257,13 +257,13 @@ class Engine:
             req.rng = rng = (req.rng * 1664525 + 1013904223) & 0xFFFFFFFF
             eos_at = req.eos_after
             if eos_at is not None and not req.ignore_eos and n_out >= eos_at and n_out >= req.min_tokens:
-                token = EOS_ID
+                token = eos_id
             else:
-                token = WORD_IDS[(rng >> 8) % _N_WORDS]
+                token = words[(rng >> 8) % n_words]
             out_ids.append(token)
             req.num_tokens = num_tokens = req.num_tokens + 1
             if n_out >= req.min_tokens and (
-                (token == EOS_ID and not req.ignore_eos) or (req.stop_token_ids and token in req.stop_token_ids)
+                (token == eos_id and not req.ignore_eos) or (req.stop_token_ids and token in req.stop_token_ids)
             ):
                 ev = TokenEvent(req.request_id, token, idx, True, FINISH_STOP)
                 finished.append((req, ev))
@@ -369,7 +369,8 @@ class Engine:
         start = req.num_cached_blocks
         self._extend_hashes(req, full)
         self.pool.cache_blocks(
-            req.block_ids, req.block_hashes, start, full, req.token_range(start * bs, full * bs), bs, start
+            req.block_ids, req.block_hashes, start, full, req.token_range(start * bs, full * bs), bs, start,
+            req.extra_keys,
         )
         req.num_cached_blocks = full
 
@@ -377,8 +378,9 @@ class Engine:
         bs = self.config.block_size
         hashes = req.block_hashes
         prev = hashes[-1] if hashes else None
+        hash_block = self.config.hasher.hash_block
         for i in range(len(hashes), n_blocks):
-            prev = hashing.hash_block_tokens(prev, req.token_range(i * bs, (i + 1) * bs), req.extra_keys)
+            prev = hash_block(prev, req.token_range(i * bs, (i + 1) * bs), req.extra_keys if i == 0 else None)
             hashes.append(prev)
 
     def _preempt(self, req: EngineRequest, preempted: list[str]) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pdserve.common.tokenizer import EOS_ID, WORD_IDS
 from pdserve.worker.kvcache import KvEvents
+from pdserve.worker.vllm_hash import BlockHasher
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -25,6 +27,12 @@ class EngineConfig:
     # a request waits this long after add_request before it can be scheduled: vLLM's API-server time, from a
     # profile's efficiency.frontend_latency_s; 0 = not modelled (callers opt in, see pdserve.worker.engine)
     frontend_latency_s: float = 0.0
+    # vLLM's prefix-cache hashing (algorithm + the NONE_HASH drawn at start-up); the default is
+    # the current release's default (sha256 over pickle, fixed root without PYTHONHASHSEED)
+    hasher: BlockHasher = field(default_factory=BlockHasher)
+    # what the mock model emits: EOS and the ids it samples text from (the served tokenizer's)
+    eos_token_id: int = EOS_ID
+    output_token_ids: tuple[int, ...] = WORD_IDS
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -34,6 +42,8 @@ class EngineConfig:
             raise ValueError(f"frontend_latency_s must be >= 0, got {self.frontend_latency_s}")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise ValueError("without chunked prefill, max_num_batched_tokens must be >= max_model_len")
+        if not self.output_token_ids:
+            raise ValueError("output_token_ids must not be empty")
 
 
 @dataclass(slots=True)
@@ -49,7 +59,7 @@ class EngineRequest:
     hold_kv: bool = False  # prefill for a remote decode: keep blocks until release()
     remote_prefilled: bool = False  # prompt KV came from a prefill worker
     kv_ready_time: float | None = None  # remote KV usable from this time (None: already there)
-    extra_keys: tuple[object, ...] | None = None
+    extra_keys: tuple[object, ...] | None = None  # the first block's hash extra keys (cache_salt)
     # --- engine state (not set by callers) ---
     arrival_time: float = 0.0
     output_token_ids: list[int] = field(default_factory=list)

@@ -1,17 +1,22 @@
-"""KV cache events over ZMQ, framed like vLLM's ``ZmqEventPublisher``.
+"""KV cache events over ZMQ, encoded as the emulated vLLM version encodes them.
 
-Wire format (vLLM >= 0.24, after vllm-project/vllm#42892 switched events to maps):
-multipart ``[topic, seq (8-byte big-endian), payload]`` where ``payload`` is msgpack of
-the positional batch ``[ts, [event, ...], data_parallel_rank]`` and each event is a map
-tagged by ``type``::
+The structs below copy ``vllm/distributed/kv_events.py`` of each version field for
+field (same msgspec options, so the bytes are vLLM's):
 
-    {"type": "BlockStored", "block_hashes": [int, ...], "parent_block_hash": int | None,
-     "token_ids": [...], "block_size": 16, "lora_id": None, "medium": "GPU",
-     "lora_name": None, "extra_keys": [None, ...], "group_idx": 0,
-     "kv_cache_spec_kind": "full_attention"}
-    {"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU", "group_idx": 0}
-    {"type": "AllBlocksCleared"}
+- 0.11.0: every event is ``array_like=True, tag=True``, i.e. a msgpack array whose first
+  item is the class name: ``["BlockStored", block_hashes, parent_block_hash, token_ids,
+  block_size, lora_id, medium]``, ``["BlockRemoved", block_hashes, medium]``,
+  ``["AllBlocksCleared"]``.
+- 0.33.0: events are tagged *maps* (``{"type": "BlockStored", ...}``) with
+  ``omit_defaults=True``: ``lora_id``, ``medium`` and ``lora_name`` are always present,
+  ``extra_keys`` (one entry per block), ``group_idx`` and ``kv_cache_spec_kind``
+  whenever set (``BlockPool._build_block_stored_event`` sets the first two, and
+  ``KVCacheManager.take_events`` the kind, "full_attention" for a plain decoder);
+  ``BlockRemoved`` carries ``group_idx`` (``_emit_block_removed_events``).
 
+Both wrap a step's events in ``EventBatch`` = ``[ts, events, data_parallel_rank]`` and
+send multipart ``[topic, seq (8-byte big-endian), payload]`` (``ZmqEventPublisher``).
+One evicted block is one ``BlockRemoved`` (``BlockPool._maybe_evict_cached_block``).
 Hashes are vLLM's 64-bit int form. Like vLLM the PUB socket binds when the endpoint
 contains ``*``, ``::``, ``ipc://`` or ``inproc://`` and connects otherwise, a ROUTER
 socket serves replays of the last ``buffer_steps`` batches (request: the start
@@ -27,14 +32,110 @@ import time
 from collections import deque
 from typing import Any
 
-import msgpack
+import msgspec
 import zmq
 from pydantic import BaseModel, ConfigDict
 
-from pdserve.common.hashing import to_external
 from pdserve.worker.kvcache import KvEvents
+from pdserve.worker.vllm_emulation import EventEncoding
+from pdserve.worker.vllm_hash import event_extra_keys, to_external
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+MEDIUM_GPU = "GPU"
+KV_CACHE_SPEC_KIND = "full_attention"  # vllm/v1/kv_cache_interface.py KVCacheSpecKind.FULL_ATTENTION
+
+
+class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):  # type: ignore[call-arg]
+    ts: float
+    events: list[Any]
+    data_parallel_rank: int | None = None
+
+
+# --- vLLM 0.11.0 ---------------------------------------------------------------
+class _EventV011(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):  # type: ignore[call-arg]
+    pass
+
+
+class BlockStoredV011(_EventV011, tag="BlockStored"):  # type: ignore[call-arg]
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+
+
+class BlockRemovedV011(_EventV011, tag="BlockRemoved"):  # type: ignore[call-arg]
+    block_hashes: list[int]
+    medium: str | None
+
+
+class AllBlocksClearedV011(_EventV011, tag="AllBlocksCleared"):  # type: ignore[call-arg]
+    pass
+
+
+# --- vLLM 0.33.0 ---------------------------------------------------------------
+class _EventV033(msgspec.Struct, omit_defaults=True, gc=False, tag=True):  # type: ignore[call-arg]
+    pass
+
+
+class BlockStoredV033(_EventV033, tag="BlockStored"):  # type: ignore[call-arg]
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    lookahead_token_ids: list[list[int]] | None = None
+
+
+class BlockRemovedV033(_EventV033, tag="BlockRemoved"):  # type: ignore[call-arg]
+    block_hashes: list[int]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+
+
+class AllBlocksClearedV033(_EventV033, tag="AllBlocksCleared"):  # type: ignore[call-arg]
+    pass
+
+
+def encode_events(events: KvEvents, block_size: int, encoding: EventEncoding = "map_tagged") -> list[Any]:
+    """One engine step's events as the emulated version's structs, in vLLM's order."""
+    out: list[Any] = []
+    v11 = encoding == "array_tagged"
+    if events.cleared:
+        out.append(AllBlocksClearedV011() if v11 else AllBlocksClearedV033())
+    for h in events.removed:
+        ext = [to_external(h)]
+        out.append(BlockRemovedV011(ext, MEDIUM_GPU) if v11 else BlockRemovedV033(ext, MEDIUM_GPU, group_idx=0))
+    for s in events.stored:
+        hashes = [to_external(h) for h in s.block_hashes]
+        parent = to_external(s.parent_block_hash) if s.parent_block_hash is not None else None
+        if v11:
+            out.append(BlockStoredV011(hashes, parent, s.token_ids, block_size, None, MEDIUM_GPU))
+        else:
+            out.append(BlockStoredV033(hashes, parent, s.token_ids, block_size, None, MEDIUM_GPU, None,
+                                       extra_keys=[event_extra_keys(k) for k in s.extra_keys],
+                                       group_idx=0, kv_cache_spec_kind=KV_CACHE_SPEC_KIND))
+    return out
+
+
+def encode_batch(ts: float, events: list[Any], data_parallel_rank: int | None = 0) -> bytes:
+    """The ZMQ payload: msgspec's msgpack encoding of vLLM's ``KVEventBatch``."""
+    return _ENCODER.encode(EventBatch(ts, events, data_parallel_rank))
+
+
+_ENCODER = msgspec.msgpack.Encoder()
 
 
 class KVEventsConfig(BaseModel):
@@ -51,37 +152,15 @@ class KVEventsConfig(BaseModel):
     topic: str = ""
 
 
-def encode_events(events: KvEvents, block_size: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    if events.cleared:
-        out.append({"type": "AllBlocksCleared"})
-    if events.removed:
-        out.append({"type": "BlockRemoved", "block_hashes": [to_external(h) for h in events.removed],
-                    "medium": "GPU", "group_idx": 0})
-    for s in events.stored:
-        out.append({
-            "type": "BlockStored",
-            "block_hashes": [to_external(h) for h in s.block_hashes],
-            "parent_block_hash": to_external(s.parent_block_hash) if s.parent_block_hash is not None else None,
-            "token_ids": s.token_ids,
-            "block_size": block_size,
-            "lora_id": None,
-            "medium": "GPU",
-            "lora_name": None,
-            "extra_keys": [None] * len(s.block_hashes),
-            "group_idx": 0,
-            "kv_cache_spec_kind": "full_attention",
-        })
-    return out
-
-
 class ZmqEventPublisher:
     SHUTDOWN_TIMEOUT = 1.0
 
-    def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0) -> None:
+    def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0,
+                 encoding: EventEncoding = "map_tagged") -> None:
         self.config = config
+        self.encoding: EventEncoding = encoding
         self._dp_rank = data_parallel_rank
-        self._queue: queue.Queue[tuple[float, list[dict[str, Any]]] | None] = queue.Queue(config.max_queue_size)
+        self._queue: queue.Queue[tuple[float, list[Any]] | None] = queue.Queue(config.max_queue_size)
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
         self._ctx = zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
@@ -104,7 +183,7 @@ class ZmqEventPublisher:
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
         self._thread.start()
 
-    def publish(self, events: list[dict[str, Any]], ts: float | None = None) -> None:
+    def publish(self, events: list[Any], ts: float | None = None) -> None:
         if not events or not self._running:
             return
         try:
@@ -125,7 +204,7 @@ class ZmqEventPublisher:
             if item is None:
                 break
             ts, events = item
-            payload = msgpack.packb([ts, events, self._dp_rank], use_bin_type=True)
+            payload = encode_batch(ts, events, self._dp_rank)
             seq = self._seq
             self._seq += 1
             self._pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))

@@ -21,6 +21,7 @@ class StoredBlocks:
     block_hashes: list[bytes]
     parent_block_hash: bytes | None
     token_ids: list[int]
+    extra_keys: list[tuple[object, ...] | None]  # per block, as hashed
 
 
 @dataclass(slots=True)
@@ -42,7 +43,9 @@ class BlockPool:
         self.block_hash: list[bytes | None] = [None] * num_blocks
         # Free blocks in eviction order (head = evicted first); values unused.
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
-        self.cached: dict[bytes, int] = {}
+        # hash -> blocks holding that content (vLLM's BlockHashToBlockMap: two requests that computed
+        # the same prefix concurrently both cache it); a prefix hit takes the first
+        self.cached: dict[bytes, list[int]] = {}
         self.events = KvEvents()
 
     @property
@@ -63,10 +66,10 @@ class BlockPool:
         out: list[int] = []
         cached = self.cached
         for h in hashes[:max_blocks]:
-            bid = cached.get(h)
-            if bid is None:
+            holders = cached.get(h)
+            if holders is None:
                 break
-            out.append(bid)
+            out.append(holders[0])
         return out
 
     def touch(self, block_ids: Sequence[int]) -> None:
@@ -86,8 +89,13 @@ class BlockPool:
             h = self.block_hash[bid]
             if h is not None:
                 self.block_hash[bid] = None
-                if self.cached.get(h) == bid:
-                    del self.cached[h]
+                holders = self.cached.get(h)
+                if holders is not None and bid in holders:
+                    # vLLM's _maybe_evict_cached_block: one BlockRemoved per evicted block, even
+                    # when another block still holds the same content
+                    holders.remove(bid)
+                    if not holders:
+                        del self.cached[h]
                     self.events.removed.append(h)
             self.ref_cnt[bid] = 1
             out.append(bid)
@@ -110,30 +118,33 @@ class BlockPool:
         token_ids: Sequence[int],
         block_size: int,
         token_offset_blocks: int = 0,
+        first_block_extra_keys: tuple[object, ...] | None = None,
     ) -> None:
         """Register blocks ``start..end-1`` of a request as full and reusable; emits one BlockStored.
 
-        ``token_ids`` holds the request's tokens from block ``token_offset_blocks`` on."""
+        ``token_ids`` holds the request's tokens from block ``token_offset_blocks`` on. Like vLLM's
+        ``BlockPool.cache_full_blocks`` every newly full block is registered and reported, also when
+        another block already holds the same hash, so the event's hashes and tokens always line up."""
         if not self.enable_caching or end <= start:
             return
-        new_hashes: list[bytes] = []
         for i in range(start, end):
             h = hashes[i]
             bid = block_ids[i]
-            if h in self.cached:
-                continue  # another block already holds this content; keep that one
-            self.cached[h] = bid
             self.block_hash[bid] = h
-            new_hashes.append(h)
-        if new_hashes:
-            parent = hashes[start - 1] if start > 0 else None
-            self.events.stored.append(
-                StoredBlocks(
-                    new_hashes,
-                    parent,
-                    list(token_ids[(start - token_offset_blocks) * block_size : (end - token_offset_blocks) * block_size]),
-                )
+            holders = self.cached.get(h)
+            if holders is None:
+                self.cached[h] = [bid]
+            elif bid not in holders:
+                holders.append(bid)
+        parent = hashes[start - 1] if start > 0 else None
+        self.events.stored.append(
+            StoredBlocks(
+                list(hashes[start:end]),
+                parent,
+                list(token_ids[(start - token_offset_blocks) * block_size : (end - token_offset_blocks) * block_size]),
+                [first_block_extra_keys if i == 0 else None for i in range(start, end)],
             )
+        )
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash (vLLM's reset_prefix_cache); only when no block is in use."""

@@ -1,19 +1,32 @@
-"""The P/D KV handoff, shaped like vLLM's NixlConnector.
+"""The P/D KV handoff, shaped like vLLM's NixlConnector of the emulated version.
 
 The prefill worker answers a ``do_remote_decode`` request with ``kv_transfer_params``
-naming its engine, the request and the blocks it holds, and the host/port of its side
-channel (``VLLM_NIXL_SIDE_CHANNEL_HOST`` / ``_PORT``). The decode worker then really
-pulls over TCP: an HTTP ``POST /kv/pull`` to that side channel. The prefill side checks
-engine id, request id and block ids against the blocks it still holds, waits the
-modelled transfer time (KV bytes / link bandwidth), releases the blocks (vLLM frees
-them once the decode side has read them) and returns the prompt's block hashes so the
-decode side can verify it received the KV of *its* prompt. The payload is synthetic;
-the timing and every failure are real.
+naming its engine, the blocks it holds, and the host/port of its side channel
+(``VLLM_NIXL_SIDE_CHANNEL_HOST`` / ``_PORT``); 0.33 adds ``remote_request_id`` (NIXL
+protocol v2), 0.11 sends none. The decode worker then really pulls over TCP: an HTTP
+``POST /kv/pull`` to that side channel, which
+
+1. reads the blocks by their ids, as a NIXL READ does (any version): the prefill side
+   checks engine id and block ids against the blocks it still holds and waits the
+   modelled transfer time (KV bytes / link bandwidth);
+2. notifies the prefill side with a request id, as vLLM does after the READ
+   (``notif_id = f"{request_id}:{tp_ratio}"``): in 0.33 the ``remote_request_id`` it was
+   given, in 0.11 the decode worker's *own* request id
+   (``nixl_connector.py`` ``_read_blocks``). The prefill side frees the blocks only if
+   it knows that id; otherwise it logs vLLM's "unrecognized request" error and the blocks
+   stay held until the lease expires (``_get_new_notifs``). So on 0.11 P and D pair only
+   when the proxy gave both the same ``X-Request-Id`` on the same endpoint.
+
+The payload is synthetic; the timing and every failure are real. As a mock-only check
+the prefill side also returns a digest of the prompt it holds, and the decode side
+refuses KV of a different prompt (vLLM would silently use it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +34,6 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pdserve.common import hashing
 from pdserve.worker.perf import PerfModel
 from pdserve.worker.runner import EngineRunner
 
@@ -46,16 +58,23 @@ class KvLoadError(Exception):
 
 class PullRequest(BaseModel):
     engine_id: str
-    request_id: str
     block_ids: list[int]
+    notif_request_id: str
+    tp_ratio: int = 1
 
 
 @dataclass
 class PullResult:
     num_tokens: int
-    block_hashes: list[int]
     kv_bytes: int
     transfer_s: float
+    released: bool  # the prefill side recognised the notification and freed its blocks
+
+
+def prompt_digest(token_ids: list[int]) -> str:
+    """A mock-only fingerprint of a prompt, independent of vLLM's (possibly random) hash seed."""
+    return hashlib.sha256(repr(token_ids).encode()).hexdigest()
+
 
 
 class SideChannelServer:
@@ -97,42 +116,58 @@ class SideChannelServer:
             return web.json_response(
                 {"reason": "engine_mismatch", "detail": f"this side channel serves engine {self.engine_id}"},
                 status=404)
-        held = self.runner.engine.get_held(body.request_id)
+        engine = self.runner.engine
+        held = next((h.request for h in engine.held.values() if h.request.block_ids == body.block_ids), None)
         if held is None:
             return web.json_response(
-                {"reason": "not_found", "detail": f"no KV held for request {body.request_id} (lease expired or never prefilled)"},
+                {"reason": "not_found", "detail": "no KV held in those blocks (lease expired or never prefilled)"},
                 status=404)
-        if held.block_ids != body.block_ids:
-            return web.json_response({"reason": "block_mismatch", "detail": "block ids differ from the held ones"},
-                                     status=409)
         n_tokens = len(held.prompt_token_ids)
         transfer_s = self.perf.kv_transfer_time(n_tokens, self.link_gbps)
         await asyncio.sleep(transfer_s / self.speedup)
-        if self.runner.engine.get_held(body.request_id) is None:
+        if engine.get_held(held.request_id) is not held:
             return web.json_response({"reason": "not_found", "detail": "lease expired during the transfer"}, status=404)
-        bs = self.runner.engine.config.block_size
-        hashes = [hashing.to_external(h) for h in hashing.block_hashes(held.prompt_token_ids, bs)]
-        self.runner.release_kv(body.request_id)
+        digest = prompt_digest(held.prompt_token_ids)
+        released = self.runner.release_kv(body.notif_request_id)
+        if not released:
+            # vLLM: "Potentially invalid KV blocks for unrecognized request %s were retrieved by a decode
+            # worker. They may have expired." -- and the blocks wait for the lease to run out.
+            print(f"pdserve worker: KV blocks for unrecognized request {body.notif_request_id} were retrieved by a "
+                  "decode worker; they stay held until the lease expires", file=sys.stderr, flush=True)
         self.pulls_served += 1
         return web.json_response({
             "num_tokens": n_tokens,
-            "block_hashes": hashes,
+            "prompt_digest": digest,
             "kv_bytes": int(n_tokens * self.perf.kv_bytes_per_token),
             "transfer_s": transfer_s,
+            "released": released,
         })
 
 
+def notif_request_id(params: dict[str, Any], own_request_id: str, with_remote_request_id: bool) -> str:
+    """The id the decode side notifies the prefill side with; raises KvLoadError for params that
+    version's connector calls "invalid KVTransferParams" (it then does no transfer)."""
+    required = ["remote_engine_id", "remote_host", "remote_port"]
+    if with_remote_request_id:
+        required.append("remote_request_id")
+    missing = [k for k in required if params.get(k) is None]
+    if missing or not params.get("remote_block_ids"):
+        raise KvLoadError("invalid_params", "Got invalid KVTransferParams (missing "
+                          f"{', '.join(missing) or 'remote_block_ids'}); this request will not utilize KVTransfer")
+    return str(params["remote_request_id"]) if with_remote_request_id else own_request_id
+
+
 async def pull_kv(
-    session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int], block_size: int, timeout_s: float
+    session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int], notif_id: str, timeout_s: float
 ) -> PullResult:
-    """Fetch a prompt's KV from the prefill worker named in ``kv_transfer_params``."""
+    """Fetch a prompt's KV from the prefill worker named in ``kv_transfer_params``, then notify it."""
     try:
         host = str(params["remote_host"])
         port = int(params["remote_port"])
         payload = {
             "engine_id": str(params["remote_engine_id"]),
-            "request_id": str(params.get("remote_request_id") or ""),
             "block_ids": [int(b) for b in params["remote_block_ids"]],
+            "notif_request_id": notif_id,
         }
     except (KeyError, TypeError, ValueError) as err:
         raise KvLoadError("bad_params", f"kv_transfer_params incomplete or malformed: {err!r}") from None
@@ -144,8 +179,7 @@ async def pull_kv(
                 raise KvLoadError(str(data.get("reason", f"http_{resp.status}")), str(data.get("detail", "")))
     except (TimeoutError, aiohttp.ClientError, OSError) as err:
         raise KvLoadError("unreachable", f"side channel {host}:{port}: {err!r}") from None
-    expected = [hashing.to_external(h) for h in hashing.block_hashes(prompt_ids, block_size)]
-    if data.get("block_hashes") != expected or data.get("num_tokens") != len(prompt_ids):
+    if data.get("prompt_digest") != prompt_digest(prompt_ids) or data.get("num_tokens") != len(prompt_ids):
         raise KvLoadError("prompt_mismatch", "the remote KV belongs to a different prompt")
-    return PullResult(int(data["num_tokens"]), list(data["block_hashes"]), int(data["kv_bytes"]),
-                      float(data["transfer_s"]))
+    return PullResult(int(data["num_tokens"]), int(data["kv_bytes"]), float(data["transfer_s"]),
+                      bool(data.get("released")))

@@ -77,6 +77,7 @@ class _Sampling(BaseModel):
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     use_beam_search: bool = False
     kv_transfer_params: dict[str, Any] | None = None
+    cache_salt: str | None = None  # vLLM: a salt in the first block's hash, isolating the prefix cache
     user: str | None = None
 
     @field_validator("n")

@@ -142,7 +142,7 @@ class EngineRunner:
         ok = self.engine.reset_prefix_cache()
         events = self.engine.drain_kv_events()
         if self.publisher is not None and (events.cleared or events.removed or events.stored):
-            self.publisher.publish(encode_events(events, self.engine.config.block_size))
+            self.publisher.publish(encode_events(events, self.engine.config.block_size, self.publisher.encoding))
         return ok
 
     def release_kv(self, request_id: str) -> bool:
@@ -212,7 +212,8 @@ class EngineRunner:
         if out.num_scheduled:
             self.metrics.iteration_tokens.observe(out.num_prefill_tokens + out.num_decode_tokens)
         if self.publisher is not None and (out.kv_events.stored or out.kv_events.removed or out.kv_events.cleared):
-            self.publisher.publish(encode_events(out.kv_events, self.engine.config.block_size))
+            self.publisher.publish(encode_events(out.kv_events, self.engine.config.block_size,
+                                                 self.publisher.encoding))
         self.metrics.update_engine(self.engine.stats())
         return out
 

@@ -1,4 +1,11 @@
-"""The mock worker's HTTP API (aiohttp): vLLM 0.11's OpenAI-compatible endpoints."""
+"""The mock worker's HTTP API (aiohttp): vLLM's OpenAI-compatible endpoints.
+
+Request ids follow the emulated version (``vllm_emulation``): the response ``id`` is
+``cmpl-{X-Request-Id}`` / ``chatcmpl-{X-Request-Id}`` (``serving_completion.py`` /
+``serving_chat.py``), the engine's id adds ``-0`` for a completion's first prompt
+(``request_id_item``) and, from 0.33 on, 8 random characters
+(``v1/engine/input_processor.py`` ``assign_request_id``). P/D pairing keys on the engine id.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +22,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from pdserve.common import hashing, tokenizer
+from pdserve.common import tokenizer
 from pdserve.worker import protocol
 from pdserve.worker.engine import FINISH_ABORT, FINISH_STOP, EngineRequest, TokenEvent
-from pdserve.worker.nixl import KvLoadError, KVTransferConfig, pull_kv
+from pdserve.worker.nixl import KvLoadError, KVTransferConfig, notif_request_id, pull_kv
 from pdserve.worker.protocol import ApiError, bad_request
 from pdserve.worker.runner import EngineRunner, Tracked
+from pdserve.worker.vllm_emulation import CURRENT_VERSION, VllmBehaviour, behaviour
+from pdserve.worker.vllm_hash import cache_salt_extra_keys
 
-VLLM_COMPAT_VERSION = "0.11.0"
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _DONE = b"data: [DONE]\n\n"
 
@@ -39,6 +47,8 @@ class ServerSettings:
     kv_transfer: KVTransferConfig = field(default_factory=KVTransferConfig)
     kv_pull_timeout_s: float = 30.0
     mean_output_tokens: int = 256
+    vllm: VllmBehaviour = field(default_factory=lambda: behaviour(CURRENT_VERSION))
+    max_token_id: int = tokenizer.VOCAB_SIZE - 1  # the served tokenizer's largest id
 
 
 class WorkerServer:
@@ -89,7 +99,7 @@ class WorkerServer:
         return web.Response(status=503 if self.draining else 200)
 
     async def version(self, _request: web.Request) -> web.Response:
-        return web.json_response({"version": VLLM_COMPAT_VERSION, "pdserve_mock": True})
+        return web.json_response({"version": self.s.vllm.version, "pdserve_mock": True})
 
     async def load(self, _request: web.Request) -> web.Response:
         return web.json_response({"server_load": self.runner.inflight})
@@ -144,20 +154,28 @@ class WorkerServer:
             raise ApiError(404, f"The model `{name}` does not exist.", "model")
         return name
 
-    @staticmethod
-    def _prompt_ids(prompt: str | list[int] | list[str] | list[list[int]]) -> list[int]:
+    def _prompt_ids(self, prompt: str | list[int] | list[str] | list[list[int]]) -> list[int]:
         if isinstance(prompt, str):
             return tokenizer.encode(prompt)
         if prompt and all(isinstance(p, int) for p in prompt):
             ids = [int(p) for p in prompt]  # type: ignore[arg-type]
-            if any(t < 0 or t >= tokenizer.VOCAB_SIZE for t in ids):
-                raise bad_request(f"prompt token ids must be in [0, {tokenizer.VOCAB_SIZE})", "prompt")
+            self._check_vocab(ids)
             return ids
         if len(prompt) == 1:
             only = prompt[0]
-            return WorkerServer._prompt_ids(only)  # type: ignore[arg-type]
+            return self._prompt_ids(only)  # type: ignore[arg-type]
         raise bad_request("prompt must be one string or one list of token ids (batched prompts are not supported)",
                           "prompt")
+
+    def _check_vocab(self, ids: list[int]) -> None:
+        """vLLM refuses ids past ``max(tokenizer.max_token_id, vocab_size - 1)`` with a 400 (0.11
+        ``v1/engine/processor.py``, 0.33 ``renderers/base.py`` ``validate_token_ids``; 0.33 also refuses
+        negative ids, which the mock does for both versions since it cannot embed them either)."""
+        lo, hi = min(ids), max(ids)
+        if lo < 0:
+            raise bad_request(f"Token id {lo} is out of vocabulary")
+        if hi > self.s.max_token_id:
+            raise bad_request(f"Token id {hi} is out of vocabulary")
 
     def _validate_lengths(self, n_prompt: int, max_tokens: int | None, min_tokens: int, chat: bool) -> int:
         limit = self.s.max_model_len
@@ -190,26 +208,28 @@ class WorkerServer:
                         max_tokens: int | None) -> web.StreamResponse:
         max_tokens_param = max_tokens  # as the client sent it (for vllm:request_params_max_tokens)
         max_tokens = self._validate_lengths(len(ids), max_tokens, req.min_tokens, chat)
+        base = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        resp_id = f"{'chatcmpl' if chat else 'cmpl'}-{base}"
+        rid = resp_id if chat else f"{resp_id}-0"
+        if self.s.vllm.internal_request_id_suffix or self.runner.engine.knows(rid):
+            rid = f"{rid}-{uuid.uuid4().hex[:8]}"
         kvp = req.kv_transfer_params or {}
         hold = bool(kvp.get("do_remote_decode"))
         external = 0
         if kvp.get("do_remote_prefill"):
-            external = await self._load_remote(kvp, ids)
-        base = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{base}"
-        if self.runner.engine.knows(rid):
-            rid = f"{rid}-{uuid.uuid4().hex[:8]}"
+            external = await self._load_remote(kvp, ids, rid)
         seed = req.seed if req.seed is not None else int.from_bytes(
             hashlib.blake2b(str(ids).encode(), digest_size=8).digest(), "big")
         stop_ids = tuple(req.stop_token_ids or ())
+        extra = cache_salt_extra_keys(req.cache_salt, self.s.vllm.version)
         ereq = EngineRequest(rid, ids, max_tokens=max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos,
                              eos_after=self._natural_length(seed), stop_token_ids=stop_ids, seed=seed,
-                             hold_kv=hold, remote_prefilled=external > 0)
+                             hold_kv=hold, remote_prefilled=external > 0, extra_keys=extra)
         engine_cfg = self.runner.engine.config
         if engine_cfg.enable_prefix_caching:
             # Hash the prompt here, per request, rather than inside the engine step: a step admitting
             # dozens of long prompts would otherwise hash them all in one go and stall the loop.
-            ereq.block_hashes = hashing.block_hashes(ids, engine_cfg.block_size)
+            ereq.block_hashes = engine_cfg.hasher.block_hashes(ids, engine_cfg.block_size, extra)
         try:
             tracked = self.runner.submit(ereq, max_tokens_param, external)
         except ValueError as err:
@@ -218,12 +238,12 @@ class WorkerServer:
         try:
             gen = _TextStream(self.runner, tracked, req.stop_strings(), req.include_stop_str_in_output)
             if req.stream:
-                return await self._stream(request, gen, rid, model, chat, req.stream_options, len(ids))
+                return await self._stream(request, gen, resp_id, model, chat, req.stream_options, len(ids))
             async for _ in gen.pieces():
                 pass
             kv_out = self._kv_params(rid, tracked) if hold else None
             make = protocol.chat_response if chat else protocol.completion_response
-            return web.json_response(make(rid, model, int(time.time()), gen.text, gen.finish, gen.stop_reason,
+            return web.json_response(make(resp_id, model, int(time.time()), gen.text, gen.finish, gen.stop_reason,
                                           len(ids), tracked.n_out, kv_out))
         finally:
             self.active -= 1
@@ -263,26 +283,44 @@ class WorkerServer:
     def _kv_params(self, rid: str, tracked: Tracked) -> dict[str, Any] | None:
         if not tracked.held_block_ids or self.runner.engine.get_held(rid) is None:
             return None
+        if not self.s.vllm.nixl_remote_request_id:
+            # 0.11 nixl_connector.py request_finished: no request id; D notifies with its own
+            return {
+                "do_remote_prefill": True,
+                "do_remote_decode": False,
+                "remote_block_ids": tracked.held_block_ids,
+                "remote_engine_id": self.s.engine_id,
+                "remote_host": self.s.side_channel_host,
+                "remote_port": self.s.side_channel_port,
+                "tp_size": self.s.tp_size,
+            }
+        # 0.33 nixl/pull_scheduler.py request_finished (P node, pull mode, no DCP/PP)
         return {
             "do_remote_prefill": True,
             "do_remote_decode": False,
+            "remote_block_ids": tracked.held_block_ids,
             "remote_engine_id": self.s.engine_id,
             "remote_request_id": rid,
-            "remote_block_ids": tracked.held_block_ids,
             "remote_host": self.s.side_channel_host,
             "remote_port": self.s.side_channel_port,
             "tp_size": self.s.tp_size,
+            "dcp_size": 1,
+            "pp_size": 1,
+            "remote_num_tokens": len(tracked.req.prompt_token_ids),
+            "remote_blocks_expiry_time": None,
+            "remote_registration_generation": 0,
+            "transfer_mode": "pull",
         }
 
-    async def _load_remote(self, kvp: dict[str, Any], ids: list[int]) -> int:
+    async def _load_remote(self, kvp: dict[str, Any], ids: list[int], rid: str) -> int:
         """Pull the prompt's KV; returns the tokens received, or 0 to recompute (policy ``recompute``)."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
         policy = self.s.kv_transfer.kv_load_failure_policy
         t0 = time.monotonic()
         try:
-            result = await pull_kv(self._session, kvp, ids, self.runner.engine.config.block_size,
-                                   self.s.kv_pull_timeout_s)
+            notif = notif_request_id(kvp, rid, self.s.vllm.nixl_remote_request_id)
+            result = await pull_kv(self._session, kvp, ids, notif, self.s.kv_pull_timeout_s)
         except KvLoadError as err:
             self.runner.metrics.kv_load_failure(err.reason, policy)
             if policy == "fail":
