@@ -41,6 +41,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pdserve.api import vllm_versions
+
 NoneHashRule = Literal["seed_env_else_random", "seed_env_else_fixed_for_crypto"]
 EventEncoding = Literal["array_tagged", "map_tagged"]
 
@@ -78,7 +80,10 @@ VERSIONS: dict[str, VllmBehaviour] = {
         nixl_remote_request_id=True, internal_request_id_suffix=True,
         kv_lease_s=30.0, kv_lease_source="extra_config:kv_lease_duration", side_channel_port=5600),
 }
-CURRENT_VERSION = "0.33.0"
+# The supported list and the default come from the operator's version table (pdserve.api.vllm_versions);
+# this table adds the engine behaviour the mock emulates and must cover every supported version.
+CURRENT_VERSION: str = vllm_versions.DEFAULT_VERSION
+assert set(VERSIONS) == set(vllm_versions.VERSIONS), "the mock must emulate every supported vLLM version"
 
 
 def behaviour(version: str) -> VllmBehaviour:
