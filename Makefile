@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 K8S_BIN := .cache/k8s/bin
 PYTEST_ARGS ?=
 
-.PHONY: test lint unit venv system-deps k8s-bins demo crds dashboard bench clean help
+.PHONY: test lint unit venv system-deps k8s-bins demo crds dashboard bench bench-smoke clean help
 
 help:
 	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
