@@ -23,15 +23,17 @@ def chart() -> Iterator[helm.Chart]:
         yield loaded
 
 
-def render(chart: helm.Chart, values: dict[str, Any] | None = None, namespace: str = "pdserve-system") -> list[dict[str, Any]]:
-    """Render like `helm install --dry-run` and return every object, NOTES excluded."""
+def render(chart: helm.Chart, values: dict[str, Any] | None = None, namespace: str = "pdserve-system",
+           hooks: bool = False) -> list[dict[str, Any]]:
+    """Render like `helm install --dry-run` and return every object, NOTES excluded;
+    Helm hooks (the CRD-upgrade Job and its RBAC) only with ``hooks=True``."""
     rendered = chart.render(values=values or {}, name="pds", namespace=namespace, is_install=True)
     objects: list[dict[str, Any]] = []
     for path, text in rendered.items():
         if path.endswith("NOTES.txt"):
             continue
         for doc in yaml.safe_load_all(text):
-            if doc:
+            if doc and (hooks or "helm.sh/hook" not in (doc.get("metadata", {}).get("annotations") or {})):
                 doc.setdefault("_template", path)
                 objects.append(doc)
     return objects

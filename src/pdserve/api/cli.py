@@ -17,11 +17,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, metavar="PATH", help="also write the markdown CRD reference to PATH")
     p.add_argument("--versions-doc", type=Path, metavar="PATH", help="also rewrite the supported-vLLM-version table between its markers in PATH (docs/install.md)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any target file is out of date")
+    p.add_argument("--apply", action="store_true",
+                   help="create or upgrade the CRD on the cluster (server-side apply; refuses to strand stored versions)")
+    p.add_argument("--kubeconfig", metavar="PATH", help="with --apply: kubeconfig (default $KUBECONFIG, ~/.kube/config, "
+                   "then in-cluster)")
     return p
+
+
+def _apply(kubeconfig: str | None) -> int:
+    from pdserve.api.crd import build_crd
+    from pdserve.api.crd_apply import CrdUpgradeRefused, apply_crd
+    from pdserve.operator.kube import load_api_client
+
+    api = load_api_client(kubeconfig)
+    try:
+        result = apply_crd(api, build_crd())
+    except CrdUpgradeRefused as e:
+        print(f"pdserve crd --apply: refused: {e}", file=sys.stderr)
+        return 1
+    finally:
+        api.close()
+    print(f"{result.name}: {result.action}; served {', '.join(result.served_versions)}, storage "
+          f"{result.storage_version}, storedVersions {', '.join(result.stored_versions)}")
+    return 0
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.apply:
+        return _apply(args.kubeconfig)
     targets = [(d / CRD_FILENAME, crd_yaml()) for d in args.out]
     if args.reference:
         targets.append((args.reference, reference_markdown()))
