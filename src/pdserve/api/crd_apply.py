@@ -67,7 +67,7 @@ def apply_crd(api: client.ApiClient, crd: dict[str, Any], timeout_s: float = 60.
         live = None
     stored = list(live.status.stored_versions or []) if live is not None and live.status else []
     check_upgrade(crd, stored)
-    before = live.metadata.resource_version if live is not None else None
+    before = live.metadata.resource_version if live is not None and live.metadata is not None else None
     body = {k: v for k, v in crd.items() if k != "status"}
     # force=True: this tool owns the CRD's schema; a field another manager set on the same
     # path (say, `kubectl apply` by hand) is taken over rather than failing the upgrade.
@@ -76,7 +76,8 @@ def apply_crd(api: client.ApiClient, crd: dict[str, Any], timeout_s: float = 60.
     if live is None:
         action = "created"
     else:
-        action = "unchanged" if applied.metadata.resource_version == before else "updated"
+        after = applied.metadata.resource_version if applied.metadata is not None else None
+        action = "unchanged" if after == before else "updated"
     deadline = time.monotonic() + timeout_s
     while True:
         current = ext.read_custom_resource_definition(name)
@@ -91,5 +92,5 @@ def apply_crd(api: client.ApiClient, crd: dict[str, Any], timeout_s: float = 60.
         action=action,
         served_versions=tuple(v["name"] for v in versions if v.get("served")),
         storage_version=next(v["name"] for v in versions if v.get("storage")),
-        stored_versions=tuple(current.status.stored_versions or []),
+        stored_versions=tuple((current.status.stored_versions if current.status else None) or []),
     )
