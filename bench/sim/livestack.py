@@ -39,7 +39,8 @@ def _free_port() -> int:
 def start_router(prefill: list[str], decode: list[str], policy: str) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     cmd = [sys.executable, "-m", "pdserve.cli", "router", "--host", "127.0.0.1", "--port", str(port),
-           "--policy", policy, "--decode-policy", "least_loaded", "--log-level", "WARNING"]
+           "--policy", policy, "--decode-policy", "least_loaded", "--log-level", "WARNING",
+           "--tokenizer-mode", "mock"]  # mock workers: pdserve's hash-word tokenizer
     if prefill:
         cmd += ["--prefill", *prefill]
     cmd += ["--decode", *decode]

@@ -128,7 +128,8 @@ async def test_planner_scales_with_prometheus(tmp_path: Path):
                       f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log")
         procs.append(prom)
         procs.append(start([sys.executable, "-m", "pdserve.cli", "router", "--host", "127.0.0.1", "--port",
-                            str(router_port), "--discovery-file", str(discovery)], tmp_path / "router.log"))
+                            str(router_port), "--discovery-file", str(discovery), "--tokenizer-mode", "mock"],
+                           tmp_path / "router.log"))
         prom_url, router = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{router_port}"
         wait_http(prom_url + "/-/ready")
         wait_http(router + "/health")

@@ -21,6 +21,13 @@ from pdserve.router.state import RouterState
 MODEL = "mock-llama"
 
 
+def router_config(**kw) -> RouterConfig:
+    """A RouterConfig for tests against mock workers: their hash-word tokenizer, named
+    explicitly (the router has no implicit tokenizer)."""
+    kw.setdefault("tokenizer_mode", "mock")
+    return RouterConfig(**kw)
+
+
 def worker_args(pd: bool = True, events: bool = True) -> list[str]:
     args = ["--mock-side-channel-port", "0"]
     if pd:

@@ -25,14 +25,22 @@ def test_bad_arguments_exit_2_with_a_clear_message() -> None:
     assert r.returncode == 2 and "no workers" in r.stderr
     r = run_cli("--prefill", "http://127.0.0.1:1")
     assert r.returncode == 2 and "--prefill needs at least one --decode" in r.stderr
-    r = run_cli("--decode", "ftp://x")
+    r = run_cli("--decode", "ftp://x", "--tokenizer-mode", "mock")
     assert r.returncode == 2 and "http://host:port" in r.stderr
     r = run_cli("--decode", "http://127.0.0.1:1", "--policy", "magic")
     assert r.returncode == 2 and "invalid choice: 'magic'" in r.stderr
-    r = run_cli("--decode", "http://127.0.0.1:1", "--weights", '{"overlap": 2}')
+    r = run_cli("--decode", "http://127.0.0.1:1", "--weights", '{"overlap": 2}', "--tokenizer-mode", "mock")
     assert r.returncode == 2 and "unknown router weight(s) ['overlap']" in r.stderr
     r = run_cli("--decode", "http://127.0.0.1:1", "--weights", "[1")
     assert r.returncode == 2 and "--weights is not valid JSON" in r.stderr
+
+
+def test_a_router_without_the_models_tokenizer_does_not_start(tmp_path) -> None:
+    r = run_cli("--decode", "http://127.0.0.1:1")
+    assert r.returncode == 2 and "no tokenizer: give --tokenizer" in r.stderr
+    r = run_cli("--decode", "http://127.0.0.1:1", "--tokenizer", str(tmp_path / "missing"))
+    assert r.returncode == 2 and f"cannot load tokenizer '{tmp_path / 'missing'}'" in r.stderr
+    assert "--tokenizer-fallback approx" in r.stderr
 
 
 def test_operator_weights_reach_the_policies() -> None:
@@ -43,7 +51,8 @@ def test_operator_weights_reach_the_policies() -> None:
 
     os.environ["PDSERVE_ROUTER_WEIGHTS"] = '{"overlap_weight":3,"request_tokens":10}'
     try:
-        args: argparse.Namespace = build_parser().parse_args(["--decode", "http://127.0.0.1:1"])
+        args: argparse.Namespace = build_parser().parse_args(["--decode", "http://127.0.0.1:1",
+                                                                             "--tokenizer-mode", "mock"])
     finally:
         del os.environ["PDSERVE_ROUTER_WEIGHTS"]
     state = RouterState(config_from_args(args))
@@ -56,7 +65,7 @@ def test_router_process_serves_and_stops_on_sigterm() -> None:
         (w,) = spawn(stack, 1, speedup=200.0, pd=False, events=False)
         port = int(dead_url().rsplit(":", 1)[1])
         proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "router", "--port", str(port), "--decode", w.url,
-                                 "--policy", "least_loaded"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 "--policy", "least_loaded", "--tokenizer-mode", "mock"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
             url = f"http://127.0.0.1:{port}"

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pdserve.router.config import RouterConfig
-from tests.router.conftest import MODEL, metric_sum, read_sse, run_router, spawn, wait_for
+from tests.router.conftest import router_config, MODEL, metric_sum, read_sse, run_router, spawn, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +21,7 @@ def colocated(request):
 
 
 async def test_models_health_and_metrics(colocated) -> None:
-    async with run_router(RouterConfig(decode=[w.url for w in colocated])) as r:
+    async with run_router(router_config(decode=[w.url for w in colocated])) as r:
         models = await (await r.session.get(r.url + "/v1/models")).json()
         assert [m["id"] for m in models["data"]] == [MODEL]
         health = await r.session.get(r.url + "/health")
@@ -46,7 +45,7 @@ async def test_models_health_and_metrics(colocated) -> None:
     ],
 )
 async def test_bad_input_gets_openai_errors_and_the_router_keeps_serving(colocated, raw, status, fragment) -> None:
-    async with run_router(RouterConfig(decode=[w.url for w in colocated])) as r:
+    async with run_router(router_config(decode=[w.url for w in colocated])) as r:
         await wait_for(lambda: r.state.pool.known_models(), what="models from workers")
         resp = await r.session.post(r.url + "/v1/completions", data=raw, headers={"Content-Type": "application/json"})
         body = await resp.json()
@@ -57,7 +56,7 @@ async def test_bad_input_gets_openai_errors_and_the_router_keeps_serving(colocat
 
 
 async def test_body_limit_is_413(colocated) -> None:
-    async with run_router(RouterConfig(decode=[w.url for w in colocated], max_body_bytes=1000)) as r:
+    async with run_router(router_config(decode=[w.url for w in colocated], max_body_bytes=1000)) as r:
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x" * 5000})
         assert resp.status == 413 and "exceeds the limit of 1000 bytes" in (await resp.json())["error"]["message"]
         # Chunked upload without a Content-Length is limited too.
@@ -70,7 +69,7 @@ async def test_body_limit_is_413(colocated) -> None:
 
 
 async def test_concurrency_limit_is_429(colocated) -> None:
-    async with run_router(RouterConfig(decode=[w.url for w in colocated], max_concurrency=1)) as r:
+    async with run_router(router_config(decode=[w.url for w in colocated], max_concurrency=1)) as r:
         slow = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 300, "ignore_eos": True,
                                                 "stream": True})
         assert slow.status == 200
@@ -81,7 +80,7 @@ async def test_concurrency_limit_is_429(colocated) -> None:
 
 
 async def test_admission_rejects_when_predicted_ttft_breaks_the_slo(colocated) -> None:
-    cfg = RouterConfig(decode=[w.url for w in colocated], ttft_slo_ms=50, admission_factor=2,
+    cfg = router_config(decode=[w.url for w in colocated], ttft_slo_ms=50, admission_factor=2,
                        prefill_tokens_per_s=1000)
     async with run_router(cfg) as r:
         short = await r.post("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1})
@@ -96,7 +95,7 @@ async def test_admission_rejects_when_predicted_ttft_breaks_the_slo(colocated) -
 async def test_discovery_file_is_reread_on_change(colocated, tmp_path) -> None:
     path = tmp_path / "workers.json"
     path.write_text(json.dumps({"decode": [colocated[0].url]}))
-    async with run_router(RouterConfig(discovery_file=path)) as r:
+    async with run_router(router_config(discovery_file=path)) as r:
         assert r.state.pool.urls("decode") == [colocated[0].url]
         path.write_text(json.dumps({"decode": [w.url for w in colocated]}))
         await wait_for(lambda: len(r.state.pool.urls("decode")) == 2, what="discovery reload")
@@ -125,7 +124,7 @@ bodies = st.one_of(
 
 
 async def test_fuzz_front_end_never_breaks_the_router(colocated) -> None:
-    async with run_router(RouterConfig(decode=[w.url for w in colocated])) as r:
+    async with run_router(router_config(decode=[w.url for w in colocated])) as r:
         await wait_for(lambda: r.state.pool.known_models(), what="models from workers")
         statuses: list[int] = []
 
@@ -151,7 +150,7 @@ async def test_fuzz_front_end_never_breaks_the_router(colocated) -> None:
 
 
 async def test_first_token_clears_the_prompt_from_the_routing_ledger(colocated) -> None:
-    async with run_router(RouterConfig(decode=[colocated[0].url], scrape_interval_s=60)) as r:
+    async with run_router(router_config(decode=[colocated[0].url], scrape_interval_s=60)) as r:
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "word " * 100, "max_tokens": 400,
                                                  "ignore_eos": True, "stream": True})
         assert resp.status == 200
@@ -167,7 +166,7 @@ async def test_first_token_clears_the_prompt_from_the_routing_ledger(colocated) 
 async def test_router_internal_overhead_metrics_cover_each_stream(colocated) -> None:
     # The two router-internal latencies the overhead bench reads: arrival -> upstream
     # request written, and first upstream body byte -> written to the client.
-    async with run_router(RouterConfig(decode=[w.url for w in colocated])) as r:
+    async with run_router(router_config(decode=[w.url for w in colocated])) as r:
         for _ in range(3):
             resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "hello there", "max_tokens": 4,
                                                     "stream": True})

@@ -1,14 +1,14 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdserve.router.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvIndex
+from pdserve.router.kv_index import BlockRemoved, KvIndex
 
 
 def test_store_match_walks_chain_until_first_miss() -> None:
     idx = KvIndex()
-    idx.apply("w1", BlockStored(block_hashes=(1, 2, 3)))
-    idx.apply("w2", BlockStored(block_hashes=(1, 2)))
-    idx.apply("w2", BlockStored(block_hashes=(4,)))  # not contiguous from the prompt start
+    idx.store("w1", (1, 2, 3))
+    idx.store("w2", (1, 2))
+    idx.store("w2", (4,))  # not contiguous from the prompt start
     assert idx.overlaps([1, 2, 3, 4]) == {"w1": 3, "w2": 2}
     assert idx.overlaps([9, 1, 2]) == {}
     assert idx.overlaps([1, 2, 3], ["w2"]) == {"w2": 2}
@@ -17,17 +17,17 @@ def test_store_match_walks_chain_until_first_miss() -> None:
 
 def test_remove_clear_and_worker_removal() -> None:
     idx = KvIndex()
-    idx.apply("w1", BlockStored(block_hashes=(1, 2, 3)))
-    idx.apply("w2", BlockStored(block_hashes=(1, 2, 3)))
-    idx.apply("w1", BlockRemoved(block_hashes=(2,)))
+    idx.store("w1", (1, 2, 3))
+    idx.store("w2", (1, 2, 3))
+    idx.remove("w1", (2,))
     assert idx.overlaps([1, 2, 3]) == {"w1": 1, "w2": 3}
-    idx.apply("w2", AllBlocksCleared())
+    idx.clear("w2")
     assert idx.overlaps([1, 2, 3]) == {"w1": 1}
     assert idx.blocks_of("w2") == 0
     idx.remove_worker("w1")
     assert len(idx) == 0 and idx.workers == ["w2"]
     # A slot freed by a departed worker is reused without leaking its old blocks.
-    idx.apply("w3", BlockStored(block_hashes=(7,)))
+    idx.store("w3", (7,))
     assert idx.overlaps([7]) == {"w3": 1}
     assert idx.holders(7) == {"w3"}
 
@@ -35,9 +35,9 @@ def test_remove_clear_and_worker_removal() -> None:
 def test_remove_of_unknown_block_or_worker_is_harmless() -> None:
     idx = KvIndex()
     idx.apply("w1", BlockRemoved(block_hashes=(5,)))
-    idx.apply("w1", BlockStored(block_hashes=(1,)))
+    idx.store("w1", (1,))
     idx.apply("w1", BlockRemoved(block_hashes=(5,)))
-    idx.apply("w2", BlockRemoved(block_hashes=(1,)))
+    idx.remove("w2", (1,))
     assert idx.overlaps([1]) == {"w1": 1}
 
 
@@ -71,13 +71,13 @@ def test_index_matches_a_naive_model(evs, prompt) -> None:
     model: dict[str, set[int]] = {}
     for worker, kind, hashes in evs:
         if kind == "store":
-            idx.apply(worker, BlockStored(block_hashes=tuple(hashes)))
+            idx.store(worker, hashes)
             model.setdefault(worker, set()).update(hashes)
         elif kind == "remove":
-            idx.apply(worker, BlockRemoved(block_hashes=tuple(hashes)))
+            idx.remove(worker, hashes)
             model.get(worker, set()).difference_update(hashes)
         elif kind == "clear":
-            idx.apply(worker, AllBlocksCleared())
+            idx.clear(worker)
             model.get(worker, set()).clear()
         else:
             idx.remove_worker(worker)

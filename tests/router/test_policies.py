@@ -2,10 +2,12 @@ import random
 from collections import Counter
 
 import pytest
+
+from tests.router.conftest import router_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdserve.router.kv_index import BlockStored, KvIndex
+from pdserve.router.kv_index import KvIndex
 from pdserve.router.policies import (
     POLICIES,
     CostWeights,
@@ -84,7 +86,7 @@ def test_power_of_two_is_seeded_and_takes_the_lighter_of_the_pair() -> None:
 def kv_policy_with(cached: dict[str, list[int]], **kw) -> tuple:
     idx = KvIndex()
     for w, hashes in cached.items():
-        idx.apply(w, BlockStored(block_hashes=tuple(hashes)))
+        idx.store(w, hashes)
     return make_policy("kv_aware", index=idx, **kw), idx
 
 
@@ -128,7 +130,7 @@ def test_shared_system_prompt_does_not_herd(name: str) -> None:
         d = p.select(r, ws, 1.0)
         p.on_routed(d, r, 1.0)
         if idx is not None:  # the worker reports what it cached, as a real one would
-            idx.apply(d.worker_id, BlockStored(block_hashes=tuple(r.block_hashes)))
+            idx.store(d.worker_id, r.block_hashes)
         counts[d.worker_id] += 1
     assert len(counts) == 4
     assert max(counts.values()) <= 1.5 * 200 / 4, counts
@@ -249,7 +251,7 @@ def test_properties_hold_for_any_pool(raw, cached_depth, prompt_blocks, name) ->
     idx = KvIndex()
     for i, depth in cached_depth.items():
         if i < len(ws) and depth:
-            idx.apply(f"w{i}", BlockStored(block_hashes=tuple(range(depth))))
+            idx.store(f"w{i}", range(depth))
     p = make_policy(name, index=idx) if name == "kv_aware" else make_policy(name)
     r = req("r", hashes, 5)
     d = p.select(r, ws, 0)
@@ -273,7 +275,7 @@ def test_prefill_pool_ignores_transient_kv_usage_but_not_a_full_cache() -> None:
     # not push a request off its cached prefix; a nearly full cache still does.
     hashes = list(range(1, 9))
     index = KvIndex()
-    index.apply("w0", BlockStored(hashes[:6]))
+    index.store("w0", hashes[:6])
     views = [WorkerView("w0", kv_usage=0.6), WorkerView("w1", kv_usage=0.0)]
     base = CostWeights(tie_fraction=0.0)
     decode = make_policy("kv_aware", index=index, weights=pool_weights(base, "decode"), block_size=16)
@@ -287,9 +289,8 @@ def test_prefill_pool_ignores_transient_kv_usage_but_not_a_full_cache() -> None:
 
 
 def test_router_builds_its_prefill_policy_with_the_prefill_pool_weights() -> None:
-    from pdserve.router.config import RouterConfig
     from pdserve.router.state import RouterState
 
-    st = RouterState(RouterConfig(prefill=["http://p:1"], decode=["http://d:1"], weights={"kv_tokens": 1000}))
+    st = RouterState(router_config(prefill=["http://p:1"], decode=["http://d:1"], weights={"kv_tokens": 1000}))
     assert st.prefill_policy.weights.kv_tokens == 0  # type: ignore[attr-defined]
     assert st.decode_policy.weights.kv_tokens == 1000  # type: ignore[attr-defined]

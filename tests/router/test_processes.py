@@ -49,7 +49,8 @@ def worker() -> Iterator:
 def router(worker) -> Iterator[tuple[subprocess.Popen, str]]:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "router", "--decode", worker.url, "--port",
-                             str(port), "--processes", "2", "--policy", "round_robin", "--log-level", "WARNING"],
+                             str(port), "--processes", "2", "--policy", "round_robin", "--log-level", "WARNING",
+                             "--tokenizer-mode", "mock"],
                             stderr=subprocess.PIPE, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

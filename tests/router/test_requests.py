@@ -4,23 +4,77 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdserve.common import tokenizer
-from pdserve.router.requests import RequestError, parse_request, prompt_block_hashes
+from pdserve.router.block_hasher import BlockHasher, block_key
+from pdserve.router.requests import RequestError
+from pdserve.router.requests import parse_request as _parse
+from pdserve.tokenization import load_tokenizer
+from pdserve.tokenization.testing import build_bpe_tokenizer
 
 
-def test_completion_prompt_forms() -> None:
-    assert parse_request(b'{"model":"m","prompt":"hello world"}', "completions").prompt_ids == tokenizer.encode(
-        "hello world")
-    assert parse_request(b'{"prompt":[5,6,7]}', "completions").prompt_ids == [5, 6, 7]
-    assert parse_request(b'{"prompt":["a b","c"]}', "completions").prompt_ids == tokenizer.encode("a b")
-    p = parse_request(b'{"prompt":"x","stream":true,"stream_options":{"include_usage":true},"foo":1}', "completions")
-    assert p.stream and p.include_usage and p.body["foo"] == 1
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return load_tokenizer(str(build_bpe_tokenizer(tmp_path_factory.mktemp("bpe"))))
 
 
-def test_chat_uses_the_shared_template() -> None:
+_TOK = None
+
+
+def parse_request(raw: bytes, kind):
+    global _TOK
+    if _TOK is None:
+        import tempfile
+
+        _TOK = load_tokenizer(str(build_bpe_tokenizer(tempfile.mkdtemp(prefix="pdserve-bpe-"))))
+    return _parse(raw, kind, _TOK)
+
+
+def test_completion_prompt_forms(tok) -> None:
+    p = _parse(b'{"model":"m","prompt":"hello world"}', "completions", tok)
+    assert p.prompt_ids == tok.encode("hello world", add_special_tokens=True)  # vLLM's default: BOS added
+    assert p.prompt_ids[1:] == tok.encode("hello world", add_special_tokens=False)
+    assert _parse(b'{"prompt":"hello world","add_special_tokens":false}', "completions", tok).prompt_ids == \
+        p.prompt_ids[1:]
+    assert _parse(b'{"prompt":[5,6,7]}', "completions", tok).prompt_ids == [5, 6, 7]
+    assert _parse(b'{"prompt":["a b","c"]}', "completions", tok).prompt_ids == tok.encode("a b")
+    p = _parse(b'{"prompt":"x","stream":true,"stream_options":{"include_usage":true},"foo":1,"cache_salt":"s"}',
+               "completions", tok)
+    assert p.stream and p.include_usage and p.body["foo"] == 1 and p.cache_salt == "s"
+
+
+def test_out_of_vocabulary_token_prompt_is_refused_as_vllm_does(tok) -> None:
+    with pytest.raises(RequestError) as e:
+        _parse(json.dumps({"prompt": [1, tok.vocab_size]}).encode(), "completions", tok)
+    assert e.value.status == 400 and e.value.message == f"Token id {tok.vocab_size} is out of vocabulary"
+
+
+def test_chat_ids_are_the_models(tok) -> None:
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
-    p = parse_request(json.dumps({"model": "m", "messages": msgs}).encode(), "chat")
-    assert p.prompt_ids == tokenizer.encode(tokenizer.apply_chat_template(msgs))
+    p = _parse(json.dumps({"model": "m", "messages": msgs}).encode(), "chat", tok)
+    assert p.prompt_ids == tok.chat_ids(msgs)
+    assert all(0 <= i < tok.vocab_size for i in p.prompt_ids)
+    body = {"messages": msgs + [{"role": "assistant", "content": "Sure"}], "add_generation_prompt": False,
+            "continue_final_message": True}
+    assert _parse(json.dumps(body).encode(), "chat", tok).prompt_ids == tok.chat_ids(
+        body["messages"], add_generation_prompt=False, continue_final_message=True)
+    p = _parse(json.dumps({"messages": msgs, "add_special_tokens": True}).encode(), "chat", tok)
+    assert p.prompt_ids == tok.chat_ids(msgs, add_special_tokens=True)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+          "continue_final_message": True}, "Cannot set both"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]},
+         "image_url"),
+        ({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"tokenize": True}},
+         "unexpected chat template kwargs"),
+    ],
+)
+def test_chat_requests_vllm_refuses_are_400(tok, body, fragment) -> None:
+    with pytest.raises(RequestError) as e:
+        _parse(json.dumps(body).encode(), "chat", tok)
+    assert e.value.status == 400 and fragment in e.value.message and e.value.param == "messages"
 
 
 @pytest.mark.parametrize(
@@ -46,10 +100,13 @@ def test_bad_requests_name_the_problem(raw: bytes, kind: str, fragment: str, par
     assert e.value.body()["error"]["type"] == "BadRequestError"
 
 
-def test_block_hashes_are_vllm_64bit_ints() -> None:
-    hs = prompt_block_hashes(list(range(40)), 16)
-    assert len(hs) == 2 and all(isinstance(h, int) and 0 <= h < 2**64 for h in hs)
-    assert prompt_block_hashes(list(range(32)), 16) == hs
+def test_block_keys_are_chained_64bit_ints() -> None:
+    h = BlockHasher(16)
+    hs = h.request_keys(list(range(40)))
+    assert len(hs) == 2 and all(isinstance(k, int) and 0 <= k < 2**64 for k in hs)
+    assert h.request_keys(list(range(32))) == hs
+    assert hs[1] == block_key(hs[0], tuple(range(16, 32)))
+    assert h.request_keys(list(range(32)), cache_salt="s")[0] != hs[0]
 
 
 json_values = st.recursive(
@@ -71,15 +128,14 @@ def test_fuzz_parse_only_ever_accepts_or_raises_request_error(raw: bytes, kind: 
         assert isinstance(p.prompt_ids, list)
 
 
-def test_block_hasher_matches_vllm_hashing_and_memoises() -> None:
-    from pdserve.router.block_hasher import BlockHasher
-
+def test_block_hasher_memoises_exactly() -> None:
     ids = list(range(1000, 1000 + 100))
+    plain = BlockHasher(16, max_entries=10**6)
     h = BlockHasher(16, max_entries=8)
-    first = h.external_hashes(ids)
-    assert first == prompt_block_hashes(ids, 16) and len(first) == 6
-    assert h.external_hashes(ids[:70] + [5] * 30) [:4] == first[:4]
+    first = h.request_keys(ids)
+    assert first == plain.request_keys(ids) and len(first) == 6
+    assert h.request_keys(ids[:70] + [5] * 30)[:4] == first[:4]
     assert h.hits == 4 and len(h) <= 8
     for k in range(5):  # overflowing the table clears it; results stay exact
-        assert h.external_hashes([k] * 48) == prompt_block_hashes([k] * 48, 16)
-    assert h.external_hashes(ids) == first
+        assert h.request_keys([k] * 48) == plain.request_keys([k] * 48)
+    assert h.request_keys(ids) == first

@@ -6,8 +6,7 @@ import asyncio
 import socket
 
 from pdserve.common import tokenizer
-from pdserve.router.config import RouterConfig
-from tests.router.conftest import MODEL, kill, read_sse, run_router, spawn, stream_text, wait_for, worker_metric
+from tests.router.conftest import router_config, MODEL, kill, read_sse, run_router, spawn, stream_text, wait_for, worker_metric
 
 
 def dead_url() -> str:
@@ -22,7 +21,7 @@ def dead_url() -> str:
 async def test_dead_workers_are_retried_before_the_first_byte(worker_stack) -> None:
     (p,) = spawn(worker_stack, 1, pd=True, events=False)
     (d,) = spawn(worker_stack, 1, pd=True, events=False)
-    cfg = RouterConfig(prefill=[dead_url(), p.url], decode=[dead_url(), d.url], policy="round_robin",
+    cfg = router_config(prefill=[dead_url(), p.url], decode=[dead_url(), d.url], policy="round_robin",
                        decode_policy="round_robin", scrape_interval_s=60, worker_cooldown_s=0.0)
     # No cooldown: the dead workers stay eligible, so requests really hit them first.
     async with run_router(cfg) as r:
@@ -40,7 +39,7 @@ async def test_dead_workers_are_retried_before_the_first_byte(worker_stack) -> N
 
 
 async def test_no_live_worker_is_a_clean_503(worker_stack) -> None:
-    cfg = RouterConfig(decode=[dead_url()], max_retries=1, scrape_interval_s=60)
+    cfg = router_config(decode=[dead_url()], max_retries=1, scrape_interval_s=60)
     async with run_router(cfg) as r:
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2})
         body = await resp.json()
@@ -62,7 +61,7 @@ async def _stream_until_tokens(resp, n: int) -> tuple[list[bytes], int]:
 
 async def test_decode_worker_killed_mid_stream_migrates(worker_stack) -> None:
     workers = spawn(worker_stack, 2, speedup=1.0, pd=False, events=False)
-    cfg = RouterConfig(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60)
+    cfg = router_config(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60)
     async with run_router(cfg) as r:
         body = {"model": MODEL, "prompt": "tell me a long story " * 10, "max_tokens": 60, "ignore_eos": True,
                 "stream": True, "stream_options": {"include_usage": True}}
@@ -89,7 +88,7 @@ async def test_decode_worker_killed_mid_stream_migrates(worker_stack) -> None:
 
 async def test_migration_impossible_ends_with_error_event_then_done(worker_stack) -> None:
     (w,) = spawn(worker_stack, 1, speedup=1.0, pd=False, events=False)
-    cfg = RouterConfig(decode=[w.url], scrape_interval_s=60)
+    cfg = router_config(decode=[w.url], scrape_interval_s=60)
     async with run_router(cfg) as r:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "go on"}], "max_tokens": 200,
                 "ignore_eos": True, "stream": True}
@@ -106,7 +105,7 @@ async def test_migration_impossible_ends_with_error_event_then_done(worker_stack
 
 async def test_client_disconnect_cancels_the_upstream_request(worker_stack) -> None:
     (w,) = spawn(worker_stack, 1, speedup=1.0, pd=False, events=False)
-    cfg = RouterConfig(decode=[w.url], scrape_interval_s=60)
+    cfg = router_config(decode=[w.url], scrape_interval_s=60)
     async with run_router(cfg) as r:
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x y z", "max_tokens": 2000,
                                                  "ignore_eos": True, "stream": True})
@@ -133,7 +132,7 @@ async def _reparse(chunks: list[bytes]) -> list:
 
 async def test_prefill_pool_down_falls_back_to_local_prefill(worker_stack) -> None:
     (d,) = spawn(worker_stack, 1, pd=True, events=False)
-    cfg = RouterConfig(prefill=[dead_url()], decode=[d.url], max_retries=1, scrape_interval_s=60,
+    cfg = router_config(prefill=[dead_url()], decode=[d.url], max_retries=1, scrape_interval_s=60,
                        worker_cooldown_s=0.0)
     async with run_router(cfg) as r:
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "fall back " * 30, "max_tokens": 3})
@@ -147,7 +146,7 @@ async def test_prefill_pool_down_falls_back_to_local_prefill(worker_stack) -> No
 async def test_no_decode_worker_at_all_is_503() -> None:
     from pdserve.router.discovery import Endpoints
 
-    cfg = RouterConfig(decode=[dead_url()], scrape_interval_s=60)
+    cfg = router_config(decode=[dead_url()], scrape_interval_s=60)
     async with run_router(cfg) as r:
         r.state.apply_endpoints(Endpoints())  # every worker left the pool
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})
@@ -157,7 +156,7 @@ async def test_no_decode_worker_at_all_is_503() -> None:
 
 async def test_non_streamed_request_is_redone_when_its_worker_dies(worker_stack) -> None:
     workers = spawn(worker_stack, 2, speedup=1.0, pd=False, events=False)
-    cfg = RouterConfig(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60)
+    cfg = router_config(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60)
     async with run_router(cfg) as r:
         task = asyncio.create_task(r.post("/v1/completions", {"model": MODEL, "prompt": "redo me", "max_tokens": 80,
                                                                "ignore_eos": True}))
@@ -176,7 +175,7 @@ async def test_non_streamed_request_is_redone_when_its_worker_dies(worker_stack)
 async def test_pd_decode_worker_killed_mid_stream_migrates(worker_stack) -> None:
     (p,) = spawn(worker_stack, 1, speedup=100.0, pd=True, events=False)
     decode = spawn(worker_stack, 2, speedup=1.0, pd=True, events=False)
-    cfg = RouterConfig(prefill=[p.url], decode=[w.url for w in decode], decode_policy="round_robin",
+    cfg = router_config(prefill=[p.url], decode=[w.url for w in decode], decode_policy="round_robin",
                        scrape_interval_s=60)
     async with run_router(cfg) as r:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "a long answer please " * 20}],
@@ -238,7 +237,7 @@ async def test_slow_client_pauses_the_worker_and_gets_the_whole_stream(worker_st
     from pdserve.worker.testing import start_worker
 
     w = worker_stack.enter_context(start_worker(MODEL, speedup=1e6, args=["--max-model-len", "65536"]))
-    async with run_router(RouterConfig(decode=[w.url], scrape_interval_s=60)) as r:
+    async with run_router(router_config(decode=[w.url], scrape_interval_s=60)) as r:
         # ~6 MB of SSE into a client that reads nothing for a second, through a small
         # receive buffer: more than the kernel's socket buffers (tcp_wmem tops out at
         # 4 MB), so the router's own write buffer passes its high-water mark.

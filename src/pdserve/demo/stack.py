@@ -95,6 +95,7 @@ class Stack:
             "--port", str(self.router_port),
             "--discovery-file", str(self.discovery_file),
             "--policy", self.config.policy,
+            "--tokenizer-mode", "mock",  # the demo's mock workers use pdserve's hash-word tokenizer
         ]  # fmt: skip
 
     def _spawn(self, name: str, argv: list[str]) -> None:

@@ -34,6 +34,9 @@ def router_command(svc: DisaggregatedService) -> list[str]:
         "--block-size", str(svc.spec.engine.block_size),
         "--kv-events",
         "--kv-events-port", str(KV_EVENTS_PORT),
+        # The router tokenizes as the model does (vLLM's default tokenizer is the model itself);
+        # mock workers still speak pdserve's hash-word tokenizer.
+        *(["--tokenizer-mode", "mock"] if svc.spec.engine.kind == "mock" else ["--tokenizer", svc.spec.model.name]),
     ]  # fmt: skip
 
 

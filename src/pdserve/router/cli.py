@@ -28,11 +28,25 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--k8s-service", help="watch pods labelled pdserve.io/service=NAME")
     w.add_argument("--k8s-namespace", default="default")
     w.add_argument("--worker-port", type=int, default=8000, help="worker HTTP port for Kubernetes pods")
+    k = p.add_argument_group("tokenizer (the served model's, as vLLM loads it)")
+    k.add_argument("--tokenizer", help="hub id or local directory (tokenizer.json / tokenizer_config.json / chat "
+                   "template), the same as the workers' --tokenizer; hub token from $HF_TOKEN")
+    k.add_argument("--tokenizer-mode", default="auto", choices=["auto", "hf", "slow", "mistral", "mock"],
+                   help="as vLLM's --tokenizer-mode; mock = pdserve's hash-word tokenizer for mock workers")
+    k.add_argument("--tokenizer-revision", help="hub revision of the tokenizer")
+    k.add_argument("--trust-remote-code", action="store_true")
+    k.add_argument("--chat-template", help="as vLLM's --chat-template: a file or the template itself")
+    k.add_argument("--chat-template-content-format", default="auto", choices=["auto", "string", "openai"])
+    k.add_argument("--tokenizer-fallback", default="none", choices=["none", "approx"],
+                   help="approx: start even when the tokenizer cannot be loaded, routing by the router's own "
+                        "history (prefix_approx), without stream migration; sets pdserve_router_tokenizer_fallback")
     r = p.add_argument_group("routing")
     r.add_argument("--policy", default="kv_aware", choices=sorted(POLICIES))
     r.add_argument("--decode-policy", choices=sorted(POLICIES),
                    help="policy for the decode pool (default: least_loaded under P/D, else --policy)")
-    r.add_argument("--block-size", type=int, default=16, help="the workers' KV block size")
+    r.add_argument("--block-size", type=int, default=16,
+                   help="the workers' KV block size (vLLM's --block-size; one for both pools): the KV index keys "
+                        "blocks of this many tokens, and ignores events of another size")
     r.add_argument("--weights", default=os.environ.get("PDSERVE_ROUTER_WEIGHTS"),
                    help='cost weights for kv_aware / prefix_approx as JSON, e.g. {"overlap_weight": 2, '
                         '"request_tokens": 64} (default: $PDSERVE_ROUTER_WEIGHTS, which the operator sets)')
@@ -96,6 +110,9 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         read_timeout_s=args.read_timeout, request_timeout_s=args.request_timeout, max_retries=args.max_retries,
         migrate=not args.no_migration, scrape_interval_s=args.scrape_interval,
         debug_header=not args.no_debug_header, upstream_client=args.upstream_client,
+        tokenizer=args.tokenizer, tokenizer_mode=args.tokenizer_mode, tokenizer_revision=args.tokenizer_revision,
+        trust_remote_code=args.trust_remote_code, chat_template=args.chat_template,
+        chat_template_content_format=args.chat_template_content_format, tokenizer_fallback=args.tokenizer_fallback,
     )
 
 

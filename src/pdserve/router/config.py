@@ -38,6 +38,14 @@ class RouterConfig:
     worker_cooldown_s: float = 2.0
     debug_header: bool = True
     upstream_client: str = "http1"  # http1 (router's own lean client) | aiohttp
+    # The served model's tokenizer, as vLLM's --tokenizer / --tokenizer-mode (pdserve.tokenization).
+    tokenizer: str | None = None
+    tokenizer_mode: str = "auto"
+    tokenizer_revision: str | None = None
+    trust_remote_code: bool = False
+    chat_template: str | None = None
+    chat_template_content_format: str = "auto"
+    tokenizer_fallback: str = "none"  # none | approx (see router/tokenizing.py)
 
 
     def validate(self) -> None:
@@ -58,3 +66,12 @@ class RouterConfig:
             raise ValueError(f"--upstream-client must be http1 or aiohttp, got {self.upstream_client!r}")
         if self.max_retries < 0 or self.disagg_threshold_tokens < 0:
             raise ValueError("--max-retries and --disagg-threshold-tokens must be >= 0")
+        from pdserve.tokenization import TOKENIZER_MODES
+
+        if self.tokenizer_mode not in TOKENIZER_MODES:
+            raise ValueError(f"--tokenizer-mode must be one of {', '.join(TOKENIZER_MODES)}, got {self.tokenizer_mode!r}")
+        if self.tokenizer_fallback not in ("none", "approx"):
+            raise ValueError(f"--tokenizer-fallback must be none or approx, got {self.tokenizer_fallback!r}")
+        if self.tokenizer_mode != "mock" and not self.tokenizer and self.tokenizer_fallback == "none":
+            raise ValueError("no tokenizer: give --tokenizer (the served model's hub id or local directory, as for "
+                             "vLLM), --tokenizer-mode mock for mock workers, or --tokenizer-fallback approx")

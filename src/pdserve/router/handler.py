@@ -118,14 +118,15 @@ class CompletionHandler:
 
     def _prepare(self, raw: bytes, kind: Kind, request: web.Request, arrived: float) -> Flow:
         st = self.state
-        parsed = parse_request(raw, kind)
+        parsed = parse_request(raw, kind, st.tokenizer)
         known = st.pool.known_models()
         if parsed.model is not None and known and parsed.model not in known:
             raise RequestError(f"The model `{parsed.model}` does not exist.", status=404, err_type="NotFoundError",
                                param="model")
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         # Hashing every block (sha256) is wasted work for policies that ignore prefixes.
-        hashes = st.hasher.external_hashes(parsed.prompt_ids) if st.uses_prefixes else []
+        hashes = (st.index.request_keys(parsed.prompt_ids, cache_salt=parsed.cache_salt, model=parsed.model)
+                  if st.uses_prefixes else [])
         rreq = RouteRequest(rid, parsed.prompt_ids, hashes, len(parsed.prompt_ids))
         return Flow(rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions",
                     arrived=arrived)

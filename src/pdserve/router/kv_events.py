@@ -1,11 +1,14 @@
 """Subscription to the workers' KV events (vLLM's ZMQ publisher) feeding a KvIndex.
 
-Wire format (vLLM ``ZmqEventPublisher``): multipart ``[topic, seq (8-byte big-endian),
-msgpack(KVEventBatch)]`` with the batch ``[ts, [events], data_parallel_rank]``. Events
-are accepted both as maps with a ``type`` key and as vLLM's msgspec tagged arrays
-(``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
-medium, ...]``). Hashes may be ints (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``) or
-bytes; bytes are converted to the same 64-bit int form.
+Wire format (vLLM ``ZmqEventPublisher``, ``vllm/distributed/kv_events.py``): multipart
+``[topic, seq (8-byte big-endian), msgpack(KVEventBatch)]`` with the batch
+``[ts, [events], data_parallel_rank]`` (an array in every version). Events come as
+vLLM 0.11's msgspec tagged arrays (``["BlockStored", block_hashes, parent_block_hash,
+token_ids, block_size, lora_id, medium]``) or 0.33's tagged maps (``{"type":
+"BlockStored", ..., "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", ...}``,
+defaults omitted). vLLM's hashes may be ints (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``)
+or bytes; they only identify blocks for removal (see ``kv_index``), so bytes are
+folded to 64 bits. Routing keys come from ``token_ids``.
 """
 
 from __future__ import annotations
@@ -45,33 +48,60 @@ def _hashes(v: Any) -> tuple[int, ...]:
     return tuple(_hash(h) for h in v)
 
 
+# Field order of vLLM's msgspec structs: 0.11 encodes events as tagged arrays
+# (array_like=True, tag=True): ["BlockStored", *fields]; 0.33 as maps with a "type"
+# tag and defaults omitted. Arrays longer than 0.11's carry 0.33's later fields.
+_ARRAY_FIELDS = {
+    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+                    "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
+                    "locality", "ownership", "session_id", "lookahead_token_ids"),
+    "BlockRemoved": ("block_hashes", "medium", "group_idx", "locality", "ownership"),
+    "AllBlocksCleared": (),
+}
+
+
+def _opt(get: Any, name: str, typ: type) -> Any:
+    v = get(name)
+    if v is not None and (not isinstance(v, typ) or isinstance(v, bool)):
+        raise KvEventFormatError(f"{name} must be {typ.__name__} or null, got {v!r}")
+    return v
+
+
 def parse_event(raw: Any) -> KvEvent:
     if isinstance(raw, Mapping):
         kind = raw.get("type")
         get = raw.get
     elif isinstance(raw, (list, tuple)) and raw and isinstance(raw[0], str):
         kind = raw[0]
-        names = {
-            "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
-            "BlockRemoved": ("block_hashes", "medium"),
-            "AllBlocksCleared": (),
-        }.get(kind, ())
-        fields = dict(zip(names, raw[1:]))
-        get = fields.get
+        get = dict(zip(_ARRAY_FIELDS.get(kind, ()), raw[1:], strict=False)).get
     else:
         raise KvEventFormatError(f"KV event must be a map or a tagged array, got {raw!r}")
     if kind == "BlockStored":
         parent = get("parent_block_hash")
+        tokens = get("token_ids") or ()
+        if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, int) for t in tokens):
+            raise KvEventFormatError("token_ids must be a list of ints")
+        block_size = get("block_size")
+        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size <= 0:
+            raise KvEventFormatError(f"block_size must be a positive int, got {block_size!r}")
+        extra = get("extra_keys")
+        if extra is not None and not isinstance(extra, (list, tuple)):
+            raise KvEventFormatError("extra_keys must be a list (one entry per block) or null")
         return BlockStored(
             block_hashes=_hashes(get("block_hashes")),
             parent_block_hash=None if parent is None else _hash(parent),
-            token_ids=tuple(get("token_ids") or ()),
-            block_size=int(get("block_size") or 16),
-            lora_id=get("lora_id"),
-            medium=get("medium"),
+            token_ids=tuple(tokens),
+            block_size=block_size,
+            lora_id=_opt(get, "lora_id", int),
+            medium=_opt(get, "medium", str),
+            lora_name=_opt(get, "lora_name", str),
+            extra_keys=None if extra is None else tuple(extra),
+            group_idx=_opt(get, "group_idx", int),
+            kv_cache_spec_kind=_opt(get, "kv_cache_spec_kind", str),
         )
     if kind == "BlockRemoved":
-        return BlockRemoved(block_hashes=_hashes(get("block_hashes")), medium=get("medium"))
+        return BlockRemoved(block_hashes=_hashes(get("block_hashes")), medium=_opt(get, "medium", str),
+                            group_idx=_opt(get, "group_idx", int))
     if kind == "AllBlocksCleared":
         return AllBlocksCleared()
     raise KvEventFormatError(f"unknown KV event type {kind!r}")

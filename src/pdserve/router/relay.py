@@ -1,5 +1,14 @@
 """Streaming relay: pass upstream SSE bytes through untouched, time tokens, and on a
-decode worker lost mid-stream migrate to another worker and keep streaming."""
+decode worker lost mid-stream migrate to another worker and keep streaming.
+
+Migration resumes on another worker with a /v1/completions request whose prompt is
+the model's token ids: the request's prompt ids (as vLLM computed them, see
+``requests``) followed by the ids generated so far. Those come from the stream
+itself when it carries them (vLLM's ``return_token_ids``, which the router asks for
+on its own continuation requests), else from re-encoding the streamed text with the
+model's tokenizer: in vocabulary by construction, but BPE's canonical split of the
+text, which may differ from the sampled split (documented approximation).
+"""
 
 from __future__ import annotations
 
@@ -12,12 +21,12 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Histogram
 
-from pdserve.common import tokenizer
 from pdserve.router import pd, sse
 from pdserve.router.http1 import Response as Http1Response
 from pdserve.router.metrics import HistogramBatch
 from pdserve.router.policies import Policy
 from pdserve.router.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
+from pdserve.tokenization import ModelTokenizer
 
 if TYPE_CHECKING:
     from pdserve.router.handler import Flow
@@ -207,7 +216,8 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, pas
         return
     tracker = passthrough.parsed()
     model = tracker.model or flow.parsed.model or ""
-    generated = tokenizer.encode(tracker.text_of(0))
+    tok = state.tokenizer
+    generated = _generated_ids(tracker, tok)
     tried = {failed}
     while True:
         left = pd.remaining_tokens(flow.parsed.body, len(generated))
@@ -217,6 +227,7 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, pas
             await _write(resp, sse.DONE)
             return
         body = pd.continuation_request(flow.parsed.body, flow.parsed.prompt_ids, generated)
+        body["return_token_ids"] = True  # exact ids if this worker is lost too (vLLM >= 0.10.2)
         timeout = aiohttp.ClientTimeout(total=state.cfg.request_timeout_s, sock_connect=state.cfg.connect_timeout_s,
                                         sock_read=state.cfg.read_timeout_s)
         policy = state.decode_policy
@@ -262,7 +273,7 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, pas
             await _write(resp, sse.DONE)
             return
         # The new worker failed too: carry on from what it had streamed.
-        generated = generated + tokenizer.encode(cont.text_of(0))
+        generated = generated + _generated_ids(cont, tok)
         state.pool.mark_failed(att.url)
         tried.add(att.url)
         failed, why = att.url, lost
@@ -270,6 +281,13 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, pas
             m.migrations.labels("failed").inc()
             await _fail(resp, f"stream could not be resumed after {len(tried)} workers failed (last: {why})")
             return
+
+
+def _generated_ids(tracker: sse.StreamTracker, tok: ModelTokenizer) -> list[int]:
+    ids = tracker.ids_of(0)
+    if ids is not None:
+        return ids
+    return tok.encode(tracker.text_of(0), add_special_tokens=False)
 
 
 async def _fail(resp: web.StreamResponse, message: str) -> None:

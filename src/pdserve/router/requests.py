@@ -1,8 +1,13 @@
 """Validation of client requests at the router's front door (pydantic) and the
 prompt's token ids, which the router needs for prefix matching.
 
-Only what the router relies on is checked strictly; everything else passes through
-to the worker untouched (extra fields are allowed), as vLLM will judge them.
+The ids are the served model's, computed as vLLM's OpenAI server computes them
+(``pdserve.tokenization``): completions with ``add_special_tokens`` (default true),
+chats through the chat template with ``add_generation_prompt`` (default true),
+``continue_final_message``, ``add_special_tokens`` (default false), ``tools`` and
+``chat_template_kwargs``. Only what the router relies on is checked strictly;
+everything else passes through to the worker untouched (extra fields are allowed),
+as vLLM will judge them.
 """
 
 from __future__ import annotations
@@ -13,8 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from pdserve.common import tokenizer
-from pdserve.common.hashing import block_hashes, to_external
+from pdserve.tokenization import ChatTemplateError, ModelTokenizer
 
 Kind = Literal["completions", "chat"]
 
@@ -48,6 +52,8 @@ class _Common(BaseModel):
 
 class CompletionBody(_Common):
     prompt: str | list[StrictInt] | list[str] | list[list[StrictInt]]
+    add_special_tokens: StrictBool = True
+    cache_salt: str | None = None
 
 
 class ChatMessage(BaseModel):
@@ -58,6 +64,12 @@ class ChatMessage(BaseModel):
 
 class ChatBody(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
+    add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
+    add_special_tokens: StrictBool = False
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    cache_salt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +81,14 @@ class ParsedRequest:
     prompt_ids: list[int]
     include_usage: bool
     raw: bytes = b""  # the client's body, forwarded as is when nothing needs rewriting
+    cache_salt: str | None = None  # vLLM keys the first block with it
 
     @property
     def n(self) -> int:
         return int(self.body.get("n") or 1)
 
 
-def parse_request(raw: bytes, kind: Kind) -> ParsedRequest:
+def parse_request(raw: bytes, kind: Kind, tokenizer: ModelTokenizer) -> ParsedRequest:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
@@ -97,17 +110,24 @@ def parse_request(raw: bytes, kind: Kind) -> ParsedRequest:
         if isinstance(prompt, list) and not isinstance(prompt[0], int):
             # A batch of prompts stays together on one worker; match on the first.
             prompt = prompt[0]
-        ids = tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if isinstance(prompt, str):
+            ids = tokenizer.encode(prompt, add_special_tokens=parsed.add_special_tokens)
+        else:
+            ids = list(prompt)
+            bad = next((t for t in ids if t < 0 or t >= tokenizer.vocab_size), None)
+            if bad is not None:  # vLLM's own wording (0.11 processor._validate_model_input)
+                raise RequestError(f"Token id {bad} is out of vocabulary", param="prompt")
     else:
         try:
-            text = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in parsed.messages])
-        except (TypeError, ValueError) as e:
+            ids = tokenizer.chat_ids(
+                [m.model_dump(exclude_none=True) for m in parsed.messages],
+                add_generation_prompt=parsed.add_generation_prompt,
+                continue_final_message=parsed.continue_final_message,
+                add_special_tokens=parsed.add_special_tokens,
+                tools=parsed.tools,
+                chat_template_kwargs=parsed.chat_template_kwargs,
+            )
+        except (ChatTemplateError, TypeError) as e:
             raise RequestError(f"invalid request: messages: {e}", param="messages") from e
-        ids = tokenizer.encode(text)
     include_usage = bool((parsed.stream_options or {}).get("include_usage"))
-    return ParsedRequest(kind, body, parsed.model, parsed.stream, ids, include_usage, raw)
-
-
-def prompt_block_hashes(ids: list[int], block_size: int) -> list[int]:
-    """vLLM's prefix-cache block hashes in the 64-bit form its KV events carry."""
-    return [to_external(h) for h in block_hashes(ids, block_size)]
+    return ParsedRequest(kind, body, parsed.model, parsed.stream, ids, include_usage, raw, parsed.cache_salt)

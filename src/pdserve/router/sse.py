@@ -30,6 +30,10 @@ class StreamTracker:
     created: int | None = None
     error: dict[str, Any] | None = None
     collect: bool = False  # keep new pieces for drain() (migration re-framing)
+    # Generated token ids per choice, when the stream carries them (vLLM's
+    # ``return_token_ids``); a content chunk without them marks the choice incomplete.
+    ids: dict[int, list[int]] = field(default_factory=dict)
+    ids_missing: set[int] = field(default_factory=set)
     _pieces: list[tuple[int, str, str | None]] = field(default_factory=list)
 
     def feed(self, data: bytes) -> int:
@@ -68,6 +72,11 @@ class StreamTracker:
         for ch in obj.get("choices") or []:
             idx = int(ch.get("index", 0))
             piece = ch.get("text") if self.kind == "completions" else (ch.get("delta") or {}).get("content")
+            tids = ch.get("token_ids")
+            if isinstance(tids, list) and all(isinstance(t, int) for t in tids):
+                self.ids.setdefault(idx, []).extend(tids)
+            elif piece:
+                self.ids_missing.add(idx)
             if piece:
                 self.text.setdefault(idx, []).append(piece)
                 content = 1
@@ -86,6 +95,10 @@ class StreamTracker:
 
     def text_of(self, index: int = 0) -> str:
         return "".join(self.text.get(index, ()))
+
+    def ids_of(self, index: int = 0) -> list[int] | None:
+        """The generated ids of a choice if every chunk carried them, else None."""
+        return None if index in self.ids_missing else list(self.ids.get(index, []))
 
     @property
     def complete(self) -> bool:

@@ -16,6 +16,7 @@ from pdserve.router.discovery import Endpoints
 from pdserve.router.kv_events import KvEventSubscriber
 from pdserve.router.kv_index import KvIndex
 from pdserve.router.metrics import RouterMetrics
+from pdserve.router.tokenizing import load_router_tokenizer
 from pdserve.router.policies import CostWeights, Decision, Policy, RouteRequest, make_policy, pool_weights
 from pdserve.router.workers import WorkerPool
 
@@ -45,9 +46,11 @@ class RouterState:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
         self.pool = WorkerPool(cooldown_s=cfg.worker_cooldown_s)
-        self.index = KvIndex()
         self.hasher = BlockHasher(cfg.block_size)
+        self.index = KvIndex(self.hasher)
         self.metrics = RouterMetrics()
+        # Before the policies: without a tokenizer the fallback changes them (tokenizing.py).
+        self.tokenizer = load_router_tokenizer(cfg, self.metrics.registry)
         self.admission = AdmissionControl(cfg.ttft_slo_ms, cfg.admission_factor, cfg.prefill_tokens_per_s)
         self.policies: dict[str, Policy] = {}
         self._decode_policy_name = cfg.decode_policy
