@@ -262,7 +262,10 @@ PORT_MESSAGE = (
 )
 
 
-def _ports_clear(port: str, span: str) -> str:
+def _ports_clear(port: str, span: str | None) -> str:
+    """CEL: ports port..port+span-1 (span None: the one port) miss the fixed ports and end <= 65535."""
+    if span is None:
+        return " && ".join(f"{port} != {fixed}" for fixed in (WORKER_HTTP_PORT, KV_EVENTS_PORT))
     return " && ".join([*(f"!({port} <= {fixed} && {fixed} < {port} + {span})" for fixed in (WORKER_HTTP_PORT, KV_EVENTS_PORT)), f"{port} + {span} - 1 <= 65535"])
 
 
@@ -275,9 +278,11 @@ def version_rules() -> tuple[CelRule, ...]:
     }
     port_checks = []
     for v, info in VERSIONS.items():
-        for name, conn in info.connectors.items():
-            span = _MAX_TP if conn.port_per_tp_rank else "1"
-            port_checks.append(f"(!({_V} == '{v}' && self.kvConnector.type == '{name}') || ({_ports_clear('self.kvConnector.sideChannelPort', span)}))")
+        for per_rank in (True, False):
+            names = [name for name, conn in info.connectors.items() if conn.port_per_tp_rank == per_rank]
+            if names:
+                clear = _ports_clear("self.kvConnector.sideChannelPort", _MAX_TP if per_rank else None)
+                port_checks.append(f"(!({_V} == '{v}' && self.kvConnector.type in {vllm_versions.cel_list(names)}) || ({clear}))")
     return (
         CelRule(vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.kvConnector.type", _connectors())), CONNECTOR_MESSAGE, ".kvConnector.type"),
         CelRule(vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.model.tokenizerMode", _tokenizer_modes())), TOKENIZER_MODE_MESSAGE, ".model.tokenizerMode"),
