@@ -93,7 +93,9 @@ def test_one_block_size_and_tokenizer_for_both_pools_and_the_router() -> None:
         c = _container(out, role)
         assert _flag(c, "--block-size") == "32"
         assert (_flag(c, "--tokenizer"), _flag(c, "--tokenizer-mode")) == ("/cache/huggingface/tok", "mistral")
-    assert _flag(_container(out, "router"), "--block-size") == "32"
+    router = _container(out, "router")
+    assert _flag(router, "--block-size") == "32"
+    assert (_flag(router, "--tokenizer"), _flag(router, "--tokenizer-mode")) == ("/cache/huggingface/tok", "mistral")
 
 
 def test_hf_token_from_secret_reaches_workers_and_router() -> None:
@@ -211,3 +213,14 @@ def test_kv_transfer_config_is_json_with_the_version_role() -> None:
     out = render(_svc(engine={"vllmVersion": "0.33.0"}, kvConnector={"type": "MooncakeConnector"}))
     assert json.loads(_flag(_container(out, "prefill"), "--kv-transfer-config"))["kv_role"] == "kv_producer"
     assert json.loads(_flag(_container(out, "decode"), "--kv-transfer-config"))["kv_role"] == "kv_consumer"
+
+
+@pytest.mark.parametrize(("version", "mode"), [(v, m) for v, info in VERSIONS.items() for m in info.tokenizer_modes])
+def test_router_cli_takes_the_workers_tokenizer_and_block_size(version: str, mode: str) -> None:
+    """Every tokenizer mode the CRD admits for a version is one the router can load."""
+    from pdserve.router.cli import build_parser
+
+    out = render(_svc(model={"name": "org/model", "tokenizer": "org/tok", "tokenizerMode": mode}, engine={"vllmVersion": version, "blockSize": 64}))
+    args = build_parser().parse_args(_container(out, "router")["args"])
+    worker = _container(out, "decode")
+    assert (args.tokenizer, args.tokenizer_mode, str(args.block_size)) == (_flag(worker, "--tokenizer"), _flag(worker, "--tokenizer-mode"), _flag(worker, "--block-size"))

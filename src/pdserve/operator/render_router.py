@@ -7,7 +7,7 @@ from typing import Any
 
 from pdserve.api import DisaggregatedService
 from pdserve.operator.names import HTTP_PORT, KV_EVENTS_PORT, RenderOptions, child_name, labels, owner_reference, selector_labels, service_name
-from pdserve.operator.render_workers import HF_HOME, SMALL_CACHE, cache_volume, hf_env
+from pdserve.operator.render_workers import HF_HOME, SMALL_CACHE, cache_volume, hf_env, tokenizer_args
 
 ROUTER_HOME = "/home/pdserve"
 ROUTER_ROLE_RULES: list[dict[str, Any]] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
@@ -34,9 +34,9 @@ def router_command(svc: DisaggregatedService) -> list[str]:
         "--block-size", str(svc.spec.engine.block_size),
         "--kv-events",
         "--kv-events-port", str(KV_EVENTS_PORT),
-        # The router tokenizes as the model does (vLLM's default tokenizer is the model itself);
+        # The router tokenizes as the workers do: the same --tokenizer / --tokenizer-mode (render_workers);
         # mock workers still speak pdserve's hash-word tokenizer.
-        *(["--tokenizer-mode", "mock"] if svc.spec.engine.kind == "mock" else ["--tokenizer", svc.spec.model.name]),
+        *(["--tokenizer-mode", "mock"] if svc.spec.engine.kind == "mock" else tokenizer_args(svc)),
     ]  # fmt: skip
 
 
