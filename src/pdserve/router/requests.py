@@ -12,31 +12,16 @@ as vLLM will judge them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from pdserve.tokenization import ChatTemplateError, ModelTokenizer
+from pdserve.router.body_guard import load_json_body
+from pdserve.router.errors import RequestError
 
 Kind = Literal["completions", "chat"]
-
-
-class RequestError(Exception):
-    """A client error, rendered as an OpenAI-style error object."""
-
-    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None,
-                 headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.headers = headers or {}
-        self.message = message
-        self.status = status
-        self.err_type = err_type
-        self.param = param
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.err_type, "param": self.param, "code": self.status}}
 
 
 class _Common(BaseModel):
@@ -89,10 +74,7 @@ class ParsedRequest:
 
 
 def parse_request(raw: bytes, kind: Kind, tokenizer: ModelTokenizer) -> ParsedRequest:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RequestError(f"request body is not valid JSON: {e}") from e
+    body = load_json_body(raw)
     if not isinstance(body, dict):
         raise RequestError(f"request body must be a JSON object, got {type(body).__name__}")
     model_cls = ChatBody if kind == "chat" else CompletionBody

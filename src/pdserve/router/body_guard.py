@@ -1,0 +1,71 @@
+"""Decode a client's JSON body or refuse it with a 400 that names the problem.
+
+Python's ``json`` accepts things a client error must not turn into a router crash
+later: nesting deep enough to exhaust the C scanner's recursion (RecursionError),
+escaped lone surrogates (``"\\ud800"`` decodes to a str that no UTF-8 encoder takes:
+tokenizers and the upstream request raise UnicodeEncodeError), and the non-JSON
+constants NaN / Infinity. Each becomes a ``RequestError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pdserve.router.errors import RequestError
+
+# Deep enough for any OpenAI request (content parts, tool JSON schemas), far below
+# the interpreter's recursion limit.
+MAX_DEPTH = 64
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON value")
+
+
+def _path(parts: tuple[str | int, ...]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out or "(body)"
+
+
+def _check_str(s: str, parts: tuple[str | int, ...]) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = s[e.start:e.end]
+        raise RequestError(
+            f"invalid request: {_path(parts)}: invalid Unicode: lone surrogate "
+            f"{bad.encode('unicode_escape').decode()} at position {e.start}",
+            param=str(parts[0]) if parts else None) from None
+
+
+def check_value(value: Any, max_depth: int = MAX_DEPTH) -> None:
+    """Walk a decoded JSON value (iteratively: a deep value must not recurse here either)."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        v, parts = stack.pop()
+        if len(parts) > max_depth:
+            raise RequestError(f"invalid request: {_path(parts[:max_depth])}: JSON nested deeper than {max_depth} levels",
+                               param=str(parts[0]) if parts else None)
+        if isinstance(v, str):
+            _check_str(v, parts)
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                _check_str(k, parts)
+                stack.append((item, (*parts, k)))
+        elif isinstance(v, list):
+            stack.extend((item, (*parts, i)) for i, item in enumerate(v))
+
+
+def load_json_body(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` for a request body: every way it can fail is a 400."""
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        raise RequestError(f"request body is not valid JSON: nested deeper than {max_depth} levels") from None
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError; so is a too-long int
+        raise RequestError(f"request body is not valid JSON: {e}") from e
+    check_value(value, max_depth)
+    return value
