@@ -17,9 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pdserve.router.body_guard import MAX_DEPTH, check_value, load_json_body
-from pdserve.router.config import RouterConfig
 from pdserve.router.errors import RequestError
-from tests.router.conftest import MODEL, run_router, spawn, wait_for
+from tests.router.conftest import MODEL, router_config, run_router, spawn, wait_for
 
 # The bar is 5,000 examples; PDSERVE_FUZZ_EXAMPLES raises it for a longer soak.
 EXAMPLES = int(os.environ.get("PDSERVE_FUZZ_EXAMPLES", "5000"))
@@ -39,7 +38,7 @@ async def _post(r, path: str, raw: bytes, content_type: str = "application/json"
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 async def test_deep_nesting_and_lone_surrogates_are_400s_naming_the_problem(workers, path) -> None:
-    async with run_router(RouterConfig(decode=[w.url for w in workers])) as r:
+    async with run_router(router_config(decode=[w.url for w in workers])) as r:
         await wait_for(lambda: r.state.pool.known_models(), what="models from workers")
         # 100,000 nested arrays: was 500 "internal router error: RecursionError".
         status, body = await _post(r, path, b"[" * 100_000 + b"]" * 100_000)
@@ -67,7 +66,7 @@ async def test_deep_nesting_and_lone_surrogates_are_400s_naming_the_problem(work
 
 
 async def test_oversized_headers_are_a_4xx(workers) -> None:
-    async with run_router(RouterConfig(decode=[w.url for w in workers])) as r:
+    async with run_router(router_config(decode=[w.url for w in workers])) as r:
         resp = await r.session.post(r.url + "/v1/completions", data=b"{}",
                                     headers={"Content-Type": "application/json", "X-Big": "y" * 20_000})
         assert 400 <= resp.status < 500
@@ -127,7 +126,7 @@ _bodies = st.one_of(
 
 
 async def test_fuzz_the_request_grammar_gets_no_5xx(workers) -> None:
-    cfg = RouterConfig(decode=[w.url for w in workers], request_timeout_s=30)
+    cfg = router_config(decode=[w.url for w in workers], request_timeout_s=30)
     async with run_router(cfg) as r:
         await wait_for(lambda: r.state.pool.known_models(), what="models from workers")
         loop = asyncio.get_running_loop()
