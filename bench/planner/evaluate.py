@@ -1,124 +1,46 @@
 #!/usr/bin/env python3
-"""Evaluate the forecasting planner in the simulator against three baselines.
+"""Evaluate the planner in the simulator against a lower bound, a hindsight best schedule
+and baselines, on one trace and one model setup. Writes one JSON result and one plot.
 
-Replays a trace (default: the Azure 2023 conversation trace) on a disaggregated
-deployment in ``pdserve.sim`` with a replica start-up delay, under four autoscalers:
+Policies (``--policies``):
 
-- ``static``: peak provisioning, the largest sizes the hindsight oracle ever uses, fixed;
-- ``reactive``: KEDA/HPA-style thresholds, desired = ceil(current x metric / target) with
-  metric = (running + waiting) per ready prefill replica and KV usage for decode, a 10 %
-  tolerance, immediate scale-up and the same scale-down stabilisation as the planner;
-- ``oracle``: hindsight, sizes each pool with the planner's own capacity model from the
-  trace's true future per-interval load, requesting replicas one start-up delay ahead;
-- ``planner``: ``pdserve.planner.PlannerPolicy`` through the simulator hook, forecasting
-  with statsmodels (the production code path).
+- ``planner``: ``pdserve.planner.PlannerPolicy`` through the simulator hook (Holt-Winters),
+  seeing only what Prometheus would (``pdserve.sim.windows``);
+- ``planner_constant``: the same with the last-value predictor (ablation);
+- ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
+  targets; ``--reactive-sweep`` also runs the grid and records every point;
+- ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
+- ``best``: the hindsight best schedule found (``references.BestSchedule``), replayed
+  end to end with the start-up delay, then repaired.
 
-Reports SLO attainment (TTFT and TPOT both met) and GPU-hours for each, as JSON, markdown
-and a PNG of load and GPUs over time. Run ``python bench/planner/evaluate.py --help``.
+The lower bound (``references.lower_bound``) is always computed. Run with ``--help``;
+long runs under ``flock /tmp/pdserve-bench.lock``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from pdserve.planner.policy import PlannerPolicy, PolicyConfig
-from pdserve.planner.profile import CapacityProfile
-from pdserve.planner.profile_model import derive_profile
-from pdserve.planner.sim_hook import PlannerAutoscaler
-from pdserve.sim.autoscale import PoolSizes, WindowMetrics
-from pdserve.sim.config import SimConfig
-from pdserve.sim.metrics import Slo
-from pdserve.sim.simulator import run_simulation
-from pdserve.sim.traces import Trace, load_trace
-
 HERE = Path(__file__).resolve().parent
-DEFAULT_TRACE = Path("/work/shared/data/traces/azure_2023/AzureLLMInferenceTrace_conv.csv")
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+from baselines import ReactiveAutoscaler, smallest_static  # noqa: E402
+from bursty import BurstySpec, bursty_trace  # noqa: E402
+from references import BestSchedule, Setup, lower_bound  # noqa: E402
+from resultmeta import Run, write_result  # noqa: E402
 
-# ----------------------------------------------------------------------------- baselines
-@dataclass
-class Sizing:
-    """The planner's own sizing rule, for the oracle: load -> replicas per pool."""
+from pdserve.planner.policy import PlannerPolicy, PolicyConfig  # noqa: E402
+from pdserve.planner.profile_model import derive_profile  # noqa: E402
+from pdserve.planner.sim_hook import PlannerAutoscaler  # noqa: E402
+from pdserve.sim.metrics import Slo  # noqa: E402
+from pdserve.sim.simulator import run_simulation  # noqa: E402
+from pdserve.sim.traces import Trace, from_rows, load_trace  # noqa: E402
 
-    profile: CapacityProfile
-    cfg: PolicyConfig
-
-    def need(self, rate: float, isl: float, osl: float) -> tuple[int, int]:
-        c = self.cfg
-        if rate <= 0:
-            return c.prefill_min, c.decode_min
-        cap_p = self.profile.prefill_capacity(isl, c.ttft_slo_ms) * c.target_utilization
-        cap_d = self.profile.decode_capacity(isl + osl / 2, c.itl_slo_ms) * c.target_utilization
-        p = math.ceil(rate * isl / cap_p - 1e-9)
-        d = math.ceil(rate * osl / cap_d - 1e-9)
-        return min(max(p, c.prefill_min), c.prefill_max), min(max(d, c.decode_min), c.decode_max)
-
-
-def interval_loads(trace: Trace, interval_s: float) -> list[tuple[float, float, float]]:
-    """(rate, mean ISL, mean OSL) per interval from the first arrival."""
-    t0 = trace.requests[0].arrival_s
-    n = int((trace.requests[-1].arrival_s - t0) // interval_s) + 1
-    cnt, isl, osl = np.zeros(n), np.zeros(n), np.zeros(n)
-    for r in trace.requests:
-        k = int((r.arrival_s - t0) // interval_s)
-        cnt[k] += 1
-        isl[k] += r.input_tokens
-        osl[k] += r.output_tokens
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return [(c / interval_s, i / c if c else 0.0, o / c if c else 0.0) for c, i, o in zip(cnt, isl, osl)]
-
-
-@dataclass
-class OracleAutoscaler:
-    sizing: Sizing
-    loads: list[tuple[float, float, float]]
-    t0: float
-    interval_s: float
-    startup_s: float
-
-    def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes:
-        # Replicas requested now serve from now + startup; those up now must cover until then.
-        lo = int((now - self.t0) // self.interval_s)
-        hi = int((now + self.startup_s + self.interval_s - self.t0) // self.interval_s)
-        needs = [self.sizing.need(*self.loads[k]) for k in range(max(lo, 0), min(hi + 1, len(self.loads)))]
-        if not needs:
-            return PoolSizes(self.sizing.cfg.prefill_min, self.sizing.cfg.decode_min)
-        return PoolSizes(max(n[0] for n in needs), max(n[1] for n in needs))
-
-
-@dataclass
-class ReactiveAutoscaler:
-    interval_s: float
-    cfg: PolicyConfig
-    prefill_target: float = 4.0  # running + waiting requests per ready prefill replica
-    decode_kv_target: float = 0.7  # mean KV-cache usage of the decode pool
-    tolerance: float = 0.1
-    recs: list[tuple[float, int, int]] = field(default_factory=list)
-
-    def _hpa(self, current: int, metric: float, target: float) -> int:
-        ratio = metric / target
-        return current if abs(ratio - 1) <= self.tolerance else math.ceil(current * ratio)
-
-    def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes:
-        c, pf, dc = self.cfg, window.prefill, window.decode
-        p_metric = (pf.running + pf.waiting) / max(pf.ready, 1)
-        p = self._hpa(max(current.prefill, 1), p_metric, self.prefill_target)
-        d = self._hpa(max(current.decode, 1), dc.kv_usage if dc.ready else 1.0, self.decode_kv_target)
-        p, d = min(max(p, c.prefill_min), c.prefill_max), min(max(d, c.decode_min), c.decode_max)
-        self.recs = [r for r in self.recs if r[0] >= now - c.scale_down_stabilization_s] + [(now, p, d)]
-        if p < current.prefill:
-            p = min(current.prefill, max(r[1] for r in self.recs))
-        if d < current.decode:
-            d = min(current.decode, max(r[2] for r in self.recs))
-        return PoolSizes(p, d)
+SCHEMA = "pdserve.planner-eval/2"
 
 
 @dataclass
@@ -130,149 +52,237 @@ class Recorder:
 
     @property
     def interval_s(self) -> float:
-        return self.inner.interval_s
+        return self.inner.interval_s  # type: ignore[attr-defined]
 
-    def on_tick(self, now, window, current):
-        out = self.inner.on_tick(now, window, current)
+    def on_tick(self, now, window, current):  # type: ignore[no-untyped-def]
+        out = self.inner.on_tick(now, window, current)  # type: ignore[attr-defined]
         self.series.append((now, out.prefill, out.decode))
         return out
 
 
-# ----------------------------------------------------------------------------- main
+def window_of(trace: Trace, start_s: float, dur_s: float | None) -> Trace:
+    reqs = [r for r in trace.requests if r.arrival_s >= start_s and (dur_s is None or r.arrival_s < start_s + dur_s)]
+    if not reqs:
+        raise SystemExit(f"no requests in [{start_s}, {start_s}+{dur_s}) s")
+    t = from_rows([(r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids) for r in reqs],
+                  format=trace.format, source=trace.source, sha256=trace.sha256)
+    return Trace(requests=t.requests, format=t.format, source=t.source, sha256=t.sha256,
+                 hash_block_tokens=trace.hash_block_tokens)
+
+
+def run_policy(trace: Trace, s: Setup, scaler, start: tuple[int, int], warmup_s: float, startup: float | None = None) -> dict:
+    rec = Recorder(scaler) if scaler is not None else None
+    wall = time.perf_counter()
+    res = run_simulation(trace, s.sim_config(*start, startup=startup), autoscaler=rec)
+    t0 = trace.requests[0].arrival_s
+    recs = res.records
+    warm = [r for r in recs if r.arrival_s >= t0 + warmup_s]
+    n = int(trace.duration_s // s.interval_s) + 1
+    ok, cnt = [0] * n, [0] * n
+    for r in recs:
+        k = int((r.arrival_s - t0) // s.interval_s)
+        cnt[k] += 1
+        ok[k] += r.attains(s.slo)
+    sm = res.summary
+    series = rec.series if rec else [(t0, *start), (res.end_time_s, *start)]
+    out = {
+        "attainment": sm.attainment, "attainment_after_warmup": sum(r.attains(s.slo) for r in warm) / len(warm) if warm else None,
+        "attainment_ttft": sm.attainment_ttft, "attainment_tpot": sm.attainment_tpot,
+        "gpu_hours": res.gpu_seconds / 3600, "requests": sm.requests, "finished": sm.finished,
+        "ttft_p99_s": sm.ttft.get("p99"), "tpot_p99_s": sm.tpot.get("p99"),
+        "max_prefill": max(x[1] for x in series), "max_decode": max(x[2] for x in series),
+        "sim_wall_s": round(time.perf_counter() - wall, 1),
+        "series": {"replicas": [(round(t - t0, 1), p, d) for t, p, d in series],
+                   "interval_attainment": [round(o / c, 4) if c else None for o, c in zip(ok, cnt)]},
+    }
+    if isinstance(scaler, PlannerAutoscaler):
+        out["held_decisions"] = sum(d.held for d in scaler.decisions)
+        binds = [d.explanation.get("demand", {}).get("terms", {}) for d in scaler.decisions]
+        out["binding_counts"] = {
+            f"{pool}_{term}": sum(1 for b in binds if b.get(f"binding_{pool}") == term)
+            for pool in ("prefill", "decode") for term in ("compute", "link", "drain")
+        }
+    return out, res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="Azure CSV or Mooncake JSONL trace")
-    ap.add_argument("--model-profile", default="llama-3.1-70b-tp4-h100", help="engine model (pdserve.worker.perf)")
-    ap.add_argument("--rate-scale", type=float, default=1.0, help="replay the trace this many times faster")
-    ap.add_argument("--limit", type=int, help="only the first N requests (quick runs)")
-    ap.add_argument("--interval", type=float, default=30.0, help="planner interval, s")
-    ap.add_argument("--startup", type=float, default=60.0, help="replica start-up delay, s")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", type=Path, help="Azure CSV or Mooncake JSONL trace")
+    src.add_argument("--bursty", type=int, metavar="SEED", help="synthetic bursty trace (bench/planner/bursty.py)")
+    ap.add_argument("--trace-id", help="name in the result (default: from the source)")
+    ap.add_argument("--tuned-on", action="store_true", help="record that this trace is in the tuning set")
+    ap.add_argument("--rate-scale", type=float, default=1.0)
+    ap.add_argument("--start", type=float, default=0.0, help="replay arrivals from this time (after scaling), s")
+    ap.add_argument("--duration", type=float, default=600.0, help="replay this many seconds of arrivals (0: all)")
+    ap.add_argument("--limit", type=int, help="only the first N requests of the window (quick runs)")
+    ap.add_argument("--model-profile", default="llama-3.1-8b-h100")
+    ap.add_argument("--max-replicas", type=int, default=16, help="per pool")
+    ap.add_argument("--kv-link-gbps", type=float, default=100.0)
+    ap.add_argument("--interval", type=float, default=30.0)
+    ap.add_argument("--startup", type=float, default=60.0)
     ap.add_argument("--ttft-ms", type=float, default=2000.0)
     ap.add_argument("--itl-ms", type=float, default=50.0, help="TPOT objective, ms")
-    ap.add_argument("--predictor", default="holt-winters")
-    ap.add_argument("--stabilization", type=float, default=180.0, help="scale-down stabilisation window, s")
+    ap.add_argument("--warmup", type=float, default=120.0, help="attainment also reported for arrivals after this, s")
     ap.add_argument("--target-utilization", type=float, default=0.85)
-    ap.add_argument("--max-replicas", type=int, default=8, help="per pool")
-    ap.add_argument("--warmup", type=float, default=300.0, help="also report attainment for arrivals after this, s")
-    ap.add_argument("--policies", nargs="+", default=["static", "reactive", "oracle", "planner"])
-    ap.add_argument("--out", type=Path, default=HERE / "results", help="output folder")
+    ap.add_argument("--stabilization", type=float, default=60.0)
+    ap.add_argument("--peak-window", type=float, default=PolicyConfig.peak_window_s,
+                    help="planner: keep capacity for the short-window peak this long, s")
+    ap.add_argument("--planner-sweep", nargs="*", type=float, metavar="PEAK_WINDOW_S",
+                    help="also run the planner at these peak windows (tuning runs)")
+    ap.add_argument("--reactive-prefill-target", type=float, default=2.0)
+    ap.add_argument("--reactive-kv-target", type=float, default=0.5)
+    ap.add_argument("--reactive-sweep", action="store_true", help="also run the reactive grid")
+    ap.add_argument("--repairs", type=int, default=3, help="best schedule: repair rounds")
+    ap.add_argument("--policies", nargs="+", default=["best", "static", "reactive", "planner", "planner_constant"])
+    ap.add_argument("--out", type=Path, required=True, help="result JSON path (a PNG is written next to it)")
     args = ap.parse_args(argv)
+    run = Run(argv if argv is None else [sys.argv[0], *argv])
 
-    from rich.console import Console
-    from rich.progress import Progress
-
-    console = Console()
-    trace = load_trace(args.trace).scaled(args.rate_scale).head(args.limit)
-    profile = derive_profile(args.model_profile)
-    tp_p, tp_d = profile.prefill.tensor_parallel_size, profile.decode.tensor_parallel_size
-    cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, attainment=0.99, interval_s=args.interval,
-                       predictor=args.predictor, prefill_min=1, prefill_max=args.max_replicas, decode_min=1,
-                       decode_max=args.max_replicas, prefill_tp=tp_p, decode_tp=tp_d,
-                       scale_down_stabilization_s=args.stabilization, target_utilization=args.target_utilization,
-                       startup_s=args.startup)
-    sizing = Sizing(profile, cfg)
-    loads = interval_loads(trace, args.interval)
-    peak = (max(sizing.need(*ld)[0] for ld in loads), max(sizing.need(*ld)[1] for ld in loads))
-    t0 = trace.requests[0].arrival_s
+    if args.trace is not None:
+        full = load_trace(args.trace).scaled(args.rate_scale)
+        trace_id = args.trace_id or f"{args.trace.stem}_x{args.rate_scale:g}"
+    else:
+        full = bursty_trace(args.bursty, BurstySpec()).scaled(args.rate_scale)
+        trace_id = args.trace_id or f"bursty_seed{args.bursty}"
+    trace = window_of(full, args.start, args.duration or None).head(args.limit)
+    profile = derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps)
     slo = Slo(ttft_s=args.ttft_ms / 1000, tpot_s=args.itl_ms / 1000, target=0.99)
+    s = Setup(args.model_profile, profile, profile.prefill.tensor_parallel_size, profile.decode.tensor_parallel_size,
+              args.max_replicas, args.max_replicas, slo, args.interval, args.startup, args.kv_link_gbps)
+    t0 = trace.requests[0].arrival_s
+    bound = lower_bound(trace, s)
+    results: dict[str, dict] = {}
+    log = lambda m: print(f"[{trace_id} {args.model_profile}] {m}", flush=True)  # noqa: E731
 
-    def scaler(name: str):
-        if name == "static":
-            return None
-        if name == "reactive":
-            return ReactiveAutoscaler(args.interval, cfg)
-        if name == "oracle":
-            return OracleAutoscaler(sizing, loads, t0, args.interval, args.startup)
-        if name == "planner":
-            return PlannerAutoscaler(PlannerPolicy(cfg, profile))
-        raise SystemExit(f"unknown policy {name!r}")
+    def planner(pred: str, peak_window: float | None = None) -> PlannerAutoscaler:
+        cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
+                           prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
+                           decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
+                           target_utilization=args.target_utilization, startup_s=args.startup,
+                           peak_window_s=args.peak_window if peak_window is None else peak_window)
+        return PlannerAutoscaler(PlannerPolicy(cfg, profile))
 
-    results, series = {}, {}
-    with Progress(console=console) as prog:
-        for name in args.policies:
-            task = prog.add_task(name, total=len(trace.requests))
-            inner = scaler(name)
-            rec = Recorder(inner) if inner is not None else None
-            start_sizes = peak if name == "static" else (1, 1)
-            sim_cfg = SimConfig(topology="disagg", prefill_instances=start_sizes[0], decode_instances=start_sizes[1],
-                                profile=args.model_profile, startup_delay_s=args.startup, slo=slo)
-            wall = time.perf_counter()
-            res = run_simulation(trace, sim_cfg, autoscaler=rec,
-                                 progress=lambda done, total, t=task: prog.update(t, completed=done, total=total))
-            s = res.summary
-            # Attainment without the cold start: every autoscaler begins at 1P1D (static at
-            # its peak sizes) and cannot react before its first tick + start-up delay.
-            warm = [r for r in res.records if r.arrival_s >= t0 + args.warmup]
-            held = sum(d.held for d in inner.decisions) if name == "planner" else None
-            results[name] = {
-                "attainment": s.attainment, "attainment_ttft": s.attainment_ttft, "attainment_tpot": s.attainment_tpot,
-                "attainment_after_warmup": sum(r.attains(slo) for r in warm) / len(warm) if warm else None,
-                "gpu_hours": res.gpu_seconds / 3600, "finished": s.finished, "requests": s.requests,
-                "ttft_p99_s": s.ttft.get("p99"), "tpot_p99_s": s.tpot.get("p99"), "held_decisions": held,
-                "sim_wall_s": time.perf_counter() - wall,
-            }
-            series[name] = rec.series if rec else [(t0, *peak), (res.end_time_s, *peak)]
-    report = {
-        "trace": str(args.trace), "requests": len(trace.requests), "rate_scale": args.rate_scale,
-        "model_profile": args.model_profile, "tp": {"prefill": tp_p, "decode": tp_d},
-        "slo": {"ttft_ms": args.ttft_ms, "tpot_ms": args.itl_ms}, "interval_s": args.interval,
-        "startup_delay_s": args.startup, "predictor": args.predictor, "stabilization_s": args.stabilization,
-        "target_utilization": args.target_utilization, "warmup_s": args.warmup, "static_peak_sizes": {"prefill": peak[0], "decode": peak[1]},
+    best_extra: dict = {}
+    for name in args.policies:
+        if name == "best":
+            search = BestSchedule(s, trace)
+            search.search_intervals(bound["per_interval"])
+            rounds = []
+            for i in range(args.repairs + 1):
+                out, res = run_policy(trace, s, search.autoscaler(t0), search.initial(), args.warmup)
+                rounds.append({"attainment": out["attainment"], "gpu_hours": out["gpu_hours"]})
+                log(f"best round {i}: {out['attainment']:.4f} at {out['gpu_hours']:.2f} GPU-h")
+                if out["attainment"] >= 0.99 or i == args.repairs or not search.repair(res.records, t0):
+                    break
+            best_extra = {"interval_sims": search.sims, "rounds": rounds,
+                          "per_interval": [list(x) for x in search.needs]}
+            results["best"] = out | {"search": best_extra}
+        elif name == "static":
+            start = (max(1, round(max(p for p, _ in bound["per_interval"]))),
+                     max(1, round(max(d for _, d in bound["per_interval"]))))
+            size, sims = smallest_static(trace, s, start)
+            out, _ = run_policy(trace, s, None, size, args.warmup, startup=0.0)
+            results["static"] = out | {"size": list(size), "search_sims": sims}
+        elif name == "reactive":
+            grid = [(args.reactive_prefill_target, args.reactive_kv_target)]
+            if args.reactive_sweep:
+                grid += [(pt, kt) for pt in (1.0, 2.0, 4.0) for kt in (0.3, 0.5, 0.7) if (pt, kt) != grid[0]]
+            sweep = []
+            for pt, kt in grid:
+                sc = ReactiveAutoscaler(args.interval, args.max_replicas, args.max_replicas, pt, kt, args.stabilization)
+                out, _ = run_policy(trace, s, sc, (1, 1), args.warmup)
+                sweep.append({"prefill_target": pt, "decode_kv_target": kt, "attainment": out["attainment"],
+                              "attainment_after_warmup": out["attainment_after_warmup"], "gpu_hours": out["gpu_hours"]})
+                if (pt, kt) == grid[0]:
+                    results["reactive"] = out | {"params": {"prefill_target": pt, "decode_kv_target": kt}}
+            if args.reactive_sweep:
+                results["reactive"]["sweep"] = sweep
+        elif name in ("planner", "planner_constant"):
+            out, _ = run_policy(trace, s, planner("holt-winters" if name == "planner" else "constant"), (1, 1), args.warmup)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window}}
+            if name == "planner" and args.planner_sweep:
+                sweep = []
+                for pw in args.planner_sweep:
+                    o = out if pw == args.peak_window else run_policy(trace, s, planner("holt-winters", pw), (1, 1),
+                                                                     args.warmup)[0]
+                    sweep.append({"peak_window_s": pw, "attainment": o["attainment"],
+                                  "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
+                results[name]["sweep"] = sweep
+        else:
+            raise SystemExit(f"unknown policy {name!r}")
+        r = results[name]
+        log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
+            f" in {r['sim_wall_s']} s")
+
+    if "best" in results:
+        for r in results.values():
+            r["gpu_hours_vs_best"] = r["gpu_hours"] / results["best"]["gpu_hours"]
+    for r in results.values():
+        r["gpu_hours_vs_lower_bound"] = r["gpu_hours"] / bound["gpu_hours"]
+    doc = {
+        "schema": SCHEMA,
+        "trace": {"id": trace_id, "source": trace.source, "sha256": trace.sha256, "rate_scale": args.rate_scale,
+                  "window_s": [args.start, args.start + (args.duration or trace.duration_s)],
+                  "requests": len(trace.requests), "tuned_on": args.tuned_on,
+                  "mean_rate": len(trace.requests) / max(trace.duration_s, 1e-9),
+                  "prompt_tokens_per_s": sum(r.input_tokens for r in trace.requests) / max(trace.duration_s, 1e-9)},
+        "setup": {"model_profile": args.model_profile, "tp": {"prefill": s.tp_p, "decode": s.tp_d},
+                  "max_replicas": args.max_replicas, "kv_link_gbps": args.kv_link_gbps,
+                  "slo": {"ttft_ms": args.ttft_ms, "tpot_ms": args.itl_ms, "target": 0.99},
+                  "interval_s": args.interval, "startup_s": args.startup, "warmup_s": args.warmup,
+                  "planner": {"target_utilization": args.target_utilization, "stabilization_s": args.stabilization,
+                              "peak_window_s": args.peak_window}},
+        "lower_bound": {k: v for k, v in bound.items() if k != "per_interval"},
         "results": results,
     }
-    if "oracle" in results:
-        for r in results.values():
-            r["gpu_hours_vs_oracle"] = r["gpu_hours"] / results["oracle"]["gpu_hours"]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "evaluation.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "evaluation.md").write_text(markdown(report))
-    plot(args.out / "evaluation.png", loads, args.interval, series, t0, tp_p, tp_d)
-    console.print(markdown(report))
+    write_result(args.out, doc, run)
+    plot(args.out.with_suffix(".png"), trace, s, results, trace_id)
+    print(summary_line(doc))
     return 0
 
 
-def markdown(rep: dict) -> str:
-    lines = [
-        f"# Planner evaluation: {Path(rep['trace']).name}",
-        "",
-        f"{rep['requests']} requests, rate x{rep['rate_scale']:g}, {rep['model_profile']} "
-        f"(TP {rep['tp']['prefill']} prefill / {rep['tp']['decode']} decode), SLO TTFT {rep['slo']['ttft_ms']:g} ms "
-        f"and TPOT {rep['slo']['tpot_ms']:g} ms, interval {rep['interval_s']:g} s, start-up delay "
-        f"{rep['startup_delay_s']:g} s, predictor {rep['predictor']}, scale-down stabilisation "
-        f"{rep['stabilization_s']:g} s. Static = {rep['static_peak_sizes']['prefill']}P"
-        f"{rep['static_peak_sizes']['decode']}D.",
-        "",
-        "| policy | attainment (both) | after warm-up | TTFT ok | TPOT ok | GPU-hours | vs oracle | p99 TTFT s | p99 TPOT s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for name, r in rep["results"].items():
-        f = lambda v, n=3: "-" if v is None else f"{v:.{n}f}"  # noqa: E731
-        warm = "-" if r.get("attainment_after_warmup") is None else f"{100 * r['attainment_after_warmup']:.2f} %"
-        lines.append(f"| {name} | {100 * r['attainment']:.2f} % | {warm} | {100 * r['attainment_ttft']:.2f} % | "
-                     f"{100 * r['attainment_tpot']:.2f} % | {r['gpu_hours']:.2f} | {f(r.get('gpu_hours_vs_oracle'), 2)} | "
-                     f"{f(r['ttft_p99_s'])} | {f(r['tpot_p99_s'])} |")
-    return "\n".join(lines) + "\n"
+def summary_line(doc: dict) -> str:
+    parts = [f"{doc['trace']['id']} / {doc['setup']['model_profile']}: bound {doc['lower_bound']['gpu_hours']:.2f} GPU-h"]
+    for n, r in doc["results"].items():
+        parts.append(f"{n} {100 * r['attainment']:.2f} % ({100 * (r['attainment_after_warmup'] or 0):.2f} warm) "
+                     f"{r['gpu_hours']:.2f} GPU-h")
+    return "; ".join(parts)
 
 
-def plot(path: Path, loads, interval_s: float, series: dict, t0: float, tp_p: int, tp_d: int) -> None:
+def plot(path: Path, trace: Trace, s: Setup, results: dict, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
-    t = [(k + 0.5) * interval_s / 60 for k in range(len(loads))]
-    ax1.plot(t, [ld[0] for ld in loads], color="black")
-    ax1.set_ylabel("arrivals, req/s")
-    ax1.set_title("Load and GPUs in use (prefill x TP + decode x TP)")
-    for name, pts in series.items():
-        xs = [(p[0] - t0) / 60 for p in pts]
-        ax2.step(xs, [p[1] * tp_p + p[2] * tp_d for p in pts], where="post", label=name)
-    ax2.set_xlabel("minutes")
-    ax2.set_ylabel("GPUs requested")
-    ax2.legend()
+    t0 = trace.requests[0].arrival_s
+    n = int(trace.duration_s // s.interval_s) + 1
+    tok = [0.0] * n
+    for r in trace.requests:
+        tok[int((r.arrival_s - t0) // s.interval_s)] += r.input_tokens / s.interval_s
+    fig, axes = plt.subplots(4, 1, figsize=(10, 10), sharex=True)
+    mid = [(k + 0.5) * s.interval_s / 60 for k in range(n)]
+    axes[0].plot(mid, [x / 1000 for x in tok], color="black")
+    axes[0].set_ylabel("prompt ktok/s")
+    axes[0].set_title(f"{title}: load, replicas, attainment per {s.interval_s:g} s interval")
+    for name, r in results.items():
+        if name not in ("planner", "best", "reactive", "dynamo"):
+            continue
+        pts = r["series"]["replicas"]
+        xs = [p[0] / 60 for p in pts]
+        axes[1].step(xs, [p[1] for p in pts], where="post", label=name)
+        axes[2].step(xs, [p[2] for p in pts], where="post", label=name)
+        att = r["series"]["interval_attainment"]
+        axes[3].plot(mid[:len(att)], [100 * a if a is not None else None for a in att], marker=".", label=name)
+    axes[1].set_ylabel("prefill replicas")
+    axes[2].set_ylabel("decode replicas")
+    axes[3].set_ylabel("attainment %")
+    axes[3].set_ylim(0, 102)
+    axes[3].set_xlabel("minutes")
+    axes[1].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 

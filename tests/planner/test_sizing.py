@@ -123,3 +123,23 @@ def test_arrivals_before_any_completion():
     fresh = _policy(queue_profile()).decide(_obs(0, 1, 1, request_rate=0.0, mean_isl=math.nan, mean_osl=math.nan,
                                                  router_prompt_tokens_rate=40_000.0), 0)
     assert fresh.held and "no request has completed" in fresh.reason
+
+
+def test_burst_reserve_from_the_short_window_peak():
+    # A recent peak of 90,000 prompt tokens/s must be absorbed by replicas already up:
+    # 90,000 / 30,000 flat out = 3 prefill; its KV over 100,000-token/s links: 0.9 -> 1 decode.
+    cap = Capacity(prefill_slo=20_000, prefill_saturated=30_000, decode_slo=10_000, link=LINK)
+    t = size(Load(rate=2, isl=1000, osl=100, peak_prompt_tokens=90_000), cap, drain_s=60)
+    assert t.prefill_peak == pytest.approx(3.0) and t.decode_peak == pytest.approx(0.9)
+    assert (t.prefill, t.decode) == (3, 1) and t.binding()["prefill"] == "peak"
+
+
+def test_policy_keeps_the_peak_for_its_window_only():
+    pol = _policy(queue_profile(), peak_window_s=60.0, scale_down_stabilization_s=0)
+    # 28,500 prompt tokens/s for one scrape: 28,500 / 9,500 flat out = 3 prefill replicas
+    d = pol.decide(_obs(0, 1, 1, request_rate=2.0, router_prompt_tokens_peak=28_500.0), 0)
+    assert d.prefill == 3 and d.explanation["demand"]["terms"]["binding_prefill"] == "peak"
+    d = pol.decide(_obs(50, 3, 1, request_rate=2.0, router_prompt_tokens_peak=2_000.0), 50)
+    assert d.prefill == 3  # still within 60 s of the peak
+    d = pol.decide(_obs(70, 3, 1, request_rate=2.0, router_prompt_tokens_peak=2_000.0), 70)
+    assert d.prefill == 1

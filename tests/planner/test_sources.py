@@ -126,4 +126,6 @@ def test_router_target_gives_the_wake_up_signal():
     q = PromQL('namespace="ns"').queries()
     assert "pdserve_router_inflight_requests" in q["router_inflight"]
     assert "rate(pdserve_router_prompt_tokens_total" in q["router_prompt_tokens_rate"]
+    assert "max_over_time((sum(irate(pdserve_router_prompt_tokens_total{namespace=\"ns\"}[1m])))[30s:15s])" \
+        in q["router_prompt_tokens_peak"]
     assert 'pdserve_role="prefill"' in q["prefill_waiting"] and 'pdserve_role="decode"' in q["decode_waiting"]

@@ -116,6 +116,9 @@ def test_window_knows_no_output_length_before_completion() -> None:
     assert first.completions == 0 and first.request_rate == 0.0
     assert first.mean_osl is None and first.mean_isl is None and first.ttft_p50 is None
     assert first.inflight == 20
+    # Peak: the most prompt tokens between two consecutive scrapes since the last tick,
+    # per second: 16 arrivals (t = 0, 0.5, .., 7.5) by the scrape at 7.5, the other 4 by 22.5.
+    assert first.prompt_tokens_peak_rate == pytest.approx(16 * 512 / 15.0)
     # ...and learns it from the completions once they are scraped.
     later = [w for _, w, _ in auto.seen if w.completions]
     assert later and later[0].mean_osl == pytest.approx(8000.0)

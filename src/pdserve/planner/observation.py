@@ -48,6 +48,9 @@ class Observation:
     # Prompt tokens/s as the router routes them: the one arrival-time load signal (vLLM's
     # prompt-token histograms are observed only when a request finishes).
     router_prompt_tokens_rate: float = NAN
+    # The highest per-scrape prompt-token rate since the last tick: bursts shorter than
+    # the rate window show here, not in the window's mean.
+    router_prompt_tokens_peak: float = NAN
     error: str | None = None
     extra: dict[str, float] = field(default_factory=dict)
 

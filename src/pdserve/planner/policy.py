@@ -63,6 +63,10 @@ class PolicyConfig:
     # Queued work must be gone this long after a decision (None: start-up + TTFT SLO: the
     # replica asked for now is ready, then the queue clears within one TTFT budget).
     drain_s: float | None = None
+    # Keep capacity for the highest short-window prompt-token rate seen this long (0: off):
+    # bursts shorter than the start-up delay can only be absorbed by replicas already up.
+    # 900 s was chosen on the tuning set (bench/planner: 0 / 300 / 900 s on bursty seed 0).
+    peak_window_s: float = 900.0
     # No pool shrinks while more than this many requests per ready replica wait in it.
     release_queue_per_replica: float = 1.0
     correction: bool = True
@@ -96,6 +100,7 @@ class _State:
     corr_prefill: float = 1.0
     corr_decode: float = 1.0
     recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
+    peaks: deque = field(default_factory=deque)  # (time, short-window prompt tokens/s)
     last_busy: float | None = None  # last time requests were seen
     pending_since: dict[str, float] = field(default_factory=dict)
 
@@ -220,7 +225,7 @@ class PlannerPolicy:
         q_p, q_d = self._queue_tokens(obs, isl) if cfg.drain_backlog else (0.0, 0.0)
         tokens_now = obs.router_prompt_tokens_rate if cfg.floor_on_observed and _finite(obs.router_prompt_tokens_rate) else 0.0
         load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
-                    decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now)
+                    decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now, peak_prompt_tokens=self._peak(obs, now))
         terms = size(load, capacity, drain_s=cfg.drain_s or (cfg.startup_s + cfg.ttft_slo_ms / 1000))
         want = (terms.prefill, terms.decode)
         expl["capacity"] = {
@@ -238,18 +243,32 @@ class PlannerPolicy:
         }
         return want
 
+    def _peak(self, obs: Observation, now: float) -> float:
+        """The highest short-window prompt-token rate within ``peak_window_s``."""
+        cfg, peaks = self.config, self._s.peaks
+        if cfg.peak_window_s <= 0:
+            return 0.0
+        if _finite(obs.router_prompt_tokens_peak):
+            peaks.append((now, obs.router_prompt_tokens_peak))
+        while peaks and peaks[0][0] <= now - cfg.peak_window_s:
+            peaks.popleft()
+        return max((p for _, p in peaks), default=0.0)
+
     def _arrival_rate(self, obs: Observation) -> float | None:
-        """Requests/s arriving now. Completions lag arrivals by a whole request; the router's
-        prompt-token counter does not, so it turns into a rate with the latest known ISL.
+        """Requests/s arriving now. Completions lag arrivals by a whole request (and keep
+        coming while a burst's queue drains, long after it stopped arriving); the router's
+        prompt-token counter does not, so where it exists it is the load, turned into a
+        rate with the latest known ISL (so rate x ISL is the token rate it measured).
         None: tokens arrive but no ISL is known yet."""
-        rate = obs.request_rate
         tokens = obs.router_prompt_tokens_rate
-        if not (_finite(tokens) and tokens > 0):
-            return rate
+        if not _finite(tokens):
+            return obs.request_rate
+        if tokens <= 0:
+            return 0.0
         isl = obs.mean_isl if _finite(obs.mean_isl) and obs.mean_isl > 0 else (self._s.isl[-1] if self._s.isl else None)
         if isl is None:
             return None
-        return max(rate, tokens / isl)
+        return tokens / isl
 
     @staticmethod
     def _queue_tokens(obs: Observation, isl: float) -> tuple[float, float]:

@@ -56,6 +56,7 @@ def observation_from_window(now: float, window: WindowMetrics, current: PoolSize
         kv_usage=window.decode.kv_usage,
         prefix_hit_ratio=_f(hit),
         router_prompt_tokens_rate=_f(window.prompt_tokens_rate),
+        router_prompt_tokens_peak=_f(window.prompt_tokens_peak_rate),
         router_inflight=float(window.inflight),
     )
 

@@ -11,6 +11,10 @@ same terms. Each term is a fractional replica count:
 * decode compute + KV memory: generated tokens/s over what one decode replica
   sustains within the ITL SLO (the profile's decode points stop where the KV cache
   is full, so memory caps the concurrency behind that number);
+* burst reserve: bursts shorter than a replica's start-up cannot be answered by
+  scaling, only absorbed by capacity already up: each pool keeps enough, at saturated
+  speed (prefill) and link rate (decode), for the highest short-window prompt-token
+  rate seen recently (``peak_prompt_tokens``; the policy decides how long "recently" is);
 * burst drain: queued prompt tokens must be gone ``drain_s`` from now (a replica
   requested now is ready after the start-up delay, and the queue behind it must
   then clear within one TTFT budget), at *saturated* speed (a queue is drained flat
@@ -32,6 +36,7 @@ class Load:
     prefill_queue_tokens: float = 0.0  # prompt tokens waiting for a prefill replica
     decode_queue_tokens: float = 0.0  # prompt tokens whose KV waits for a decode replica's link
     prompt_tokens_floor: float = 0.0  # arrival-time prompt tokens/s observed: never plan below it
+    peak_prompt_tokens: float = 0.0  # recent short-window peak of arriving prompt tokens/s
 
     @property
     def prompt_tokens(self) -> float:
@@ -57,22 +62,23 @@ class Terms:
     decode_compute: float
     decode_link: float
     decode_drain: float
+    prefill_peak: float = 0.0
+    decode_peak: float = 0.0
+
+    def _terms(self, pool: str) -> list[tuple[str, float]]:
+        return [(t, getattr(self, f"{pool}_{t}")) for t in ("compute", "link", "drain", "peak")]
 
     @property
     def prefill(self) -> int:
-        return _ceil(max(self.prefill_compute, self.prefill_link, self.prefill_drain))
+        return _ceil(max(v for _, v in self._terms("prefill")))
 
     @property
     def decode(self) -> int:
-        return _ceil(max(self.decode_compute, self.decode_link, self.decode_drain))
+        return _ceil(max(v for _, v in self._terms("decode")))
 
     def binding(self) -> dict[str, str]:
         """Which term decided each pool (for the decision's explanation)."""
-        p = max(("compute", self.prefill_compute), ("link", self.prefill_link), ("drain", self.prefill_drain),
-                key=lambda kv: kv[1])
-        d = max(("compute", self.decode_compute), ("link", self.decode_link), ("drain", self.decode_drain),
-                key=lambda kv: kv[1])
-        return {"prefill": p[0], "decode": d[0]}
+        return {pool: max(self._terms(pool), key=lambda kv: kv[1])[0] for pool in ("prefill", "decode")}
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self) | {f"binding_{k}": v for k, v in self.binding().items()}
@@ -90,7 +96,10 @@ def size(load: Load, cap: Capacity, *, drain_s: float) -> Terms:
     q_d = max(load.decode_queue_tokens, 0.0) * (1.0 - load.hit)
     prefill_drain = (q_p / drain_s + tokens) / cap.prefill_saturated if q_p > 0 else 0.0
     decode_drain = (q_d / drain_s + tokens) / link_sat if q_d > 0 else 0.0
+    peak = max(load.peak_prompt_tokens, 0.0) * (1.0 - load.hit)
     return Terms(
+        prefill_peak=peak / cap.prefill_saturated,
+        decode_peak=peak / link_sat,
         prefill_compute=tokens / cap.prefill_slo,
         prefill_link=prefill_link,
         prefill_drain=prefill_drain,

@@ -41,12 +41,15 @@ class PromQL:
     """Builds the planner's queries for one service (pure, testable without a server)."""
 
     def __init__(self, selector: str, *, role_label: str = "pdserve_role", window: str = "1m",
-                 quantile: float = 0.9, names: Names = Names()) -> None:
+                 quantile: float = 0.9, names: Names = Names(), peak_range: str = "30s",
+                 scrape: str = "15s") -> None:
         self.selector = selector.strip().strip("{}")
         self.role_label = role_label
         self.window = window
         self.quantile = quantile
         self.names = names
+        self.peak_range = peak_range  # the planner's interval: peaks since the last tick
+        self.scrape = scrape  # the scrape period: irate's resolution
 
     def _sel(self, role: str | None) -> str:
         parts = [p for p in (self.selector, f'{self.role_label}="{role}"' if role else "") if p]
@@ -97,6 +100,9 @@ class PromQL:
             "router_request_rate": self.rate_sum(n.router_requests, None),
             "router_inflight": self.gauge(n.router_inflight, None),
             "router_prompt_tokens_rate": self.rate_sum(n.router_prompt_tokens, None),
+            "router_prompt_tokens_peak": self._alts(
+                n.router_prompt_tokens, None,
+                lambda m, s: f"max_over_time((sum(irate({m}{s}[{self.window}])))[{self.peak_range}:{self.scrape}])"),
         }
 
 

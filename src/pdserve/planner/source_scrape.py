@@ -126,6 +126,8 @@ class ScrapeSource:
             "router_inflight": _first(gauges.get("router", {}), n.router_inflight),
             "router_prompt_tokens_rate": _first(rates.get("router", {}), n.router_prompt_tokens),
         }
+        # One scrape per tick: the peak since the last tick is that tick's own rate.
+        router["router_prompt_tokens_peak"] = router["router_prompt_tokens_rate"]
         rates.pop("router", None)
         gauges.pop("router", None)
         if not have_rates:

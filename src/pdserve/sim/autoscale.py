@@ -96,6 +96,9 @@ class WindowMetrics:
     # Arrival-time signals (the router counts prompt tokens as it routes, NaN: unknown)
     prompt_tokens_rate: float = float("nan")  # prompt tokens/s routed in the window
     inflight: int = 0  # requests in the router at the tick (arrived, not finished)
+    # Highest per-scrape prompt-token rate among the scrapes since the previous tick
+    # (PromQL: max_over_time(sum(irate(pdserve_router_prompt_tokens_total[1m]))[30s:15s]))
+    prompt_tokens_peak_rate: float = float("nan")
 
 
 @runtime_checkable

@@ -17,6 +17,8 @@ same view:
   as requests are routed, and its in-flight gauge;
 * quantiles are exact over the window's completions rather than interpolated from
   histogram buckets (the one place this view is kinder than Prometheus);
+* the short-window peak is the highest prompt-token increase between two consecutive
+  scrapes since the previous tick, per second (``irate`` under ``max_over_time``);
 * pool gauges (running, waiting, KV usage) are read at the tick.
 """
 
@@ -105,13 +107,23 @@ class WindowTracker:
             prefix_hit_ratio=hits / queries if queries else None,
         )
 
+    def _peak(self, end: float, interval_s: float) -> float:
+        """Highest prompt-token rate between consecutive scrapes over the last interval."""
+        best, s = 0.0, end
+        while s > end - interval_s - 1e-9:
+            tokens = sum(a[1] for a in _between(self.arrivals, s - self.scrape_s, s))
+            best = max(best, tokens / self.scrape_s)
+            s -= self.scrape_s
+        return best
+
     def snapshot(self, now: float, interval_s: float) -> WindowMetrics:
         end = self.last_scrape(now)
         start = end - self.window_s
         # Events older than any future window are never read again.
-        while self.arrivals and self.arrivals[0][0] <= start - self.window_s:
+        horizon = min(start, end - interval_s - self.scrape_s) - self.window_s
+        while self.arrivals and self.arrivals[0][0] <= horizon:
             self.arrivals.popleft()
-        while self.done and self.done[0][0] <= start - self.window_s:
+        while self.done and self.done[0][0] <= horizon:
             self.done.popleft()
         arr = _between(self.arrivals, start, end)
         done = _between(self.done, start, end)
@@ -139,6 +151,7 @@ class WindowTracker:
             decode=decode,
             prompt_tokens_rate=sum(a[1] for a in arr) / self.window_s,
             inflight=self.inflight,
+            prompt_tokens_peak_rate=self._peak(end, interval_s),
         )
 
 
