@@ -7,18 +7,21 @@ prompts extend a random chain. Prints p50/p99/max in microseconds and writes JSO
 
 Both wall time and this thread's CPU time are recorded per decision: on a shared,
 overloaded machine the wall-clock tail is the OS scheduler's, the CPU-time tail is
-the algorithm's.
+the algorithm's. ``--runs N`` repeats the timed loop N times per policy (a fresh policy
+object each time, interleaved across policies so load drift hits all) and reports
+each percentile as median and range over the runs: one run's p99 is not a finding on a
+shared machine.
 
-    .venv/bin/python bench/router/decision_time.py --out bench/router/results/decision_time.json
+    flock /tmp/pdserve-bench.lock .venv/bin/python bench/router/decision_time.py --runs 7 \
+        --out bench/router/results/decision_time.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -29,10 +32,47 @@ from rich.table import Table
 from pdserve.router.kv_index import BlockStored, KvIndex
 from pdserve.router.policies import POLICIES, RouteRequest, WorkerView, make_policy
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from resultmeta import Run, spread, write_result  # noqa: E402
+
 
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def time_policy(name: str, index: KvIndex, workers: list[str], chains: int, args: argparse.Namespace,
+                rng: random.Random) -> dict[str, float]:
+    """One timed loop of ``args.requests`` decisions; percentiles of wall and CPU time in µs."""
+    policy = make_policy(name, index=index) if name == "kv_aware" else make_policy(name)
+    views = [
+        WorkerView(w, running=rng.randint(0, 30), waiting=rng.randint(0, 5),
+                   inflight_prefill_tokens=rng.randint(0, 20000), kv_usage=rng.random() * 0.9)
+        for w in workers
+    ]
+    samples: list[float] = []
+    cpu: list[float] = []
+    live: list[str] = []
+    for i in range(args.requests):
+        c = rng.randrange(chains)
+        cached = rng.randint(0, args.chain_blocks)
+        start = 1 + c * args.chain_blocks
+        prefix = list(range(start, start + cached))
+        tail = list(range(10**9 + i * args.prompt_blocks, 10**9 + i * args.prompt_blocks + args.prompt_blocks - cached))
+        hashes = prefix + tail
+        req = RouteRequest(f"r{i}", (), hashes, len(hashes) * 16)
+        c0 = time.thread_time_ns()
+        t0 = time.perf_counter_ns()
+        d = policy.select(req, views, now=float(i))
+        policy.on_routed(d, req, now=float(i))
+        samples.append((time.perf_counter_ns() - t0) / 1000)
+        cpu.append((time.thread_time_ns() - c0) / 1000)
+        live.append(req.request_id)
+        if len(live) > 256:  # keep a realistic number in flight in the ledger
+            rid = live.pop(0)
+            policy.on_finished(rid, d.worker_id, float(i))
+    return {"p50_us": pct(samples, 0.50), "p99_us": pct(samples, 0.99), "max_us": max(samples),
+            "mean_us": statistics.fmean(samples), "cpu_p50_us": pct(cpu, 0.50), "cpu_p99_us": pct(cpu, 0.99)}
 
 
 def main() -> int:
@@ -43,8 +83,10 @@ def main() -> int:
     ap.add_argument("--prompt-blocks", type=int, default=128, help="blocks per request prompt (16 tokens each)")
     ap.add_argument("--requests", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=5, help="timed loops per policy; percentiles as median and range")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    run = Run(runs=args.runs)
     console = Console()
     rng = random.Random(args.seed)
     workers = [f"w{i}" for i in range(args.workers)]
@@ -58,59 +100,31 @@ def main() -> int:
             index.apply(w, BlockStored(block_hashes=hashes))
     console.print(f"index: {len(index):,} blocks over {len(index.workers)} workers")
 
+    per_run: dict[str, list[dict[str, float]]] = {name: [] for name in sorted(POLICIES)}
+    for _ in track(range(args.runs), description="timed runs", console=console):
+        for name in sorted(POLICIES):
+            per_run[name].append(time_policy(name, index, workers, chains, args, rng))
     results = {}
-    for name in sorted(POLICIES):
-        policy = make_policy(name, index=index) if name == "kv_aware" else make_policy(name)
-        views = [
-            WorkerView(w, running=rng.randint(0, 30), waiting=rng.randint(0, 5),
-                       inflight_prefill_tokens=rng.randint(0, 20000), kv_usage=rng.random() * 0.9)
-            for w in workers
-        ]
-        samples: list[float] = []
-        cpu: list[float] = []
-        live: list[str] = []
-        for i in range(args.requests):
-            c = rng.randrange(chains)
-            cached = rng.randint(0, args.chain_blocks)
-            start = 1 + c * args.chain_blocks
-            prefix = list(range(start, start + cached))
-            tail = list(range(10**9 + i * args.prompt_blocks, 10**9 + i * args.prompt_blocks + args.prompt_blocks - cached))
-            hashes = prefix + tail
-            req = RouteRequest(f"r{i}", (), hashes, len(hashes) * 16)
-            c0 = time.thread_time_ns()
-            t0 = time.perf_counter_ns()
-            d = policy.select(req, views, now=float(i))
-            policy.on_routed(d, req, now=float(i))
-            samples.append((time.perf_counter_ns() - t0) / 1000)
-            cpu.append((time.thread_time_ns() - c0) / 1000)
-            live.append(req.request_id)
-            if len(live) > 256:  # keep a realistic number in flight in the ledger
-                rid = live.pop(0)
-                policy.on_finished(rid, d.worker_id, float(i))
-        results[name] = {
-            "p50_us": round(pct(samples, 0.50), 1),
-            "p99_us": round(pct(samples, 0.99), 1),
-            "max_us": round(max(samples), 1),
-            "mean_us": round(statistics.fmean(samples), 1),
-            "cpu_p50_us": round(pct(cpu, 0.50), 1),
-            "cpu_p99_us": round(pct(cpu, 0.99), 1),
-        }
-    table = Table(title=f"decision time, {args.workers} workers, {len(index):,} indexed blocks, {args.prompt_blocks}-block prompts")
+    for name, runs in per_run.items():
+        results[name] = {k: spread([r[k] for r in runs]) for k in runs[0]}
+    table = Table(title=f"decision time, {args.workers} workers, {len(index):,} indexed blocks, "
+                        f"{args.prompt_blocks}-block prompts, median [range] over {args.runs} runs")
     for col in ("policy", "wall p50 µs", "wall p99 µs", "CPU p50 µs", "CPU p99 µs"):
         table.add_column(col)
+    def cell(x: dict) -> str:
+        return f"{x['median']:.1f} [{x['min']:.1f}..{x['max']:.1f}]"
+
     for name, r in results.items():
-        table.add_row(name, str(r["p50_us"]), str(r["p99_us"]), str(r["cpu_p50_us"]), str(r["cpu_p99_us"]))
+        table.add_row(name, cell(r["p50_us"]), cell(r["p99_us"]), cell(r["cpu_p50_us"]), cell(r["cpu_p99_us"]))
     console.print(table)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
+        write_result(args.out, {
             "bench": "decision_time", "workers": args.workers, "indexed_blocks": len(index),
-            "prompt_blocks": args.prompt_blocks, "requests": args.requests,
-            "python": platform.python_version(), "results": results,
-            "target": "kv_aware p99 < 200 us",
-            "measured": "select() + on_routed() per request, as the proxy calls them",
-            "load_average_1m": round(__import__("os").getloadavg()[0], 2),
-        }, indent=2) + "\n")
+            "prompt_blocks": args.prompt_blocks, "requests": args.requests, "runs": args.runs,
+            "results": results, "target": "kv_aware p99 < 200 us",
+            "measured": "select() + on_routed() per request, as the proxy calls them; wall (perf_counter) and "
+                        "this thread's CPU time; each percentile is per run, then median and range over runs",
+        }, run)
     return 0
 
 

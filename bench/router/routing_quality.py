@@ -43,7 +43,7 @@ from rich.table import Table
 
 from pdserve.router.policies import POLICIES, CostWeights, Decision, Policy, RouteRequest, WorkerView, make_policy, pool_weights
 from pdserve.sim.config import SimConfig
-from pdserve.sim.instance import pool_spec
+from pdserve.sim.instance import PD_BATCHED_TOKENS, pool_spec
 from pdserve.sim.simulator import Simulation, default_block_size
 from pdserve.sim.traces import Trace, from_rows, load_trace
 
@@ -138,11 +138,14 @@ def run_dynamo(python: str, trace: Trace, args: argparse.Namespace, num_blocks: 
         window = Path(tmp) / "window.jsonl"
         write_mooncake(trace, window)
         base = [python, str(HERE / "dynamo_replay.py"), "--trace", str(window), "--block-size", str(block),
-                "--num-gpu-blocks", str(num_blocks), "--token-budget", str(args.token_budget)]
+                "--num-gpu-blocks", str(num_blocks)]
         if args.topology == "disagg":
-            base += ["--prefill-workers", str(args.instances), "--workers", str(args.decode_instances)]
+            # pdserve's P/D pools batch up to max(PD_BATCHED_TOKENS, token_budget) tokens (sim/instance.py).
+            budget = str(max(PD_BATCHED_TOKENS, args.token_budget))
+            base += ["--prefill-workers", str(args.instances), "--workers", str(args.decode_instances),
+                     "--token-budget", budget, "--prefill-budget", budget]
         else:
-            base += ["--workers", str(args.instances)]
+            base += ["--workers", str(args.instances), "--token-budget", str(args.token_budget)]
         variants = [("round_robin", ["--router-mode", "round_robin"]),
                     ("kv_router", ["--router-mode", "kv_router", "--runs", str(args.dynamo_runs)])]
         variants += [(f"kv_router_overlap{w:g}", ["--router-mode", "kv_router", "--runs", str(args.dynamo_runs),
