@@ -151,6 +151,8 @@ def test_mock_engine_same_args_plus_mock_flags() -> None:
         "--kv-events-config", '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557"}',
         "--mock-profile", "llama-3.1-8b-h100",
         "--mock-speedup", "10",
+        "--mock-vllm-version", "0.33.0",
+        "--tokenizer-mode", "mock",
     ]  # fmt: skip
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] < 600
 

@@ -196,7 +196,7 @@ def test_stop_token_ids_report_the_token(worker: WorkerHandle) -> None:
     base = {"model": "llama", "prompt": "pick a token", "max_tokens": 30, "ignore_eos": True, "seed": 7}
     toks = httpx.post(f"{worker.url}/v1/completions", json={**base, "prompt": [11, 12, 13]}).json()
     assert toks["usage"]["completion_tokens"] == 30
-    from pdserve.common import tokenizer
+    from pdserve.tokenization import mock as tokenizer
 
     text = toks["choices"][0]["text"]
     ids = tokenizer.encode(text)

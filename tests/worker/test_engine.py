@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pdserve.common.tokenizer import EOS_ID
+from pdserve.tokenization.mock import EOS_ID
 from pdserve.worker.engine import Engine, EngineConfig, EngineRequest, StepOutput
 from pdserve.worker.perf import PerfModel, load_profile
 

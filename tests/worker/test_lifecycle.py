@@ -32,7 +32,7 @@ def test_port_closed_until_startup_delay_passes() -> None:
     port = _free_port()
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "worker", "m", "--host", "127.0.0.1", "--port",
-                             str(port), "--mock-startup-delay", "1.5"], start_new_session=True,
+                             str(port), "--mock-startup-delay", "1.5", "--tokenizer-mode", "mock"], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.8)
@@ -82,11 +82,16 @@ def test_sigterm_drains_in_flight_requests() -> None:
         (["--mock-profile", "gpt-9"], "unknown performance profile 'gpt-9'"),
         (["--max-model-len", "100000000"], "less than max_model_len"),
         (["--mock-frontend-latency", "-0.01"], "must be >= 0"),
+        # like vLLM: the model name is the tokenizer unless --tokenizer says otherwise; "m" is not loadable
+        (["--tokenizer-mode", "auto"], "cannot load the tokenizer"),
+        (["--mock-vllm-version", "0.11.0", "--prefix-caching-hash-algo", "xxhash"], "'xxhash' is not in vLLM 0.11.0"),
+        (["--mock-vllm-version", "0.10.0"], "invalid choice"),
     ],
 )
 def test_cli_rejects_bad_arguments(args: list[str], fragment: str) -> None:
     r = subprocess.run([sys.executable, "-m", "pdserve.cli", "worker", "m", "--port", "0", "--host", "127.0.0.1",
-                        *args], capture_output=True, text=True, timeout=30)
+                        "--tokenizer-mode", "mock", *args], capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})  # no hub here: fail fast instead of retrying
     assert r.returncode != 0
     assert fragment in r.stderr
 

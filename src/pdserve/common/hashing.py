@@ -1,24 +1,17 @@
-"""vLLM v1 prefix-cache block hashing, bit for bit.
+"""A vLLM-shaped chained block hash for the router's KV index and the simulator.
 
-vLLM (``vllm/v1/core/kv_cache_utils.py``, ``vllm/utils/hashing.py``) hashes each
-full block of ``block_size`` tokens as::
+This is NOT what a vLLM worker computes by default: it is ``sha256_cbor`` (SHA-256 of
+canonical CBOR) of ``(parent or NONE_HASH, tuple(block_tokens), extra_keys)`` with
+``NONE_HASH = sha256_cbor(PYTHONHASHSEED or "0")``, i.e. vLLM's hash only for
+``--prefix-caching-hash-algo sha256_cbor`` with ``PYTHONHASHSEED=0``. vLLM's defaults
+(sha256 over pickle; a NONE_HASH that is random or "vllm-none-hash" depending on the
+version) are emulated by the mock worker in ``pdserve.worker.vllm_hash``, so a consumer
+of real KV events cannot rely on matching vLLM's hashes: the router is moving to its own
+hash of the events' ``token_ids``. What remains here serves the router until then and the
+simulator (which only needs a stable, collision-free chain).
 
-    sha256_cbor((parent_block_hash or NONE_HASH, tuple(block_token_ids), extra_keys))
-
-with ``sha256_cbor(x) = sha256(cbor2.dumps(x, canonical=True)).digest()``. The
-chain's root ``NONE_HASH`` comes from ``init_none_hash``: ``sha256_cbor(os.environ
-["PYTHONHASHSEED"])`` (the env var's *string*) when the variable is set, and 32
-random bytes when it is not.
-
-Random roots would make the mock workers' hashes unpredictable to the router, so
-here an unset PYTHONHASHSEED falls back to the fixed seed ``"0"``: the root equals
-what vLLM computes when run with ``PYTHONHASHSEED=0``. Deployments of real vLLM
-next to pdserve's router therefore set ``PYTHONHASHSEED=0`` (the operator does), and
-both sides agree. A set PYTHONHASHSEED is honoured exactly like vLLM does.
-
-KV events carry vLLM's 64-bit integer form of a hash (``maybe_convert_block_hash``
-with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``): the digest read as a big-endian
-integer, masked to 64 bits, i.e. its last 8 bytes.
+KV events carry vLLM's 64-bit integer form of a hash: the digest read as a big-endian
+integer, masked to 64 bits, i.e. its last 8 bytes (``to_external``).
 """
 
 from __future__ import annotations
@@ -30,7 +23,7 @@ from typing import Any
 
 import cbor2
 
-# The seed used when PYTHONHASHSEED is unset (vLLM would pick random bytes).
+# The seed used when PYTHONHASHSEED is unset.
 DEFAULT_HASH_SEED = "0"
 DEFAULT_BLOCK_SIZE = 16
 _MASK64 = (1 << 64) - 1

@@ -68,6 +68,7 @@ class Stack:
             "--mock-side-channel-host=127.0.0.1",
             "--mock-side-channel-port=0",
             f"--kv-transfer-config={kv}",
+            "--tokenizer-mode=mock",  # the demo's workload and router speak the hash-word tokenizer
         ]
         return [
             sys.executable, "-m", "pdserve.cli", "planner", "run",

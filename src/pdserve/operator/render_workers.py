@@ -67,7 +67,9 @@ def engine_command(svc: DisaggregatedService, role: Role, pool: PoolSpec) -> lis
         *version.extra_args,
     ]  # fmt: skip
     if mock:
-        args += ["--mock-profile", spec.engine.mock_profile, "--mock-speedup", _number(spec.engine.mock_speedup)]
+        # The mock emulates the chosen release; with no model to download it uses the hash-word tokenizer.
+        args += ["--mock-profile", spec.engine.mock_profile, "--mock-speedup", _number(spec.engine.mock_speedup),
+                 "--mock-vllm-version", version.version, "--tokenizer-mode", "mock"]
     return head + args + list(spec.engine.args) + list(pool.extra_args)
 
 

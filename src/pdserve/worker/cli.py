@@ -16,6 +16,7 @@ import prometheus_client
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from pdserve.tokenization import TOKENIZER_MODES, ModelTokenizer, TokenizerLoadError, load_tokenizer
 from pdserve.worker.engine import Engine, EngineConfig
 from pdserve.worker.kv_events import KVEventsConfig, ZmqEventPublisher
 from pdserve.worker.metrics import WorkerMetrics
@@ -72,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed in the ready line)")
     p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer source as for vLLM: a hub id or a directory with tokenizer.json / "
+                        "tokenizer_config.json (default: the model)")
+    p.add_argument("--tokenizer-mode", choices=TOKENIZER_MODES, default="auto",
+                   help="as vLLM's (auto, hf, slow, mistral); `mock` = pdserve's hash-word tokenizer, "
+                        "only when asked for")
+    p.add_argument("--tokenizer-revision", default=None)
+    p.add_argument("--chat-template", default=None, help="a chat template or a file holding one")
+    p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--max-model-len", type=_positive(int), default=None)
     p.add_argument("--block-size", type=_positive(int), default=16)
     p.add_argument("--max-num-seqs", type=_positive(int), default=256)
@@ -128,8 +138,15 @@ def main(argv: list[str]) -> int:
         print(f"pdserve worker: {err}", file=sys.stderr)
         return 2
     try:
+        # vLLM loads the tokenizer before the engine too: an unreachable one fails the start, clearly
+        tok = load_tokenizer(args.tokenizer or args.model, args.tokenizer_mode, revision=args.tokenizer_revision,
+                             trust_remote_code=args.trust_remote_code, chat_template=args.chat_template)
+    except TokenizerLoadError as err:
+        print(f"pdserve worker: cannot load the tokenizer: {err}", file=sys.stderr)
+        return 1
+    try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(args, PerfModel(profile)))
+            runner.run(serve(args, PerfModel(profile), tok))
     except (ValueError, OSError) as err:
         print(f"pdserve worker: {err}", file=sys.stderr)
         return 1
@@ -154,7 +171,29 @@ def _lease_seconds(args: argparse.Namespace, vllm: VllmBehaviour) -> float:
     return float(extra.get("kv_lease_duration", vllm.kv_lease_s))
 
 
-async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
+def output_token_ids(tok: ModelTokenizer) -> tuple[int, ...]:
+    """The ids the mock model samples its text from: common English words that are one token in the
+    served tokenizer (readable output, real ids); any in-vocabulary ids if too few are."""
+    ids: list[int] = []
+    for word in _OUTPUT_WORDS:
+        piece = tok.encode(" " + word, add_special_tokens=False)
+        if len(piece) == 1 and piece[0] != tok.eos_token_id and piece[0] not in ids:
+            ids.append(piece[0])
+    if len(ids) >= 16:
+        return tuple(ids)
+    return tuple(i for i in range(min(tok.vocab_size, 1024)) if i != tok.eos_token_id)
+
+
+_OUTPUT_WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
+    "they you were her she there been one all we their has would when if so no will more can its some time "
+    "than only into other these two may then first any like very could new now way also made after over did "
+    "many before must through back years where much your well down should because each just those people how "
+    "model token cache prefill decode request server latency memory block router batch stream queue engine"
+).split()
+
+
+async def serve(args: argparse.Namespace, perf: PerfModel, tok: ModelTokenizer) -> None:
     if args.mock_startup_delay > 0:
         await asyncio.sleep(args.mock_startup_delay)  # "loading weights": the port is not open yet
     max_len = args.max_model_len or perf.profile.model.max_position_embeddings
@@ -172,6 +211,8 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
                        enable_chunked_prefill=args.enable_chunked_prefill,
                        long_prefill_token_threshold=args.long_prefill_token_threshold,
                        kv_lease_s=_lease_seconds(args, vllm) * args.mock_speedup, hasher=hasher,
+                       eos_token_id=-1 if tok.eos_token_id is None else tok.eos_token_id,
+                       output_token_ids=output_token_ids(tok),
                        frontend_latency_s=(perf.profile.efficiency.frontend_latency_s
                                            if args.mock_frontend_latency is None else args.mock_frontend_latency))
     metrics = WorkerMetrics(names[0], max_len)
@@ -194,7 +235,7 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
         side = SideChannelServer(runner, settings.engine_id, perf, args.mock_kv_link_gbps, args.mock_speedup)
         bind_host = _side_channel_bind_host(settings.side_channel_host)
         settings.side_channel_port = await side.start(bind_host, port)
-    server = WorkerServer(settings, runner)
+    server = WorkerServer(settings, runner, tok)
     web_runner = web.AppRunner(server.app(args.mock_max_body_bytes), access_log=None, handle_signals=False)
     await web_runner.setup()
     # A burst of hundreds of connects (a router or benchmark opening its pool) overflows
@@ -207,7 +248,7 @@ async def serve(args: argparse.Namespace, perf: PerfModel) -> None:
         print(f"pdserve worker: PYTHONHASHSEED is not set: NONE_HASH is random for {hasher.algo} on vLLM "
               f"{vllm.version}, so block hashes are not reproducible across processes", file=sys.stderr, flush=True)
     print(f"{READY_MARKER} http://{args.host}:{port} model={names[0]} profile={perf.profile.name} "
-          f"vllm={vllm.version} hash={hasher.algo} "
+          f"vllm={vllm.version} hash={hasher.algo} tokenizer={tok.mode}:{tok.name} "
           f"blocks={num_blocks} side_channel={settings.side_channel_port or '-'} "
           f"kv_events={publisher.endpoint if publisher else '-'}", flush=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pdserve.common.tokenizer import EOS_ID, WORD_IDS
+from pdserve.tokenization.mock import EOS_ID, WORD_IDS
 from pdserve.worker.kvcache import KvEvents
 from pdserve.worker.vllm_hash import BlockHasher
 

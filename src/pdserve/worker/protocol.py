@@ -104,6 +104,7 @@ class CompletionRequest(_Sampling):
     prompt: str | list[int] | list[str] | list[list[int]]
     echo: bool = False
     logprobs: int | None = None
+    add_special_tokens: bool = True  # vLLM's default for completions (BOS added)
 
 
 class ChatMessage(BaseModel):
@@ -117,6 +118,9 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = None
     logprobs: bool | None = False
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False  # vLLM's default for chat: the template adds them
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 def parse(model: type[BaseModel], body: Any) -> Any:

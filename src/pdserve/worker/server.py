@@ -15,14 +15,14 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from pdserve.common import tokenizer
+from pdserve.tokenization import ChatTemplateError, ModelTokenizer
 from pdserve.worker import protocol
 from pdserve.worker.engine import FINISH_ABORT, FINISH_STOP, EngineRequest, TokenEvent
 from pdserve.worker.nixl import KvLoadError, KVTransferConfig, notif_request_id, pull_kv
@@ -48,13 +48,14 @@ class ServerSettings:
     kv_pull_timeout_s: float = 30.0
     mean_output_tokens: int = 256
     vllm: VllmBehaviour = field(default_factory=lambda: behaviour(CURRENT_VERSION))
-    max_token_id: int = tokenizer.VOCAB_SIZE - 1  # the served tokenizer's largest id
 
 
 class WorkerServer:
-    def __init__(self, settings: ServerSettings, runner: EngineRunner) -> None:
+    def __init__(self, settings: ServerSettings, runner: EngineRunner, tokenizer: ModelTokenizer) -> None:
         self.s = settings
         self.runner = runner
+        self.tok = tokenizer
+        self._pieces: dict[int, str] = {}
         self.draining = False
         self.active = 0
         self.started = int(time.time())
@@ -124,18 +125,22 @@ class WorkerServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req = protocol.parse(protocol.CompletionRequest, await self._json(request))
         model = self._check_model(req.model)
-        ids = self._prompt_ids(req.prompt)
+        ids = self._prompt_ids(req.prompt, req.add_special_tokens)
         return await self._generate(request, req, model, ids, chat=False, max_tokens=req.max_tokens)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         req = protocol.parse(protocol.ChatCompletionRequest, await self._json(request))
         model = self._check_model(req.model)
         try:
-            text = tokenizer.apply_chat_template([m.model_dump() for m in req.messages], req.add_generation_prompt)
-        except ValueError as err:
+            ids = self.tok.chat_ids([m.model_dump(exclude_none=True) for m in req.messages],
+                                    add_generation_prompt=req.add_generation_prompt,
+                                    continue_final_message=req.continue_final_message,
+                                    add_special_tokens=req.add_special_tokens,
+                                    chat_template_kwargs=req.chat_template_kwargs)
+        except ChatTemplateError as err:
             raise bad_request(str(err), "messages") from None
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        return await self._generate(request, req, model, tokenizer.encode(text), chat=True, max_tokens=max_tokens)
+        return await self._generate(request, req, model, ids, chat=True, max_tokens=max_tokens)
 
     async def _json(self, request: web.Request) -> Any:
         if self.draining:
@@ -154,16 +159,16 @@ class WorkerServer:
             raise ApiError(404, f"The model `{name}` does not exist.", "model")
         return name
 
-    def _prompt_ids(self, prompt: str | list[int] | list[str] | list[list[int]]) -> list[int]:
+    def _prompt_ids(self, prompt: str | list[int] | list[str] | list[list[int]], add_special_tokens: bool) -> list[int]:
         if isinstance(prompt, str):
-            return tokenizer.encode(prompt)
+            return self.tok.encode(prompt, add_special_tokens=add_special_tokens)
         if prompt and all(isinstance(p, int) for p in prompt):
             ids = [int(p) for p in prompt]  # type: ignore[arg-type]
             self._check_vocab(ids)
             return ids
         if len(prompt) == 1:
             only = prompt[0]
-            return self._prompt_ids(only)  # type: ignore[arg-type]
+            return self._prompt_ids(only, add_special_tokens)  # type: ignore[arg-type]
         raise bad_request("prompt must be one string or one list of token ids (batched prompts are not supported)",
                           "prompt")
 
@@ -174,7 +179,7 @@ class WorkerServer:
         lo, hi = min(ids), max(ids)
         if lo < 0:
             raise bad_request(f"Token id {lo} is out of vocabulary")
-        if hi > self.s.max_token_id:
+        if hi >= self.tok.vocab_size:
             raise bad_request(f"Token id {hi} is out of vocabulary")
 
     def _validate_lengths(self, n_prompt: int, max_tokens: int | None, min_tokens: int, chat: bool) -> int:
@@ -197,6 +202,13 @@ class WorkerServer:
             raise bad_request(f"min_tokens ({min_tokens}) must be less than or equal to max_tokens ({max_tokens}).",
                               "min_tokens")
         return max_tokens
+
+    def _piece(self, token_id: int) -> str:
+        """The text of one generated token (the mock samples from a few hundred ids: cache them)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._pieces[token_id] = self.tok.decode([token_id])
+        return piece
 
     def _natural_length(self, seed: int) -> int:
         """Where the mock model emits EOS: exponential around mean_output_tokens, fixed by the seed."""
@@ -223,7 +235,8 @@ class WorkerServer:
         stop_ids = tuple(req.stop_token_ids or ())
         extra = cache_salt_extra_keys(req.cache_salt, self.s.vllm.version)
         ereq = EngineRequest(rid, ids, max_tokens=max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos,
-                             eos_after=self._natural_length(seed), stop_token_ids=stop_ids, seed=seed,
+                             eos_after=None if self.tok.eos_token_id is None else self._natural_length(seed),
+                             stop_token_ids=stop_ids, seed=seed,
                              hold_kv=hold, remote_prefilled=external > 0, extra_keys=extra)
         engine_cfg = self.runner.engine.config
         if engine_cfg.enable_prefix_caching:
@@ -236,7 +249,7 @@ class WorkerServer:
             raise bad_request(str(err)) from None
         self.active += 1
         try:
-            gen = _TextStream(self.runner, tracked, req.stop_strings(), req.include_stop_str_in_output)
+            gen = _TextStream(self.runner, tracked, req.stop_strings(), req.include_stop_str_in_output, self._piece)
             if req.stream:
                 return await self._stream(request, gen, resp_id, model, chat, req.stream_options, len(ids))
             async for _ in gen.pieces():
@@ -362,11 +375,13 @@ class _Pacer:
 class _TextStream:
     """Turns a request's token events into text pieces, applying stop strings like vLLM."""
 
-    def __init__(self, runner: EngineRunner, tracked: Tracked, stops: list[str], include_stop: bool) -> None:
+    def __init__(self, runner: EngineRunner, tracked: Tracked, stops: list[str], include_stop: bool,
+                 piece: Callable[[int], str]) -> None:
         self.runner = runner
         self.tracked = tracked
         self.stops = stops
         self.include_stop = include_stop
+        self.piece = piece
         self.holdback = max((len(s) for s in stops), default=1) - 1
         self.text = ""
         self.emitted = 0
@@ -380,8 +395,9 @@ class _TextStream:
         while not self.finished:
             ev: TokenEvent = await queue.get()
             if ev.token_id >= 0:
-                self.text += tokenizer.decode([ev.token_id])
-                if ev.finished and ev.finish_reason == FINISH_STOP and ev.token_id != tokenizer.EOS_ID:
+                self.text += self.piece(ev.token_id)
+                if (ev.finished and ev.finish_reason == FINISH_STOP
+                        and ev.token_id != self.runner.engine.config.eos_token_id):
                     self.stop_reason = ev.token_id  # a stop_token_ids hit
             if ev.finished:
                 self.finished, self.finish = True, ev.finish_reason

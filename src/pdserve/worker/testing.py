@@ -77,12 +77,24 @@ def start_worker(
     startup_timeout: float = 30.0,
     host: str = "127.0.0.1",
     port: int = 0,
+    tokenizer: str | None = None,
+    tokenizer_mode: str | None = None,
 ) -> Iterator[WorkerHandle]:
-    """Run ``pdserve worker MODEL`` with extra vllm-style ``args``; yields once /health answers 200."""
+    """Run ``pdserve worker MODEL`` with extra vllm-style ``args``; yields once /health answers 200.
+
+    ``tokenizer``: vLLM's ``--tokenizer`` (a directory, e.g. one from
+    ``pdserve.tokenization.testing.build_bpe_tokenizer``), loaded in ``tokenizer_mode``
+    (default ``auto``). Without one the worker is told ``--tokenizer-mode mock`` (the
+    hash-word tokenizer), since test model names are not loadable tokenizers."""
     fd, log_name = tempfile.mkstemp(prefix="pdserve-worker-", suffix=".log")
     log_path = Path(log_name)
     cmd = [sys.executable, "-m", "pdserve.cli", "worker", model, "--host", host, "--port", str(port),
-           "--mock-profile", profile, "--mock-speedup", str(speedup), *args]
+           "--mock-profile", profile, "--mock-speedup", str(speedup)]
+    if tokenizer is not None:
+        cmd += ["--tokenizer", tokenizer, "--tokenizer-mode", tokenizer_mode or "auto"]
+    else:
+        cmd += ["--tokenizer-mode", tokenizer_mode or "mock"]
+    cmd += list(args)
     proc_env = dict(os.environ)
     proc_env.update(env or {})
     with os.fdopen(fd, "wb") as log:
