@@ -58,6 +58,8 @@ SMOKES: list[Smoke] = [
           timeout_s=120, needs_peers=True),
     Smoke("decision_time", "bench/router/decision_time.py",
           ["--workers", "4", "--blocks", "2000", "--requests", "50", "--runs", "2", "--out", "{out}/dt.json"], ["dt.json"]),
+    Smoke("tokenize_cost", "bench/router/tokenize_cost.py",
+          ["--runs", "1", "--words", "50", "--out", "{out}/tokenize_cost.json"], ["tokenize_cost.json"]),
     Smoke("overhead", "bench/router/overhead.py",
           ["--concurrency", "2", "--requests-per-stream", "1", "--rounds", "1", "--modes", "burst", "--only", "pdserve",
            "--out", "{out}/ov.json", "--plot", "{out}/ov.png"], ["ov.json"], timeout_s=180),

@@ -74,3 +74,19 @@ def test_passthrough_tracker_counts_markers_cut_anywhere_and_reads_done_from_the
                 assert t.parsed().text_of(0) == 'data: [DONE]"text":"x'
     t = sse.PassThroughTracker("completions")
     assert not t.done and t.feed(sse.DONE) == 0 and t.done
+
+
+def test_tracker_keeps_generated_token_ids_only_when_every_chunk_has_them() -> None:
+    # vLLM streams ``token_ids`` per choice with return_token_ids: migration resumes with them.
+    def with_ids(kind: str, text: str, ids: list[int]) -> bytes:
+        obj = json.loads(chunk(kind, text)[6:])
+        obj["choices"][0]["token_ids"] = ids
+        return sse.frame(obj)
+
+    for kind in ("completions", "chat"):
+        t = sse.StreamTracker(kind)
+        t.feed(with_ids(kind, "Hel", [7, 8]) + with_ids(kind, "lo", [9]) + with_ids(kind, "", [10]))
+        assert t.ids_of(0) == [7, 8, 9, 10] and t.text_of(0) == "Hello"
+        t.feed(chunk(kind, " world"))  # one chunk without ids: the ids are no longer complete
+        assert t.ids_of(0) is None
+    assert sse.StreamTracker("completions").ids_of(0) == []

@@ -1,0 +1,112 @@
+"""What the model's tokenizer costs the router per request, and once at start-up.
+
+    .venv/bin/python bench/router/tokenize_cost.py --out bench/router/results/tokenize_cost.json
+
+Per prompt size, the router's front door (``requests.parse_request``: validation +
+token ids) for a completion and a chat request, with each tokenizer mode the router
+runs: ``mock`` (hash-word), ``auto`` on a byte-level BPE built with ``tokenizers``
+(Llama 3 layout; through ``transformers``, as vLLM loads it) and ``mistral`` (the
+Tekken tokenizer shipped in mistral-common); the raw ``tokenizers`` encode of the same
+BPE shows what the ``transformers`` wrapper adds. Then the router's block keys
+(blake2b-64 chain, ``block_hasher``) against vLLM-style sha256-over-CBOR chaining
+(``pdserve.common.hashing``, what the router computed before) for the same ids, both
+without memo hits. Start-up: importing ``transformers`` in a fresh interpreter and
+loading each tokenizer. Medians over ``--runs`` repetitions, with spread; record the
+machine's load with the numbers (``meta``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from resultmeta import Run, spread, write_result  # noqa: E402
+
+WORDS = ("the router keeps a prefix index of every worker and sends each request where its prompt is "
+         "already cached so that prefill work is saved and time to first token drops").split()
+
+
+def text_of(n_words: int) -> str:
+    return " ".join(WORDS[i % len(WORDS)] + ("." if i % 13 == 12 else "") for i in range(n_words))
+
+
+def per_call(fn, min_time: float = 0.2) -> float:
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= min_time and n >= 3:
+            return dt / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("bench/router/results/tokenize_cost.json"))
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--words", type=int, nargs="+", default=[200, 1500, 6000])
+    args = ap.parse_args(argv)
+    run = Run(runs=args.runs)
+
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import transformers"], check=True, capture_output=True)
+    import_s = time.perf_counter() - t0
+
+    from pdserve.common.hashing import block_hashes
+    from pdserve.router.block_hasher import BlockHasher
+    from pdserve.router.requests import parse_request
+    from pdserve.tokenization import load_tokenizer
+    from pdserve.tokenization.testing import build_bpe_tokenizer, shipped_mistral_tokenizer
+
+    bpe_dir = build_bpe_tokenizer(tempfile.mkdtemp(prefix="pdserve-bpe-"))
+    sources = {"mock": ("", "mock"), "auto_bpe": (str(bpe_dir), "auto"),
+               "mistral_tekken": (str(shipped_mistral_tokenizer("tekken")), "mistral")}
+    toks, load_s = {}, {}
+    for name, (src, mode) in sources.items():
+        t0 = time.perf_counter()
+        toks[name] = load_tokenizer(src, mode)
+        load_s[name] = time.perf_counter() - t0
+    raw_bpe = toks["auto_bpe"].hf.backend_tokenizer  # the Rust tokenizer transformers wraps
+
+    rows = []
+    for n_words in args.words:
+        text = text_of(n_words)
+        cmpl = json.dumps({"model": "m", "prompt": text, "max_tokens": 1}).encode()
+        chat = json.dumps({"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                                       {"role": "user", "content": text}]}).encode()
+        row: dict = {"words": n_words, "tokens": {k: len(t.encode(text)) for k, t in toks.items()}}
+        samples: dict[str, list[float]] = {}
+        for _ in range(args.runs):
+            for name, tok in toks.items():
+                samples.setdefault(f"completion_{name}_ms", []).append(
+                    per_call(lambda tok=tok: parse_request(cmpl, "completions", tok)) * 1e3)
+                samples.setdefault(f"chat_{name}_ms", []).append(
+                    per_call(lambda tok=tok: parse_request(chat, "chat", tok)) * 1e3)
+            samples.setdefault("raw_tokenizers_encode_bpe_ms", []).append(per_call(lambda: raw_bpe.encode(text)) * 1e3)
+            ids = toks["auto_bpe"].encode(text)
+            samples.setdefault("router_block_keys_ms", []).append(
+                per_call(lambda ids=ids: BlockHasher(16, max_entries=1).request_keys(ids)) * 1e3)
+            samples.setdefault("vllm_sha256_cbor_chain_ms", []).append(
+                per_call(lambda ids=ids: block_hashes(ids, 16)) * 1e3)
+        row.update({k: spread(v) for k, v in samples.items()})
+        rows.append(row)
+        print(n_words, {k: round(v["median"], 3) for k, v in row.items() if isinstance(v, dict) and "median" in v},
+              flush=True)
+
+    doc = {"startup": {"import_transformers_s": round(import_s, 3),
+                       "load_s": {k: round(v, 3) for k, v in load_s.items()}},
+           "per_request": rows,
+           "notes": "ms per call, median over runs; each run averages >= 0.2 s of calls; memo-free block keys"}
+    write_result(args.out, doc, run)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
