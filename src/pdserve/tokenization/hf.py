@@ -11,9 +11,8 @@ BOS itself). That is vLLM 0.11's order; 0.33 tokenizes inside ``apply_chat_templ
 (always without special tokens), which gives the same ids unless a chat request sets
 ``add_special_tokens: true``.
 
-Importing ``transformers`` costs about 1.5-2.5 s once (measured on this 2-core box);
-loading a local ``tokenizer.json`` is milliseconds. Encoding goes through the
-Rust ``tokenizers`` backend that transformers wraps.
+Importing ``transformers`` is paid once at start-up; encoding goes through the Rust
+``tokenizers`` backend that transformers wraps (costs: bench/router/tokenize_cost.py).
 """
 
 from __future__ import annotations
