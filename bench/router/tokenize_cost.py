@@ -85,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.runs):
             for name, tok in toks.items():
                 samples.setdefault(f"completion_{name}_ms", []).append(
-                    per_call(lambda tok=tok: parse_request(cmpl, "completions", tok)) * 1e3)
+                    per_call(lambda tok=tok, body=cmpl: parse_request(body, "completions", tok)) * 1e3)
                 samples.setdefault(f"chat_{name}_ms", []).append(
-                    per_call(lambda tok=tok: parse_request(chat, "chat", tok)) * 1e3)
-            samples.setdefault("raw_tokenizers_encode_bpe_ms", []).append(per_call(lambda: raw_bpe.encode(text)) * 1e3)
+                    per_call(lambda tok=tok, body=chat: parse_request(body, "chat", tok)) * 1e3)
+            samples.setdefault("raw_tokenizers_encode_bpe_ms", []).append(per_call(lambda text=text: raw_bpe.encode(text)) * 1e3)
             ids = toks["auto_bpe"].encode(text)
             samples.setdefault("router_block_keys_ms", []).append(
                 per_call(lambda ids=ids: BlockHasher(16, max_entries=1).request_keys(ids)) * 1e3)
