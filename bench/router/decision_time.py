@@ -30,7 +30,11 @@ from rich.progress import track
 from rich.table import Table
 
 from pdserve.router.kv_index import BlockStored, KvIndex
-from pdserve.router.policies import POLICIES, RouteRequest, WorkerView, make_policy
+from pdserve.router.core.build import build_policy
+from pdserve.router.core.spec import PolicyName
+from pdserve.router.policies import RouteRequest, WorkerView
+
+POLICIES = [p.value for p in PolicyName]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from resultmeta import Run, spread, write_result  # noqa: E402
@@ -44,7 +48,7 @@ def pct(xs: list[float], q: float) -> float:
 def time_policy(name: str, index: KvIndex, workers: list[str], chains: int, args: argparse.Namespace,
                 rng: random.Random) -> dict[str, float]:
     """One timed loop of ``args.requests`` decisions; percentiles of wall and CPU time in µs."""
-    policy = make_policy(name, index=index) if name == "kv_aware" else make_policy(name)
+    policy = build_policy(name, "decode", index=index)
     views = [
         WorkerView(w, running=rng.randint(0, 30), waiting=rng.randint(0, 5),
                    inflight_prefill_tokens=rng.randint(0, 20000), kv_usage=rng.random() * 0.9)

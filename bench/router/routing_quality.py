@@ -41,7 +41,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from pdserve.router.policies import POLICIES, CostWeights, Decision, Policy, RouteRequest, WorkerView, make_policy, pool_weights
+from pdserve.router.core.spec import PolicyName
+from pdserve.router.policies import CacheAwarePolicy, Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import PD_BATCHED_TOKENS, pool_spec
 from pdserve.sim.simulator import Simulation, default_block_size
@@ -110,18 +111,21 @@ def bound(trace: Trace, block_size: int, cfg: SimConfig) -> tuple[float, dict[st
     return (hits / total if total else 0.0), pct
 
 
-def build_policy(name: str, sim: Simulation, block: int, topology: str) -> None:
-    """Install policy ``name`` on the simulation's routed pool, as the router builds it."""
+POLICIES = [p.value for p in PolicyName]
+
+
+def install_reference(name: str, sim: Simulation, block: int) -> None:
+    """Put a peer baseline or the greedy bound on the simulation's routed pool. pdserve's
+    own policies need nothing here: SimConfig.routing builds them as the router does."""
     if name == "greedy_global":
-        sim.policies[sim.entry_pool] = GlobalOracle(sim, sim.entry_pool)
+        policy: Policy = GlobalOracle(sim, sim.entry_pool)
     elif name in BASELINES:
         thr, abs_thr, rel_thr, chars = BASELINES[name]
-        sim.policies[sim.entry_pool] = make_policy(
-            "cache_aware", block_size=block, cache_threshold=thr, balance_abs_threshold=abs_thr,
-            balance_rel_threshold=rel_thr, max_blocks=max(1, chars // CHARS_PER_TOKEN // block))
-    elif name in ("kv_aware", "prefix_approx") and topology == "disagg":
-        # As the router builds its prefill-pool policy (RouterState._make).
-        sim.policies["prefill"] = make_policy(name, block_size=block, weights=pool_weights(CostWeights(), "prefill"))
+        policy = CacheAwarePolicy(block_size=block, cache_threshold=thr, balance_abs_threshold=abs_thr,
+                                  balance_rel_threshold=rel_thr, max_blocks=max(1, chars // CHARS_PER_TOKEN // block))
+    else:
+        return
+    sim.scheduler.policies = sim.scheduler.policies.replacing(sim.entry_pool, policy)  # type: ignore[arg-type]
 
 
 def write_mooncake(trace: Trace, path: Path) -> None:
@@ -207,7 +211,7 @@ def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int) -> t
                     policy=name if name in POLICIES else "round_robin", token_budget=args.token_budget)
     t0 = time.perf_counter()
     sim = Simulation(trace.scaled(args.rate_scale), cfg)
-    build_policy(name, sim, block, args.topology)
+    install_reference(name, sim, block)
     res = sim.run()
     s = res.summary
     per = {i["id"]: i for i in res.instances if i["pool"] == sim.entry_pool}

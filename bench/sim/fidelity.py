@@ -84,7 +84,8 @@ def simulate(trace: Trace, cfg: SimConfig, placement: dict[str, dict[str, str]] 
     cfg = cfg.model_copy(update={"block_size": cfg.block_size or default_block_size(trace)})
     sim = Simulation(trace, cfg)
     for pool, table in (placement or {}).items():
-        sim.policies[pool] = FixedPlacement(table, block_size=cfg.block_size or 16)
+        fixed = FixedPlacement(table, block_size=cfg.block_size or 16)
+        sim.scheduler.policies = sim.scheduler.policies.replacing(pool, fixed)
     return sim.run()
 
 

@@ -86,7 +86,8 @@ def test_crd_shape() -> None:
     assert columns["Age"] == ".metadata.creationTimestamp"
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["properties"]["kvConnector"]["properties"]["type"]["enum"] == ["NixlConnector", "LMCacheConnectorV1", "MooncakeConnector"]
-    assert spec["properties"]["router"]["default"] == {"replicas": 1, "policy": "kv_aware", "weights": {}}
+    assert spec["properties"]["router"]["default"] == {"replicas": 1, "policy": "kv_aware", "disaggThresholdTokens": 0,
+                                                       "weights": {}}
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
     assert any("gpuBudget" in r for r in rules)
     bounds = spec["properties"]["autoscaling"]["properties"]["prefill"]

@@ -171,7 +171,6 @@ def test_router_deployment_service_and_rbac() -> None:
     assert c["env"] == [
         {"name": "HOME", "value": "/home/pdserve"},
         {"name": "HF_HOME", "value": "/cache/huggingface"},
-        {"name": "PDSERVE_ROUTER_WEIGHTS", "value": '{"overlap_weight":2.0,"request_tokens":64.0}'},
     ]
     assert dep["spec"]["replicas"] == 2
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "llama-8b-router"

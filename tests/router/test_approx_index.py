@@ -88,9 +88,9 @@ def test_recent_routes_tracks_the_latest_worker_per_block() -> None:
 
 
 def test_kv_aware_counts_just_routed_prompts_before_their_events_arrive() -> None:
-    from pdserve.router.policies import RouteRequest, WorkerView, make_policy
+    from pdserve.router.policies import KvAwarePolicy, RouteRequest, WorkerView
 
-    p = make_policy("kv_aware")
+    p = KvAwarePolicy()
     ws = [WorkerView(f"w{i}") for i in range(4)]
     hashes = list(range(50))
     first = RouteRequest("a", (), hashes, 800)
@@ -98,7 +98,7 @@ def test_kv_aware_counts_just_routed_prompts_before_their_events_arrive() -> Non
     p.on_routed(d1, first, 0.0)
     d2 = p.select(RouteRequest("b", (), hashes + [99], 816), ws, 0.1)
     assert d2.worker_id == d1.worker_id and d2.overlap_blocks == 50
-    off = make_policy("kv_aware", speculative_ttl_s=0)
+    off = KvAwarePolicy(speculative_ttl_s=0)
     d1 = off.select(first, ws, 0.0)
     off.on_routed(d1, first, 0.0)
     assert off.select(RouteRequest("b", (), hashes, 800), ws, 0.1).overlap_blocks == 0

@@ -28,11 +28,11 @@ def test_bad_arguments_exit_2_with_a_clear_message() -> None:
     r = run_cli("--decode", "ftp://x", "--tokenizer-mode", "mock")
     assert r.returncode == 2 and "http://host:port" in r.stderr
     r = run_cli("--decode", "http://127.0.0.1:1", "--policy", "magic")
-    assert r.returncode == 2 and "invalid choice: 'magic'" in r.stderr
-    r = run_cli("--decode", "http://127.0.0.1:1", "--weights", '{"overlap": 2}', "--tokenizer-mode", "mock")
-    assert r.returncode == 2 and "unknown router weight(s) ['overlap']" in r.stderr
-    r = run_cli("--decode", "http://127.0.0.1:1", "--weights", "[1")
-    assert r.returncode == 2 and "--weights is not valid JSON" in r.stderr
+    assert r.returncode == 2 and "unknown routing policy 'magic'; choose one of" in r.stderr
+    r = run_cli("--decode", "http://127.0.0.1:1", "--cost-overlap-weight", "much", "--tokenizer-mode", "mock")
+    assert r.returncode == 2 and "invalid float value: 'much'" in r.stderr
+    r = run_cli("--decode", "http://127.0.0.1:1", "--cost-kv-full", "2", "--tokenizer-mode", "mock")
+    assert r.returncode == 2 and "kv_full must be in (0, 1], got 2.0" in r.stderr
 
 
 def test_a_router_without_the_models_tokenizer_does_not_start(tmp_path) -> None:
@@ -43,21 +43,15 @@ def test_a_router_without_the_models_tokenizer_does_not_start(tmp_path) -> None:
     assert "--tokenizer-fallback approx" in r.stderr
 
 
-def test_operator_weights_reach_the_policies() -> None:
-    import argparse
-
+def test_weight_flags_reach_the_policies() -> None:
     from pdserve.router.cli import build_parser, config_from_args
     from pdserve.router.state import RouterState
 
-    os.environ["PDSERVE_ROUTER_WEIGHTS"] = '{"overlap_weight":3,"request_tokens":10}'
-    try:
-        args: argparse.Namespace = build_parser().parse_args(["--decode", "http://127.0.0.1:1",
-                                                                             "--tokenizer-mode", "mock"])
-    finally:
-        del os.environ["PDSERVE_ROUTER_WEIGHTS"]
+    args = build_parser().parse_args(["--decode", "http://127.0.0.1:1", "--cost-overlap-weight", "3",
+                                      "--cost-request-tokens", "10", "--policy", "kv-aware", "--tokenizer-mode", "mock"])
     state = RouterState(config_from_args(args))
     w = state.decode_policy.weights  # type: ignore[attr-defined]
-    assert (w.overlap_weight, w.request_tokens) == (3.0, 10.0)
+    assert (w.overlap_weight, w.request_tokens, w.kv_tokens) == (3.0, 10.0, 2048.0)
 
 
 def test_router_process_serves_and_stops_on_sigterm() -> None:

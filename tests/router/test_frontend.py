@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pdserve.router.core.spec import AdmissionSpec, RoutingSpec
 from tests.router.conftest import router_config, MODEL, metric_sum, read_sse, run_router, spawn, wait_for
 
 
@@ -80,8 +81,8 @@ async def test_concurrency_limit_is_429(colocated) -> None:
 
 
 async def test_admission_rejects_when_predicted_ttft_breaks_the_slo(colocated) -> None:
-    cfg = router_config(decode=[w.url for w in colocated], ttft_slo_ms=50, admission_factor=2,
-                       prefill_tokens_per_s=1000)
+    cfg = router_config(decode=[w.url for w in colocated], routing=RoutingSpec(
+        admission=AdmissionSpec(ttft_slo_ms=50, factor=2, prefill_tokens_per_s=1000)))
     async with run_router(cfg) as r:
         short = await r.post("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1})
         assert short.status == 200  # ~2 tokens: predicted 2 ms

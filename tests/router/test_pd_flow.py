@@ -15,6 +15,7 @@ from tests.router.conftest import (
     wait_for,
     worker_metric,
 )
+from pdserve.router.core.spec import RoutingSpec
 from pdserve.common import tokenizer
 
 PROMPT = "the model token cache " * 40  # ~160 tokens, 10 full blocks
@@ -22,7 +23,7 @@ PROMPT = "the model token cache " * 40  # ~160 tokens, 10 full blocks
 
 async def test_pd_handoff_completion(pd_workers, tmp_path) -> None:
     prefill, decode = pd_workers
-    cfg = router_config(prefill=[w.url for w in prefill], decode=[w.url for w in decode], policy="round_robin")
+    cfg = router_config(prefill=[w.url for w in prefill], decode=[w.url for w in decode], routing=RoutingSpec(policy="round_robin"))
     before_transfers = sum([await worker_metric(w.url, "pdserve_worker_kv_transfers_total") for w in decode])
     before_prefill = sum([await worker_metric(w.url, "vllm:prompt_tokens_total") for w in prefill])
     async with run_router(cfg) as r:
@@ -45,7 +46,7 @@ async def test_pd_handoff_completion(pd_workers, tmp_path) -> None:
 
 async def test_pd_streaming_chat_with_usage(pd_workers) -> None:
     prefill, decode = pd_workers
-    cfg = router_config(prefill=[w.url for w in prefill], decode=[w.url for w in decode], policy="kv_aware")
+    cfg = router_config(prefill=[w.url for w in prefill], decode=[w.url for w in decode], routing=RoutingSpec(policy="kv_aware"))
     async with run_router(cfg) as r:
         body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 12,
                 "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
@@ -64,7 +65,7 @@ async def test_pd_streaming_chat_with_usage(pd_workers) -> None:
 async def test_short_uncached_prompt_skips_pd(pd_workers) -> None:
     prefill, decode = pd_workers
     cfg = router_config(prefill=[w.url for w in prefill], decode=[w.url for w in decode],
-                       disagg_threshold_tokens=64)
+                       routing=RoutingSpec(disagg_threshold_tokens=64))
     before = sum([await worker_metric(w.url, "vllm:prompt_tokens_total") for w in prefill])
     async with run_router(cfg) as r:
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "hello there", "max_tokens": 3})
@@ -78,7 +79,7 @@ async def test_kv_events_steer_repeat_prefixes_to_the_caching_worker(pd_workers,
     # Colocated over the two "prefill" workers, their KV-event endpoints given explicitly.
     path = tmp_path / "workers.json"
     path.write_text(json.dumps({"decode": [entry(w) for w in prefill]}))
-    cfg = router_config(discovery_file=path, policy="kv_aware", kv_events=True)
+    cfg = router_config(discovery_file=path, routing=RoutingSpec(policy="kv_aware"), kv_events=True)
     async with run_router(cfg) as r:
         prompt = "a shared document about river city music " * 30
         first = await r.post("/v1/completions", {"model": MODEL, "prompt": prompt + "first", "max_tokens": 2})

@@ -1,4 +1,4 @@
-from pdserve.router import pd
+from pdserve.router.core import pd
 
 
 def test_prefill_request_matches_vllm_nixl_proxy() -> None:

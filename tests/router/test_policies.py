@@ -7,16 +7,22 @@ from tests.router.conftest import router_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdserve.router.core.build import build_policy
+from pdserve.router.core.spec import PolicyName
 from pdserve.router.kv_index import KvIndex
 from pdserve.router.policies import (
-    POLICIES,
+    CacheAwarePolicy,
     CostWeights,
+    KvAwarePolicy,
     NoWorkersError,
+    PowerOfTwoPolicy,
+    PrefixApproxPolicy,
     RouteRequest,
     WorkerView,
-    make_policy,
     pool_weights,
 )
+
+POLICIES = [p.value for p in PolicyName]
 
 BS = 16
 
@@ -30,17 +36,16 @@ def idle(n: int) -> list[WorkerView]:
     return [WorkerView(f"w{i}") for i in range(n)]
 
 
-def test_make_policy_rejects_unknown_names_and_options() -> None:
+def test_build_policy_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match="unknown routing policy 'nope'"):
-        make_policy("nope")
-    with pytest.raises(ValueError, match="bad options for policy 'round_robin'"):
-        make_policy("round_robin", colour="red")
-    assert make_policy("kv-aware").name == "kv_aware"
+        build_policy("nope", "decode")
+    assert build_policy("kv-aware", "decode").name == "kv_aware"
+    assert {build_policy(n, "prefill").name for n in PolicyName} == set(POLICIES)
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_every_policy_explains_and_rejects_empty_pools(name: str) -> None:
-    p = make_policy(name)
+    p = build_policy(name, "decode")
     d = p.select(req("r", [1, 2]), idle(3), now=0.0)
     assert d.worker_id in {"w0", "w1", "w2"}
     assert d.reason and d.policy == name
@@ -50,13 +55,13 @@ def test_every_policy_explains_and_rejects_empty_pools(name: str) -> None:
 
 
 def test_round_robin_cycles() -> None:
-    p = make_policy("round_robin")
+    p = build_policy("round_robin", "decode")
     ws = idle(3)
     assert [p.select(req(str(i), []), ws, 0).worker_id for i in range(6)] == ["w0", "w1", "w2"] * 2
 
 
 def test_least_loaded_uses_views_and_its_own_ledger() -> None:
-    p = make_policy("least_loaded")
+    p = build_policy("least_loaded", "decode")
     ws = [WorkerView("a", running=5), WorkerView("b", running=1, waiting=1), WorkerView("c", running=3)]
     assert p.select(req("1", []), ws, 0).worker_id == "b"
     # Views are stale between scrapes: the ledger counts what the router itself sent.
@@ -68,15 +73,15 @@ def test_least_loaded_uses_views_and_its_own_ledger() -> None:
 
 
 def test_least_loaded_avoids_full_kv() -> None:
-    p = make_policy("least_loaded")
+    p = build_policy("least_loaded", "decode")
     ws = [WorkerView("a", kv_usage=0.99), WorkerView("b", running=10, kv_usage=0.5)]
     assert p.select(req("1", []), ws, 0).worker_id == "b"
 
 
 def test_power_of_two_is_seeded_and_takes_the_lighter_of_the_pair() -> None:
     ws = [WorkerView(f"w{i}", running=i) for i in range(8)]
-    a = make_policy("power_of_two", seed=7)
-    b = make_policy("power_of_two", rng=random.Random(7))
+    a = PowerOfTwoPolicy(seed=7)
+    b = PowerOfTwoPolicy(rng=random.Random(7))
     picks_a = [a.select(req(str(i), []), ws, 0).worker_id for i in range(50)]
     picks_b = [b.select(req(str(i), []), ws, 0).worker_id for i in range(50)]
     assert picks_a == picks_b
@@ -87,7 +92,7 @@ def kv_policy_with(cached: dict[str, list[int]], **kw) -> tuple:
     idx = KvIndex()
     for w, hashes in cached.items():
         idx.store(w, hashes)
-    return make_policy("kv_aware", index=idx, **kw), idx
+    return KvAwarePolicy(index=idx, **kw), idx
 
 
 def test_kv_aware_prefers_the_worker_with_the_cached_prefix() -> None:
@@ -120,7 +125,7 @@ def test_shared_system_prompt_does_not_herd(name: str) -> None:
     if name == "kv_aware":
         p, idx = kv_policy_with({"w0": system})
     else:
-        p = make_policy(name)
+        p = build_policy(name, "decode")
         p.on_routed(p.select(req("warm", system), [WorkerView("w0")], 0), req("warm", system), 0)
         p.on_finished("warm", "w0", 0)
     ws = idle(4)
@@ -153,7 +158,7 @@ def test_balance_guard_caps_a_hot_worker_even_if_no_one_else_learns_the_prefix()
 
 @pytest.mark.parametrize("name", ["kv_aware", "prefix_approx", "least_loaded", "cache_aware"])
 def test_cache_misses_spread_over_an_idle_pool(name: str) -> None:
-    p = make_policy(name)
+    p = build_policy(name, "decode")
     ws = idle(4)
     counts: Counter[str] = Counter()
     for i in range(8):
@@ -171,7 +176,7 @@ def test_kv_aware_avoids_a_worker_about_to_preempt() -> None:
 
 
 def test_prefix_approx_learns_from_its_own_routing_and_forgets_after_ttl() -> None:
-    p = make_policy("prefix_approx", ttl_s=30)
+    p = PrefixApproxPolicy(ttl_s=30)
     ws = idle(4)
     first = req("a", [1, 2, 3, 4])
     d1 = p.select(first, ws, 0)
@@ -184,7 +189,7 @@ def test_prefix_approx_learns_from_its_own_routing_and_forgets_after_ttl() -> No
 
 
 def test_cache_aware_follows_sglang_rules() -> None:
-    p = make_policy("cache_aware", balance_abs_threshold=2)
+    p = CacheAwarePolicy(balance_abs_threshold=2)
     ws = idle(3)
     a = req("a", [1, 2, 3, 4])
     da = p.select(a, ws, 0)
@@ -202,7 +207,7 @@ def test_cache_aware_follows_sglang_rules() -> None:
 
 
 def test_ledger_returns_to_zero_and_expires() -> None:
-    p = make_policy("kv_aware", ledger_ttl_s=10)
+    p = KvAwarePolicy(ledger_ttl_s=10)
     ws = idle(2)
     for i in range(5):
         r = req(f"r{i}", [i], 4)
@@ -252,7 +257,7 @@ def test_properties_hold_for_any_pool(raw, cached_depth, prompt_blocks, name) ->
     for i, depth in cached_depth.items():
         if i < len(ws) and depth:
             idx.store(f"w{i}", range(depth))
-    p = make_policy(name, index=idx) if name == "kv_aware" else make_policy(name)
+    p = build_policy(name, "decode", index=idx)
     r = req("r", hashes, 5)
     d = p.select(r, ws, 0)
     assert d.worker_id in {w.worker_id for w in ws}
@@ -278,8 +283,8 @@ def test_prefill_pool_ignores_transient_kv_usage_but_not_a_full_cache() -> None:
     index.store("w0", hashes[:6])
     views = [WorkerView("w0", kv_usage=0.6), WorkerView("w1", kv_usage=0.0)]
     base = CostWeights(tie_fraction=0.0)
-    decode = make_policy("kv_aware", index=index, weights=pool_weights(base, "decode"), block_size=16)
-    prefill = make_policy("kv_aware", index=index, weights=pool_weights(base, "prefill"), block_size=16)
+    decode = KvAwarePolicy(index=index, weights=pool_weights(base, "decode"), block_size=16)
+    prefill = KvAwarePolicy(index=index, weights=pool_weights(base, "prefill"), block_size=16)
     r = req("a", hashes, extra_tokens=0)
     assert pool_weights(base, "prefill").kv_tokens == 0 and pool_weights(base, "decode") == base
     assert prefill.select(r, views, 0.0).worker_id == "w0"
@@ -291,6 +296,9 @@ def test_prefill_pool_ignores_transient_kv_usage_but_not_a_full_cache() -> None:
 def test_router_builds_its_prefill_policy_with_the_prefill_pool_weights() -> None:
     from pdserve.router.state import RouterState
 
-    st = RouterState(router_config(prefill=["http://p:1"], decode=["http://d:1"], weights={"kv_tokens": 1000}))
+    from pdserve.router.core.spec import RoutingSpec
+
+    routing = RoutingSpec(weights=CostWeights(kv_tokens=1000))
+    st = RouterState(router_config(prefill=["http://p:1"], decode=["http://d:1"], routing=routing))
     assert st.prefill_policy.weights.kv_tokens == 0  # type: ignore[attr-defined]
     assert st.decode_policy.weights.kv_tokens == 1000  # type: ignore[attr-defined]

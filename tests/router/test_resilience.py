@@ -6,6 +6,7 @@ import asyncio
 import socket
 
 from pdserve.common import tokenizer
+from pdserve.router.core.spec import RoutingSpec
 from tests.router.conftest import router_config, MODEL, kill, read_sse, run_router, spawn, stream_text, wait_for, worker_metric
 
 
@@ -21,8 +22,7 @@ def dead_url() -> str:
 async def test_dead_workers_are_retried_before_the_first_byte(worker_stack) -> None:
     (p,) = spawn(worker_stack, 1, pd=True, events=False)
     (d,) = spawn(worker_stack, 1, pd=True, events=False)
-    cfg = router_config(prefill=[dead_url(), p.url], decode=[dead_url(), d.url], policy="round_robin",
-                       decode_policy="round_robin", scrape_interval_s=60, worker_cooldown_s=0.0)
+    cfg = router_config(prefill=[dead_url(), p.url], decode=[dead_url(), d.url], routing=RoutingSpec(policy="round_robin", decode_policy="round_robin"), scrape_interval_s=60, worker_cooldown_s=0.0)
     # No cooldown: the dead workers stay eligible, so requests really hit them first.
     async with run_router(cfg) as r:
         for i in range(4):
@@ -61,7 +61,7 @@ async def _stream_until_tokens(resp, n: int) -> tuple[list[bytes], int]:
 
 async def test_decode_worker_killed_mid_stream_migrates(worker_stack) -> None:
     workers = spawn(worker_stack, 2, speedup=1.0, pd=False, events=False)
-    cfg = router_config(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60)
+    cfg = router_config(decode=[w.url for w in workers], routing=RoutingSpec(policy="round_robin"), scrape_interval_s=60)
     async with run_router(cfg) as r:
         body = {"model": MODEL, "prompt": "tell me a long story " * 10, "max_tokens": 60, "ignore_eos": True,
                 "stream": True, "stream_options": {"include_usage": True}}
@@ -156,7 +156,7 @@ async def test_no_decode_worker_at_all_is_503() -> None:
 
 async def test_non_streamed_request_is_redone_when_its_worker_dies(worker_stack) -> None:
     workers = spawn(worker_stack, 2, speedup=1.0, pd=False, events=False)
-    cfg = router_config(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60)
+    cfg = router_config(decode=[w.url for w in workers], routing=RoutingSpec(policy="round_robin"), scrape_interval_s=60)
     async with run_router(cfg) as r:
         task = asyncio.create_task(r.post("/v1/completions", {"model": MODEL, "prompt": "redo me", "max_tokens": 80,
                                                                "ignore_eos": True}))
@@ -175,7 +175,7 @@ async def test_non_streamed_request_is_redone_when_its_worker_dies(worker_stack)
 async def test_pd_decode_worker_killed_mid_stream_migrates(worker_stack) -> None:
     (p,) = spawn(worker_stack, 1, speedup=100.0, pd=True, events=False)
     decode = spawn(worker_stack, 2, speedup=1.0, pd=True, events=False)
-    cfg = router_config(prefill=[p.url], decode=[w.url for w in decode], decode_policy="round_robin",
+    cfg = router_config(prefill=[p.url], decode=[w.url for w in decode], routing=RoutingSpec(decode_policy="round_robin"),
                        scrape_interval_s=60)
     async with run_router(cfg) as r:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "a long answer please " * 20}],

@@ -1,6 +1,6 @@
 import pytest
 
-from pdserve.router.admission import AdmissionControl
+from pdserve.router.core.admission import AdmissionControl
 from pdserve.router.discovery import parse_discovery
 from pdserve.router.workers import WorkerPool, parse_load
 

@@ -109,12 +109,16 @@ def test_a_prompt_longer_than_max_model_len_is_rejected_not_fatal() -> None:
     [
         ({"profile": "opt-66b-a100", "tp": 1}, r"opt-66b needs 13\d GB of weights but NVIDIA A100.*TP1.*raise the tensor-parallel"),
         ({"profile": "no-such-model"}, r"unknown performance profile 'no-such-model'"),
-        ({"policy": "fastest"}, r"unknown routing policy 'fastest'"),
     ],
 )
 def test_impossible_configurations_name_the_problem(fields: dict[str, object], match: str) -> None:
     with pytest.raises(SimConfigError, match=match):
         run_simulation(synthetic_trace(3, 1.0, 100, 5), SimConfig(**fields))  # type: ignore[arg-type]
+
+
+def test_an_unknown_policy_is_refused_with_the_config() -> None:
+    with pytest.raises(ValueError, match=r"unknown routing policy 'fastest'; choose one of \['round_robin'"):
+        SimConfig(policy="fastest")
 
 
 def test_layout_strings() -> None:

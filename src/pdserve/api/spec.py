@@ -18,6 +18,8 @@ from pdserve.api import vllm_versions
 from pdserve.api.cel import CelRule
 from pdserve.api.pods import EnvFromSource, EnvVar, LocalObjectReference, ModelCacheSpec, RdmaSpec, SecretKey
 from pdserve.api.spec_base import QUANTITY_PATTERN, QUANTITY_RE, ApiModel, Quantity
+from pdserve.router.core.spec import PolicyName, RoutingSpec
+from pdserve.router.policies.cost import CostWeights
 from pdserve.api.vllm_versions import DEFAULT_VERSION, OFFERED_CONNECTORS, VERSIONS, VersionName
 
 __all__ = ["QUANTITY_PATTERN", "ApiModel", "EnvVar", "Quantity"]
@@ -25,7 +27,7 @@ __all__ = ["QUANTITY_PATTERN", "ApiModel", "EnvVar", "Quantity"]
 GPU_RESOURCE = "nvidia.com/gpu"
 ENGINE_KINDS = ("vllm", "mock")
 KV_CONNECTORS = OFFERED_CONNECTORS
-ROUTER_POLICIES = ("round_robin", "least_loaded", "power_of_two", "prefix_approx", "kv_aware", "cache_aware")
+ROUTER_POLICIES = tuple(p.value for p in PolicyName)
 PREDICTORS = ("constant", "moving_average", "holt_winters", "arima")
 DEFAULT_BLOCK_SIZE = 16
 # Fixed ports of every worker pod (the operator's names.py reads them from here): the
@@ -165,20 +167,32 @@ class PoolSpec(ApiModel):
 class RouterWeights(ApiModel):
     """Cost weights of the prefix-aware policies; an unset weight keeps the router's default.
 
-    Passed to the router as JSON in PDSERVE_ROUTER_WEIGHTS, keyed by the router's
-    CostWeights field names (overlap_weight, request_tokens, kv_tokens, balance_factor)."""
+    Become the router's CostWeights (overlap -> overlap_weight; the others by name), passed
+    as its --cost-* flags."""
 
     overlap: float | None = Field(None, ge=0, le=1000, description="Worth of one cached prompt token, in tokens of prefill compute (router default 2).")
     request_tokens: float | None = Field(None, ge=0, le=1e6, description="Load charge per running or waiting request, in tokens (router default 64).")
     kv_tokens: float | None = Field(None, ge=0, le=1e7, description="Load charge at full KV-cache usage, in tokens (router default 2048).")
     balance_factor: float | None = Field(None, ge=1, le=100, description="Herding guard: a worker above this multiple of the mean request count is avoided (router default 1.5).")
 
+    def cost_weights(self) -> CostWeights:
+        given = {"overlap_weight": self.overlap, "request_tokens": self.request_tokens, "kv_tokens": self.kv_tokens,
+                 "balance_factor": self.balance_factor}
+        return CostWeights(**{k: v for k, v in given.items() if v is not None})
+
 
 class RouterSpec(ApiModel):
     replicas: int = Field(1, ge=0, le=64, description="Router replicas.")
-    policy: Literal["round_robin", "least_loaded", "power_of_two", "prefix_approx", "kv_aware", "cache_aware"] = Field("kv_aware", description="Worker selection policy (`pdserve router --policy`).")
+    policy: PolicyName = Field(PolicyName.KV_AWARE, description="Places prompts: on the prefill pool, or on the decode pool when there is none (`pdserve router --policy`).")
+    decode_policy: PolicyName | None = Field(None, description="Places the decode side (`--decode-policy`); unset: least_loaded after a remote prefill, else `policy`.")
+    disagg_threshold_tokens: int = Field(0, ge=0, le=10_000_000, description="Prompts with fewer uncached tokens skip the prefill pool: the decode worker prefills them (`--disagg-threshold-tokens`).")
     weights: RouterWeights = Field(default_factory=RouterWeights, description="Scoring weights for the prefix-aware policies.")
     image: str | None = Field(None, min_length=1, description="Router image; defaults to the pdserve image.")
+
+    def routing(self, block_size: int) -> RoutingSpec:
+        """The router's RoutingSpec (the same type the CLI and the simulator use); ``block_size`` is the engines'."""
+        return RoutingSpec(policy=self.policy, decode_policy=self.decode_policy, weights=self.weights.cost_weights(),
+                           block_size=block_size, disagg_threshold_tokens=self.disagg_threshold_tokens)
 
 
 class SloSpec(ApiModel):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pdserve.api import DisaggregatedService
+from pdserve.router.config import routing_flags
 from pdserve.operator.names import HTTP_PORT, KV_EVENTS_PORT, RenderOptions, child_name, labels, owner_reference, selector_labels, service_name
 from pdserve.operator.render_workers import HF_HOME, SMALL_CACHE, cache_volume, hf_env, tokenizer_args
 
@@ -17,10 +17,6 @@ def _meta(svc: DisaggregatedService, name: str) -> dict[str, Any]:
     return {"name": name, "namespace": svc.metadata.namespace, "labels": labels(svc, "router"), "ownerReferences": [owner_reference(svc)]}
 
 
-# CRD weight name -> the router's CostWeights field.
-WEIGHT_FIELDS = {"overlap": "overlap_weight", "requestTokens": "request_tokens", "kvTokens": "kv_tokens", "balanceFactor": "balance_factor"}
-
-
 def router_command(svc: DisaggregatedService) -> list[str]:
     return [
         "pdserve", "router",
@@ -29,9 +25,7 @@ def router_command(svc: DisaggregatedService) -> list[str]:
         "--k8s-service", svc.metadata.name,
         "--k8s-namespace", svc.metadata.namespace,
         "--worker-port", str(HTTP_PORT),
-        "--policy", svc.spec.router.policy,
-        # The workers' block size: the router hashes prompts in blocks of this size.
-        "--block-size", str(svc.spec.engine.block_size),
+        *routing_flags(svc.spec.router.routing(svc.spec.engine.block_size)),
         "--kv-events",
         "--kv-events-port", str(KV_EVENTS_PORT),
         # The router tokenizes as the workers do: the same --tokenizer / --tokenizer-mode (render_workers);
@@ -42,12 +36,7 @@ def router_command(svc: DisaggregatedService) -> list[str]:
 
 def router_env(svc: DisaggregatedService) -> list[dict[str, Any]]:
     # The router loads the workers' tokenizer: same token Secret, HF cache layout under a writable HOME.
-    env = [{"name": "HOME", "value": ROUTER_HOME}, *hf_env(svc)]
-    weights = svc.spec.router.weights.model_dump(by_alias=True, exclude_none=True)
-    if weights:
-        payload = {WEIGHT_FIELDS[k]: v for k, v in weights.items()}
-        env.append({"name": "PDSERVE_ROUTER_WEIGHTS", "value": json.dumps(payload, separators=(",", ":"), sort_keys=True)})
-    return env
+    return [{"name": "HOME", "value": ROUTER_HOME}, *hf_env(svc)]
 
 
 def _router_volumes(svc: DisaggregatedService) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -54,7 +54,7 @@ def build_app(cfg: RouterConfig) -> web.Application:
         up = {role: len(state.pool.views(role, now, fail_open=False)) for role in ("prefill", "decode")}
         ok = up["decode"] > 0
         body = {"status": "ok" if ok else "no decode worker available", "workers": up,
-                "disaggregated": state.disaggregated, "policy": cfg.policy, "inflight": state.active,
+                "disaggregated": state.disaggregated, "policy": cfg.routing.policy.value, "inflight": state.active,
                 "pid": os.getpid()}  # which process answered, under --processes N
         return web.json_response(body, status=200 if ok else 503)
 

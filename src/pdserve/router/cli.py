@@ -5,16 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 from aiohttp import web
 
-from pdserve.router.config import RouterConfig
-from pdserve.router.policies import POLICIES
+from pdserve.router.config import RouterConfig, add_routing_args, routing_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,26 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--tokenizer-fallback", default="none", choices=["none", "approx"],
                    help="approx: start even when the tokenizer cannot be loaded, routing by the router's own "
                         "history (prefix_approx), without stream migration; sets pdserve_router_tokenizer_fallback")
-    r = p.add_argument_group("routing")
-    r.add_argument("--policy", default="kv_aware", choices=sorted(POLICIES))
-    r.add_argument("--decode-policy", choices=sorted(POLICIES),
-                   help="policy for the decode pool (default: least_loaded under P/D, else --policy)")
-    r.add_argument("--block-size", type=int, default=16,
-                   help="the workers' KV block size (vLLM's --block-size; one for both pools): the KV index keys "
-                        "blocks of this many tokens, and ignores events of another size")
-    r.add_argument("--weights", default=os.environ.get("PDSERVE_ROUTER_WEIGHTS"),
-                   help='cost weights for kv_aware / prefix_approx as JSON, e.g. {"overlap_weight": 2, '
-                        '"request_tokens": 64} (default: $PDSERVE_ROUTER_WEIGHTS, which the operator sets)')
-    r.add_argument("--kv-events", action="store_true", help="subscribe to the workers' ZMQ KV events")
-    r.add_argument("--kv-events-port", type=int, default=5557)
-    r.add_argument("--disagg-threshold-tokens", type=int, default=0,
-                   help="skip P/D (decode prefills locally) when fewer prompt tokens than this are uncached")
-    a = p.add_argument_group("admission and limits")
-    a.add_argument("--ttft-slo-ms", type=float, help="TTFT SLO; with it, refuse early (503) when predicted TTFT "
-                   "exceeds --admission-factor x SLO")
-    a.add_argument("--admission-factor", type=float, default=3.0)
-    a.add_argument("--prefill-tokens-per-s", type=float, default=20000.0,
-                   help="initial prefill throughput guess for TTFT prediction (learned online)")
+    add_routing_args(p)
+    e = p.add_argument_group("KV events")
+    e.add_argument("--kv-events", action="store_true", help="subscribe to the workers' ZMQ KV events")
+    e.add_argument("--kv-events-port", type=int, default=5557)
+    a = p.add_argument_group("limits")
     a.add_argument("--max-concurrency", type=int, default=4096)
     a.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
     t = p.add_argument_group("upstream timeouts and resilience")
@@ -84,27 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_weights(text: str | None) -> dict[str, float] | None:
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"--weights is not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"--weights must be a JSON object, got {type(data).__name__}")
-    return data
-
-
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
     return RouterConfig(
-        weights=parse_weights(args.weights),
-        host=args.host, port=args.port, prefill=args.prefill, decode=args.decode, policy=args.policy,
-        decode_policy=args.decode_policy, discovery_file=args.discovery_file, k8s_service=args.k8s_service,
+        routing=routing_from_args(args),
+        host=args.host, port=args.port, prefill=args.prefill, decode=args.decode,
+        discovery_file=args.discovery_file, k8s_service=args.k8s_service,
         k8s_namespace=args.k8s_namespace, worker_http_port=args.worker_port, kv_events=args.kv_events,
-        kv_events_port=args.kv_events_port, block_size=args.block_size,
-        disagg_threshold_tokens=args.disagg_threshold_tokens, ttft_slo_ms=args.ttft_slo_ms,
-        admission_factor=args.admission_factor, prefill_tokens_per_s=args.prefill_tokens_per_s,
+        kv_events_port=args.kv_events_port,
         max_concurrency=args.max_concurrency, max_body_bytes=args.max_body_bytes,
         connect_timeout_s=args.connect_timeout, prefill_timeout_s=args.prefill_timeout,
         read_timeout_s=args.read_timeout, request_timeout_s=args.request_timeout, max_retries=args.max_retries,

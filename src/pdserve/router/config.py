@@ -1,9 +1,14 @@
-"""Router configuration (the CLI fills it; tests build it directly)."""
+"""Router configuration (the CLI fills it; tests build it directly), and the routing
+flag set shared by ``pdserve router`` and ``pdserve sim``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import argparse
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from pdserve.router.core.spec import AdmissionSpec, PolicyName, RoutingSpec
+from pdserve.router.policies import CostWeights
 
 
 @dataclass
@@ -12,20 +17,13 @@ class RouterConfig:
     port: int = 8080
     prefill: list[str] = field(default_factory=list)
     decode: list[str] = field(default_factory=list)
-    policy: str = "kv_aware"
-    decode_policy: str | None = None  # default: least_loaded under P/D, else `policy`
-    weights: dict[str, float] | None = None  # CostWeights fields for kv_aware / prefix_approx
+    routing: RoutingSpec = field(default_factory=RoutingSpec)
     discovery_file: Path | None = None
     k8s_service: str | None = None
     k8s_namespace: str = "default"
     worker_http_port: int = 8000
     kv_events: bool = False
     kv_events_port: int = 5557
-    block_size: int = 16
-    disagg_threshold_tokens: int = 0
-    ttft_slo_ms: float | None = None
-    admission_factor: float = 3.0
-    prefill_tokens_per_s: float = 20000.0
     max_concurrency: int = 4096
     max_body_bytes: int = 16 * 1024 * 1024
     connect_timeout_s: float = 3.0
@@ -56,7 +54,7 @@ class RouterConfig:
             raise ValueError("choose one worker source: static URLs, --discovery-file or --k8s-service")
         if self.prefill and not self.decode:
             raise ValueError("--prefill needs at least one --decode worker")
-        for name in ("block_size", "max_concurrency", "max_body_bytes"):
+        for name in ("max_concurrency", "max_body_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         for name in ("connect_timeout_s", "prefill_timeout_s", "read_timeout_s", "request_timeout_s"):
@@ -64,8 +62,8 @@ class RouterConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.upstream_client not in ("http1", "aiohttp"):
             raise ValueError(f"--upstream-client must be http1 or aiohttp, got {self.upstream_client!r}")
-        if self.max_retries < 0 or self.disagg_threshold_tokens < 0:
-            raise ValueError("--max-retries and --disagg-threshold-tokens must be >= 0")
+        if self.max_retries < 0:
+            raise ValueError(f"--max-retries must be >= 0, got {self.max_retries}")
         from pdserve.tokenization import TOKENIZER_MODES
 
         if self.tokenizer_mode not in TOKENIZER_MODES:
@@ -75,3 +73,78 @@ class RouterConfig:
         if self.tokenizer_mode != "mock" and not self.tokenizer and self.tokenizer_fallback == "none":
             raise ValueError("no tokenizer: give --tokenizer (the served model's hub id or local directory, as for "
                              "vLLM), --tokenizer-mode mock for mock workers, or --tokenizer-fallback approx")
+
+
+# CostWeights field -> its flag: --cost-overlap-weight, --cost-request-tokens, ...
+WEIGHT_FLAGS = {f.name: "--cost-" + f.name.replace("_", "-") for f in fields(CostWeights)}
+
+
+def _policy_arg(text: str) -> PolicyName:
+    try:
+        return PolicyName.parse(text)
+    except ValueError as e:  # argparse shows an ArgumentTypeError's own message
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_routing_args(p: argparse.ArgumentParser, *, block_size: bool = True, admission: bool = True) -> None:
+    """The routing flags (one typed flag per RoutingSpec field), for every CLI that routes.
+    ``pdserve sim`` has its own --block-size (the engines') and --ttft-slo-ms (its SLO
+    report), so it leaves those two groups out."""
+    r = p.add_argument_group("routing")
+    names = [n.value for n in PolicyName]
+    r.add_argument("--policy", type=_policy_arg, default=PolicyName.KV_AWARE, metavar="{" + ",".join(names) + "}",
+                   help="places prompts: on the prefill pool under P/D, else on the decode pool")
+    r.add_argument("--decode-policy", type=_policy_arg, default=None, metavar="POLICY",
+                   help="policy for the decode pool (default: least_loaded after a remote prefill, else --policy)")
+    if block_size:
+        r.add_argument("--block-size", type=int, default=16,
+                       help="the workers' KV block size (vLLM's --block-size; one for both pools): the KV index keys "
+                            "blocks of this many tokens, and ignores events of another size")
+    r.add_argument("--disagg-threshold-tokens", type=int, default=0,
+                   help="skip P/D (decode prefills locally) when fewer prompt tokens than this are uncached")
+    defaults = CostWeights()
+    for name, flag in WEIGHT_FLAGS.items():
+        r.add_argument(flag, type=float, default=None, dest=f"cost_{name}",
+                       help=f"kv_aware / prefix_approx cost weight {name} (default {getattr(defaults, name)})")
+    if not admission:
+        return
+    a = p.add_argument_group("admission")
+    a.add_argument("--ttft-slo-ms", type=float, help="TTFT SLO; with it, refuse early (503) when predicted TTFT "
+                   "exceeds --admission-factor x SLO")
+    a.add_argument("--admission-factor", type=float, default=3.0)
+    a.add_argument("--prefill-tokens-per-s", type=float, default=20000.0,
+                   help="initial prefill throughput guess for TTFT prediction (learned online)")
+
+
+def routing_from_args(args: argparse.Namespace) -> RoutingSpec:
+    """RoutingSpec from :func:`add_routing_args` flags; ValueError names a bad value."""
+    given = {name: getattr(args, f"cost_{name}") for name in WEIGHT_FLAGS if getattr(args, f"cost_{name}") is not None}
+    admission = (AdmissionSpec(args.ttft_slo_ms, args.admission_factor, args.prefill_tokens_per_s)
+                 if hasattr(args, "admission_factor") else AdmissionSpec())
+    return RoutingSpec(
+        policy=args.policy, decode_policy=args.decode_policy, weights=CostWeights(**given),
+        block_size=args.block_size if args.block_size is not None else 16,
+        disagg_threshold_tokens=args.disagg_threshold_tokens, admission=admission,
+    )
+
+
+def routing_flags(spec: RoutingSpec) -> list[str]:
+    """The flags :func:`routing_from_args` reads back as ``spec`` (how the operator
+    configures the router it deploys); defaults are left out."""
+    out = ["--policy", spec.policy.value]
+    if spec.decode_policy is not None:
+        out += ["--decode-policy", spec.decode_policy.value]
+    # The workers' block size: the router hashes prompts in blocks of this size.
+    out += ["--block-size", str(spec.block_size)]
+    if spec.disagg_threshold_tokens:
+        out += ["--disagg-threshold-tokens", str(spec.disagg_threshold_tokens)]
+    defaults = CostWeights()
+    for name, flag in WEIGHT_FLAGS.items():
+        value = getattr(spec.weights, name)
+        if value != getattr(defaults, name):
+            out += [flag, repr(value)]
+    a = spec.admission
+    if a.ttft_slo_ms is not None:
+        out += ["--ttft-slo-ms", repr(a.ttft_slo_ms), "--admission-factor", repr(a.factor),
+                "--prefill-tokens-per-s", repr(a.prefill_tokens_per_s)]
+    return out

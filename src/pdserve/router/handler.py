@@ -1,4 +1,8 @@
-"""One client request end to end: validate, route, prefill (P/D), decode, respond."""
+"""One client request end to end: validate, route, prefill (P/D), decode, respond.
+
+I/O only: where the request goes is the scheduler's decision (pdserve.router.core,
+the same one the simulator calls); this module sends it there and reports back.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from pdserve.router import pd
+from pdserve.router.core import pd
+from pdserve.router.core.scheduler import Mode, RoutePlan
 from pdserve.router.policies import Decision, Policy, RouteRequest
 from pdserve.router.relay import relay_stream
 from pdserve.router.requests import Kind, ParsedRequest, RequestError, parse_request
@@ -140,54 +145,45 @@ class CompletionHandler:
 
     async def _serve(self, flow: Flow, request: web.Request) -> web.StreamResponse:
         st = self.state
-        cfg = st.cfg
         headers = {"X-Request-Id": flow.request_id}
         auth = request.headers.get("Authorization")
         if auth:  # workers started with --api-key check it, as vLLM's proxy forwards it
             headers["Authorization"] = auth
         # Unless P/D rewrites it, the client's body goes upstream byte for byte.
         decode_body: dict[str, Any] | bytes = flow.parsed.raw or flow.parsed.body
-        first_decode: Choice | None = None
-        if st.disaggregated:
-            pchoice = st.choose("prefill", st.prefill_policy, flow.route, set())
-            if pchoice is None:
-                flow.notes.append("no prefill worker up: decode prefills locally")
-                flow.mode = "local"
-            elif pchoice.decision.new_prefill_tokens < cfg.disagg_threshold_tokens:
-                flow.mode = "local"
-                flow.notes.append(f"uncached {pchoice.decision.new_prefill_tokens} < "
-                                  f"{cfg.disagg_threshold_tokens} tokens: skip P/D")
+        t0 = time.perf_counter()
+        plan = st.scheduler.plan(flow.route, st.pool_views(), time.monotonic())
+        st.metrics.decision_for("prefill" if plan.prefill else "decode").observe(time.perf_counter() - t0)
+        flow.mode = plan.mode.value
+        flow.notes += plan.notes
+        if plan.mode is Mode.PD:
+            assert plan.prefill is not None
+            self._admit(plan, flow)
+            kv = await self._prefill(flow, Choice(plan.prefill, "prefill"), headers)
+            if kv is None:
+                plan = st.scheduler.plan_local(flow.route, st.pool.views("decode"), time.monotonic())
+                flow.mode = plan.mode.value
             else:
-                flow.mode = "pd"
-                self._admit(st.prefill_policy, pchoice, flow)
-                kv = await self._prefill(flow, pchoice, headers)
-                if kv is None:
-                    flow.mode = "local"
-                else:
-                    decode_body = pd.decode_request(flow.parsed.body, kv)
-            decode_policy = st.pd_decode_policy if flow.mode == "pd" else st.decode_policy
-        else:
-            decode_policy = st.decode_policy
-        if flow.mode != "pd":
-            first_decode = st.choose("decode", decode_policy, flow.route, set())
-            if first_decode is not None:
-                self._admit(decode_policy, first_decode, flow)
-                st.metrics.observe_prefix(flow.route.prompt_tokens,
-                                          flow.route.prompt_tokens - first_decode.decision.new_prefill_tokens)
-        return await self._decode(flow, request, decode_policy, first_decode, decode_body, headers)
+                decode_body = pd.decode_request(flow.parsed.body, kv)
+        first_decode: Choice | None = None
+        if plan.decode is not None:
+            first_decode = Choice(plan.decode, "decode")
+            self._admit(plan, flow)
+            st.metrics.observe_prefix(flow.route.prompt_tokens,
+                                      flow.route.prompt_tokens - plan.decode.new_prefill_tokens)
+        return await self._decode(flow, request, plan.decode_policy, first_decode, decode_body, headers)
 
-    def _admit(self, policy: Policy, choice: Choice, flow: Flow) -> None:
-        st = self.state
-        if st.admission.slo_s is None:
+    def _admit(self, plan: RoutePlan, flow: Flow) -> None:
+        verdict = plan.verdict
+        if verdict is None:
             return
-        view = next((v for v in st.pool.views(choice.pool) if v.worker_id == choice.decision.worker_id), None)
-        queued = policy.pending_prefill(view) if view is not None else 0
-        verdict = st.admission.check(queued, choice.decision.new_prefill_tokens)
+        st = self.state
         if not verdict.admit:
             st.metrics.admission.labels("ttft_slo").inc()
+            spec = st.cfg.routing.admission
             raise RequestError(
                 f"predicted time to first token {verdict.predicted_ttft_s * 1000:.0f} ms exceeds "
-                f"{st.cfg.admission_factor} x the {st.cfg.ttft_slo_ms:.0f} ms SLO; retry later",
+                f"{spec.factor} x the {spec.ttft_slo_ms:.0f} ms SLO; retry later",
                 status=503, err_type="ServiceUnavailableError", headers={"Retry-After": str(verdict.retry_after_s)})
         flow.notes.append(f"predicted_ttft_ms={verdict.predicted_ttft_s * 1000:.0f}")
 
@@ -217,13 +213,13 @@ class CompletionHandler:
             flow.notes.append(f"prefill response lost: {type(e).__name__}")
         finally:
             att.resp.release()
-            policy.on_finished(flow.route.request_id, att.url, time.monotonic())
+            st.scheduler.on_finished(policy, flow.route.request_id, att.url, time.monotonic())
         if status != 200:
             if 400 <= status < 500:
                 raise _passthrough_error(status, raw)
             st.metrics.handoffs.labels("prefill_failed").inc()
             return None
-        st.admission.observe_prefill(att.choice.decision.new_prefill_tokens, time.perf_counter() - att.started)
+        st.scheduler.observe_prefill(att.choice.decision.new_prefill_tokens, time.perf_counter() - att.started)
         st.metrics.observe_prefix(flow.route.prompt_tokens,
                                   flow.route.prompt_tokens - att.choice.decision.new_prefill_tokens)
         try:
@@ -278,7 +274,7 @@ class CompletionHandler:
                                     content_type=att.resp.content_type or "application/json")
             finally:
                 att.resp.release()
-                policy.on_finished(flow.route.request_id, att.url, time.monotonic())
+                st.scheduler.on_finished(policy, flow.route.request_id, att.url, time.monotonic())
 
 
 def _passthrough_error(status: int, raw: bytes) -> RequestError:

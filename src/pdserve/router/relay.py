@@ -21,7 +21,8 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Histogram
 
-from pdserve.router import pd, sse
+from pdserve.router import sse
+from pdserve.router.core import pd
 from pdserve.router.http1 import Response as Http1Response
 from pdserve.router.metrics import HistogramBatch
 from pdserve.router.policies import Policy

@@ -36,11 +36,9 @@ def load_router_tokenizer(cfg: RouterConfig, registry: CollectorRegistry) -> Mod
             raise ValueError(f"{e} (start anyway with --tokenizer-fallback approx: approximate prefix "
                              "routing by the router's history, no stream migration)") from e
         log.warning("tokenizer unavailable, falling back to approximate prefix routing "
-                    "(policy %s -> prefix_approx, no stream migration): %s", cfg.policy, e)
+                    "(policy %s -> prefix_approx, no stream migration): %s", cfg.routing.policy.value, e)
         gauge.set(1)
-        for attr in ("policy", "decode_policy"):
-            if getattr(cfg, attr) == "kv_aware":
-                setattr(cfg, attr, "prefix_approx")
+        cfg.routing = cfg.routing.without_kv_events()
         cfg.migrate = False
         return MockTokenizer()
     gauge.set(0)

@@ -77,7 +77,7 @@ async def send_with_retries(
         if order:
             state.metrics.retries.labels(stage).inc()
         order.append(url)
-        policy.on_routed(choice.decision, req, time.monotonic())
+        state.scheduler.on_routed(policy, choice.decision, req, time.monotonic())
         if on_attempt is not None:
             r = on_attempt(choice)
             if r is not None:
@@ -99,7 +99,7 @@ async def send_with_retries(
             text = (await resp.text())[:200]
             resp.release()
             last = f"{url}: HTTP {resp.status}: {text}"
-        policy.on_finished(req.request_id, url, time.monotonic())
+        state.scheduler.on_finished(policy, req.request_id, url, time.monotonic())
         state.pool.mark_failed(url)
         tried.add(url)
         choice = None

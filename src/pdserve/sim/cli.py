@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pdserve.router.config import add_routing_args, routing_from_args
 from pdserve.sim.config import SimConfig, SimConfigError, parse_layout
 from pdserve.sim.metrics import Slo
 from pdserve.sim.plots import attainment_curves, latency_cdfs
@@ -87,8 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     add_trace_args(ap)
     ap.add_argument("--out", type=Path, default=Path("sim-out"), help="output directory (default ./sim-out)")
     ap.add_argument("--config", default="2p2d", help="layout: colocated:N, chunked:N or XpYd (default 2p2d)")
-    ap.add_argument("--policy", default="kv_aware", help="router policy (colocated / prefill pool)")
-    ap.add_argument("--decode-policy", default="least_loaded", help="router policy for the decode pool")
+    add_routing_args(ap, block_size=False, admission=False)
     ap.add_argument("--prefill-profile", default=None)
     ap.add_argument("--decode-profile", default=None)
     ap.add_argument("--prefill-tp", type=int, default=None)
@@ -113,8 +113,7 @@ def main(argv: list[str]) -> int:
         trace = trace.head(args.limit).scaled(args.rate_scale, args.time_scale)
         config = SimConfig(
             **parse_layout(args.config),
-            policy=args.policy,
-            decode_policy=args.decode_policy,
+            routing=routing_from_args(args),
             prefill_profile=args.prefill_profile,
             decode_profile=args.decode_profile,
             prefill_tp=args.prefill_tp,

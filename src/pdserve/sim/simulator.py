@@ -4,16 +4,21 @@ Deterministic by construction: a virtual clock, one heap ordered by (time, seque
 number) so equal times resolve in insertion order, no wall clock, no unseeded
 randomness, and no iteration over hash-ordered sets. Same inputs, same result.
 
-Life of a request:
-* colocated / chunked: routed by ``config.policy`` to an engine; TTFT when its first
-  token lands, TPOT from its last.
-* disagg: routed to a prefill engine (``hold_kv``, 1 token); when the prefill lands,
-  ``config.decode_policy`` picks a decode engine (like vLLM's proxy, which sends the
+Life of a request: the live router's scheduler (pdserve.router.core.scheduler, built
+from ``config.routing``) places it, exactly as in production.
+* colocated / chunked: placed on an engine; TTFT when its first token lands, TPOT
+  from its last.
+* disagg, P/D: placed on a prefill engine (``hold_kv``, 1 token); when the prefill lands,
+  the scheduler picks a decode engine (like vLLM's proxy, which sends the
   decode request after the prefill response), the KV not already cached there moves
   over both instances' links, then the decode engine adds the request as
   ``remote_prefilled`` and the prefill side releases its blocks. If the prefill
   side's lease expired first, decode recomputes the prompt (vLLM's ``recompute``
   kv_load_failure_policy). The client's first token is the decode engine's first.
+* disagg, local (no prefill engine ready, or fewer uncached tokens than the spec's
+  ``disagg_threshold_tokens``): the decode engine prefills it itself.
+* a TTFT SLO in ``config.routing.admission`` refuses requests as the live router does
+  (counted in ``rejected``, with the verdict as the record's error).
 
 Host and network time (optional, 0 by default): ``ingress_s`` delays each request's
 arrival at the router's decision and the engine (its HTTP hops), ``pd_handoff_s``
@@ -31,11 +36,11 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
-from pdserve.router.kv_index import KvIndex
-from pdserve.router.policies import Policy, RouteRequest, WorkerView, make_policy
+from pdserve.router.core.scheduler import Mode, PoolViews, Scheduler
+from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.autoscale import Autoscaler, ScalingEvent
 from pdserve.sim.config import SimConfig, SimConfigError
 from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
@@ -59,6 +64,9 @@ class _Req:
     prefill_start_s: float = 0.0  # disagg: start of the prefill's last step (layer-wise transfer overlap)
     prefill: Instance | None = None
     decode: Instance | None = None
+    route: RouteRequest | None = None
+    mode: Mode = Mode.COLOCATED
+    decode_policy: Policy | None = None  # the policy that placed (and tracks) its decode side
 
 
 class Simulation:
@@ -82,15 +90,8 @@ class Simulation:
         pools = ("prefill", "decode") if self.disagg else ("colocated",)
         self.specs: dict[str, PoolSpec] = {p: pool_spec(config, p) for p in pools}
         self.entry_pool = "prefill" if self.disagg else "colocated"
-        bs = self.block_size
-        try:
-            self.policies: dict[str, Policy] = {
-                self.entry_pool: make_policy(config.policy, block_size=bs),
-            }
-            if self.disagg:
-                self.policies["decode"] = make_policy(config.decode_policy, block_size=bs)
-        except ValueError as e:
-            raise SimConfigError(str(e)) from None
+        # The router hashes prompts in the engines' block size, as the operator configures it.
+        self.scheduler = Scheduler(replace(config.routing, block_size=self.block_size))
         self.instances: dict[str, list[Instance]] = {p: [] for p in pools}
         self.pending: dict[str, deque[_Req]] = {p: deque() for p in pools}
         self.heap: list[tuple[float, int, int, object]] = []
@@ -143,79 +144,93 @@ class Simulation:
             self._push(self.now, _KICK, inst)
 
     def _feed_index(self, inst: Instance, out: StepOutput) -> None:
-        policy = self.policies.get(inst.pool)
-        index = getattr(policy, "index", None)
-        if not isinstance(index, KvIndex):
+        if not self.scheduler.uses_prefixes:
             return
+        index = self.scheduler.index
         ev = out.kv_events
         if ev.removed:
             index.remove(inst.instance_id, ev.removed)
         for stored in ev.stored:
             index.store(inst.instance_id, stored.block_hashes)
 
-    # ---- routing --------------------------------------------------------------
-    def _route(self, st: _Req, pool: str) -> Instance | None:
-        cands = self.ready(pool)
-        if not cands:
-            self.pending[pool].append(st)
-            return None
-        rec = st.rec
-        rid = str(rec.index)
-        rr = RouteRequest(request_id=rid, token_ids=(), block_hashes=st.keys, prompt_tokens=rec.input_tokens)
-        policy = self.policies[pool]
+    # ---- routing: the live router's scheduler decides --------------------------
+    def _views(self, pool: str) -> list[WorkerView]:
+        ready = self.ready(pool)
         if self.cfg.view_refresh_s > 0:
-            views = [i.scraped_view or i.view(load=False) for i in cands]
-        else:
-            views = [i.view() for i in cands]
-        decision = policy.select(rr, views, self.now)
-        policy.on_routed(decision, rr, self.now)
-        return next(i for i in cands if i.instance_id == decision.worker_id)
+            return [i.scraped_view or i.view(load=False) for i in ready]
+        return [i.view() for i in ready]
+
+    def _instance(self, pool: str, d: Decision) -> Instance:
+        return next(i for i in self.instances[pool] if i.instance_id == d.worker_id)
 
     def _dispatch_entry(self, st: _Req) -> None:
-        inst = self._route(st, self.entry_pool)
-        if inst is None:
-            return
         rec = st.rec
-        rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.block_size
         rid = str(rec.index)
+        if st.route is None:
+            st.route = RouteRequest(request_id=rid, token_ids=(), block_hashes=st.keys, prompt_tokens=rec.input_tokens)
+        req = st.route
+        decode_pool = "decode" if self.disagg else "colocated"
+        views = PoolViews(decode=self._views(decode_pool), prefill=self._views("prefill") if self.disagg else None)
+        plan = self.scheduler.plan(req, views, self.now)
+        st.mode = plan.mode
+        pool, d = ("prefill", plan.prefill) if plan.mode is Mode.PD else (decode_pool, plan.decode)
+        if d is None:  # no engine up yet (autoscaling from zero): wait for one
+            self.pending[decode_pool].append(st)
+            return
+        policy = self.scheduler.policy_of("prefill" if pool == "prefill" else "decode", plan.mode)
+        if not plan.admitted:
+            assert plan.verdict is not None
+            self._refuse(st, f"admission: predicted TTFT {plan.verdict.predicted_ttft_s * 1000:.0f} ms")
+            return
+        inst = self._instance(pool, d)
+        self.scheduler.on_routed(policy, d, req, self.now)
+        rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.block_size
         try:
-            if self.disagg:
+            if plan.mode is Mode.PD:
                 st.prefill = inst
                 rec.prefill_instance = inst.instance_id
                 inst.add(rid, rec.input_tokens, 1, st.keys, self.now, hold_kv=True)
             else:
-                st.decode = inst
+                st.decode, st.decode_policy = inst, policy
                 rec.decode_instance = inst.instance_id
                 inst.add(rid, rec.input_tokens, rec.output_tokens, st.keys, self.now)
         except ValueError as e:
-            self._reject(st, inst, e)
+            self._reject(st, inst, policy, e)
             return
         self._kick(inst)
 
-    def _reject(self, st: _Req, inst: Instance, err: ValueError) -> None:
-        # The engine refused it (too long for max_model_len / KV): vLLM answers 400.
-        rid = str(st.rec.index)
-        st.rec.error = f"{inst.instance_id}: {err}"
-        self.policies[inst.pool].on_finished(rid, inst.instance_id, self.now)
-        inst.prefill_of.pop(rid, None)
-        self.states.pop(rid, None)
+    def _refuse(self, st: _Req, why: str) -> None:
+        st.rec.error = why
+        self.states.pop(str(st.rec.index), None)
         self.outstanding -= 1
         self.rejected += 1
 
+    def _reject(self, st: _Req, inst: Instance, policy: Policy, err: ValueError) -> None:
+        # The engine refused it (too long for max_model_len / KV): vLLM answers 400.
+        rid = str(st.rec.index)
+        self.scheduler.on_finished(policy, rid, inst.instance_id, self.now)
+        inst.prefill_of.pop(rid, None)
+        self._refuse(st, f"{inst.instance_id}: {err}")
+
     def _dispatch_decode(self, st: _Req) -> None:
-        d = self._route(st, "decode")
+        assert st.route is not None
+        d = self.scheduler.decode_after_prefill(st.route, self._views("decode"), self.now)
         if d is None:
+            self.pending["decode"].append(st)
             return
         p = st.prefill
         assert p is not None
+        dec = self._instance("decode", d)
+        st.decode_policy = self.scheduler.policies.pd_decode
+        self.scheduler.on_routed(st.decode_policy, d, st.route, self.now)
         rec = st.rec
-        st.decode = d
-        rec.decode_instance = d.instance_id
-        d.incoming += 1
-        hit = d.cached_prefix_blocks(st.keys, rec.input_tokens)
+        st.decode = dec
+        rec.decode_instance = dec.instance_id
+        dec.incoming += 1
+        hit = dec.cached_prefix_blocks(st.keys, rec.input_tokens)
         nbytes = int(max(0, rec.input_tokens - hit * self.block_size) * p.spec.perf.kv_bytes_per_token)
         tr = schedule_transfer(
-            p.link, d.link, nbytes,
+            p.link, dec.link, nbytes,
             prefill_start_s=st.prefill_start_s, prefill_end_s=self.now,
             num_layers=p.spec.perf.profile.model.num_layers, mode=self.cfg.kv_transfer,
         )
@@ -271,9 +286,9 @@ class Simulation:
             if prefill_pool:
                 rec.prefill_done_s = now
                 inst.prefill_finished(ev.request_id)
-                pol = self.policies["prefill"]
-                pol.on_prefill_done(ev.request_id, now)
-                pol.on_finished(ev.request_id, inst.instance_id, now)
+                pol = self.scheduler.policies.prefill
+                self.scheduler.on_prefill_done(pol, ev.request_id, now)
+                self.scheduler.on_finished(pol, ev.request_id, inst.instance_id, now)
                 st.prefill_start_s = inst.step_start
                 if self.cfg.pd_handoff_s > 0:
                     # Prefill response -> router -> decode request -> side-channel pull: the decode
@@ -285,13 +300,15 @@ class Simulation:
             if ev.index == 0:
                 rec.first_token_s = now
                 inst.prefill_finished(ev.request_id)
-                self.policies[inst.pool].on_prefill_done(ev.request_id, now)
+                assert st.decode_policy is not None
+                self.scheduler.on_prefill_done(st.decode_policy, ev.request_id, now)
             else:
                 itl_append(now - st.last_token_s)
             st.last_token_s = now
             if ev.finished:
                 rec.finish_s = now
-                self.policies[inst.pool].on_finished(ev.request_id, inst.instance_id, now)
+                assert st.decode_policy is not None
+                self.scheduler.on_finished(st.decode_policy, ev.request_id, inst.instance_id, now)
                 del states[ev.request_id]
                 self.outstanding -= 1
                 self.windows.completed(rec)
@@ -319,7 +336,8 @@ class Simulation:
         try:
             d.add(rid, rec.input_tokens, rec.output_tokens, st.keys, self.now, remote_prefilled=held)
         except ValueError as e:
-            self._reject(st, d, e)
+            assert st.decode_policy is not None
+            self._reject(st, d, st.decode_policy, e)
         else:
             self._kick(d)
         if p.engine.has_work():
@@ -334,7 +352,7 @@ class Simulation:
         waiting, queue_copy = len(queue), list(queue)
         queue.clear()
         for st in queue_copy[:waiting]:
-            if inst.pool == "decode":
+            if st.prefill is not None:  # prefilled remotely, waiting for a decode engine
                 self._dispatch_decode(st)
             else:
                 self._dispatch_entry(st)
@@ -343,7 +361,7 @@ class Simulation:
         if inst.state is State.DRAINING and not inst.busy and inst.idle and inst.incoming == 0:
             inst.state = State.RELEASED
             inst.released_at = self.now
-            self.policies[inst.pool].forget_worker(inst.instance_id)
+            self.scheduler.forget_worker(inst.instance_id)
 
     def _on_scrape(self, arrivals_left: bool) -> None:
         # Like the live router's periodic /metrics scrape: policies see engine

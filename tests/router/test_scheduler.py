@@ -1,0 +1,81 @@
+"""The route scheduler's rules (pure: no HTTP, explicit time)."""
+
+from __future__ import annotations
+
+from pdserve.router.core.scheduler import Mode, PoolViews, Scheduler
+from pdserve.router.core.spec import AdmissionSpec, PolicyName, RoutingSpec
+from pdserve.router.kv_index import BlockStored
+from pdserve.router.policies import RouteRequest, WorkerView
+
+P = [WorkerView("p0"), WorkerView("p1")]
+D = [WorkerView("d0"), WorkerView("d1")]
+
+
+def req(rid: str, blocks: int, hashes: list[int] | None = None) -> RouteRequest:
+    h = hashes if hashes is not None else list(range(blocks))
+    return RouteRequest(rid, (), h, blocks * 16)
+
+
+def test_without_a_prefill_pool_the_decode_pool_runs_the_prompt_policy() -> None:
+    s = Scheduler(RoutingSpec(policy=PolicyName.ROUND_ROBIN))
+    plan = s.plan(req("a", 4), PoolViews(decode=D), 0.0)
+    assert plan.mode is Mode.COLOCATED and plan.prefill is None
+    assert plan.decode is not None and plan.decode_policy is s.policies.local_decode
+    assert plan.decode_policy.name == "round_robin" and plan.verdict is None
+
+
+def test_pd_places_the_prefill_and_leaves_decode_to_least_loaded_after_it() -> None:
+    s = Scheduler(RoutingSpec())
+    plan = s.plan(req("a", 4), PoolViews(decode=D, prefill=P), 0.0)
+    assert plan.mode is Mode.PD and plan.prefill is not None and plan.decode is None
+    assert plan.decode_policy is s.policies.pd_decode and plan.decode_policy.name == "least_loaded"
+    busy = [WorkerView("d0", running=5), WorkerView("d1")]
+    d = s.decode_after_prefill(req("a", 4), busy, 1.0)
+    assert d is not None and d.worker_id == "d1"
+
+
+def test_no_prefill_worker_up_falls_back_to_local_prefill() -> None:
+    s = Scheduler(RoutingSpec())
+    plan = s.plan(req("a", 4), PoolViews(decode=D, prefill=[]), 0.0)
+    assert plan.mode is Mode.LOCAL and plan.decode is not None
+    assert plan.decode_policy is s.policies.local_decode and plan.decode_policy.name == "kv_aware"
+    assert plan.notes == ["no prefill worker up: decode prefills locally"]
+
+
+def test_threshold_skips_pd_for_prompts_mostly_cached_on_the_prefill_side() -> None:
+    s = Scheduler(RoutingSpec(disagg_threshold_tokens=64))
+    s.index.apply("p0", BlockStored(block_hashes=tuple(range(10))))
+    cached = s.plan(req("a", 11), PoolViews(decode=D, prefill=P), 0.0)  # 16 new tokens on p0
+    assert cached.mode is Mode.LOCAL and cached.notes == ["uncached 16 < 64 tokens: skip P/D"]
+    fresh = s.plan(req("b", 11, list(range(100, 111))), PoolViews(decode=D, prefill=P), 0.0)
+    assert fresh.mode is Mode.PD
+
+
+def test_admission_refuses_on_the_chosen_workers_queue() -> None:
+    spec = RoutingSpec(policy=PolicyName.LEAST_LOADED,
+                       admission=AdmissionSpec(ttft_slo_ms=100, factor=1.0, prefill_tokens_per_s=10_000))
+    s = Scheduler(spec)
+    ok = s.plan(req("a", 50), PoolViews(decode=D, prefill=P), 0.0)  # 800 tokens: 80 ms
+    assert ok.mode is Mode.PD and ok.admitted and ok.verdict is not None
+    assert abs(ok.verdict.predicted_ttft_s - 0.08) < 1e-9
+    assert ok.prefill is not None
+    s.on_routed(s.policies.prefill, ok.prefill, req("a", 50), 0.0)
+    s.on_routed(s.policies.prefill, s.plan(req("b", 50), PoolViews(decode=D, prefill=P), 0.0).prefill,  # type: ignore[arg-type]
+                req("b", 50), 0.0)
+    # Both prefill workers now queue 800 tokens: another 800 predicts 160 ms > 100 ms.
+    refused = s.plan(req("c", 50), PoolViews(decode=D, prefill=P), 0.0)
+    assert not refused.admitted and refused.verdict is not None and refused.verdict.retry_after_s >= 1
+    # The ledger drains when the prefill is done: admitted again.
+    s.on_finished(s.policies.prefill, "a", ok.prefill.worker_id, 0.5)
+    assert s.plan(req("d", 50), PoolViews(decode=D, prefill=P), 0.5).admitted
+
+
+def test_forgetting_a_worker_clears_every_policy() -> None:
+    s = Scheduler(RoutingSpec(decode_policy=PolicyName.KV_AWARE))
+    plan = s.plan(req("a", 4), PoolViews(decode=D), 0.0)
+    assert plan.decode is not None
+    s.on_routed(plan.decode_policy, plan.decode, req("a", 4), 0.0)
+    s.index.apply(plan.decode.worker_id, BlockStored(block_hashes=(1, 2)))
+    s.forget_worker(plan.decode.worker_id)
+    assert all(p.ledger.requests(plan.decode.worker_id) == 0 for p in s.policies.all())
+    assert s.index.overlaps([1, 2], [plan.decode.worker_id]).get(plan.decode.worker_id, 0) == 0
