@@ -53,7 +53,7 @@ def test_crd_router_section_becomes_the_routing_spec() -> None:
 def test_live_router_and_simulator_build_the_same_policies(spec: RoutingSpec) -> None:
     """The kv_tokens drift: the simulator's prefill-pool kv_aware used to keep kv_tokens=2048
     while the live router's (pool_weights(..., "prefill")) had 0."""
-    live = RouterState(RouterConfig(prefill=["http://p:1"], decode=["http://d:1"], routing=spec))
+    live = RouterState(RouterConfig(prefill=["http://p:1"], decode=["http://d:1"], routing=spec, tokenizer_mode="mock"))
     trace = synthetic_trace(4, 1.0, (100, 200), (2, 4), seed=0)
     sim = Simulation(trace, SimConfig(prefill_instances=1, decode_instances=1, block_size=spec.block_size,
                                       routing=spec))

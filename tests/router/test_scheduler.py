@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pdserve.router.core.scheduler import Mode, PoolViews, Scheduler
 from pdserve.router.core.spec import AdmissionSpec, PolicyName, RoutingSpec
-from pdserve.router.kv_index import BlockStored
 from pdserve.router.policies import RouteRequest, WorkerView
 
 P = [WorkerView("p0"), WorkerView("p1")]
@@ -44,7 +43,7 @@ def test_no_prefill_worker_up_falls_back_to_local_prefill() -> None:
 
 def test_threshold_skips_pd_for_prompts_mostly_cached_on_the_prefill_side() -> None:
     s = Scheduler(RoutingSpec(disagg_threshold_tokens=64))
-    s.index.apply("p0", BlockStored(block_hashes=tuple(range(10))))
+    s.index.store("p0", range(10))
     cached = s.plan(req("a", 11), PoolViews(decode=D, prefill=P), 0.0)  # 16 new tokens on p0
     assert cached.mode is Mode.LOCAL and cached.notes == ["uncached 16 < 64 tokens: skip P/D"]
     fresh = s.plan(req("b", 11, list(range(100, 111))), PoolViews(decode=D, prefill=P), 0.0)
@@ -75,7 +74,7 @@ def test_forgetting_a_worker_clears_every_policy() -> None:
     plan = s.plan(req("a", 4), PoolViews(decode=D), 0.0)
     assert plan.decode is not None
     s.on_routed(plan.decode_policy, plan.decode, req("a", 4), 0.0)
-    s.index.apply(plan.decode.worker_id, BlockStored(block_hashes=(1, 2)))
+    s.index.store(plan.decode.worker_id, (1, 2))
     s.forget_worker(plan.decode.worker_id)
     assert all(p.ledger.requests(plan.decode.worker_id) == 0 for p in s.policies.all())
     assert s.index.overlaps([1, 2], [plan.decode.worker_id]).get(plan.decode.worker_id, 0) == 0
