@@ -157,7 +157,7 @@ class BestSchedule:
                     d += 1
             self.needs.append((p, d))
 
-    def autoscaler(self, t0: float) -> "ScheduleAutoscaler":
+    def autoscaler(self, t0: float) -> ScheduleAutoscaler:
         return ScheduleAutoscaler(list(self.needs), t0, self.setup.interval_s, self.setup.startup_s)
 
     def initial(self) -> tuple[int, int]:
