@@ -9,7 +9,7 @@ runs: ``mock`` (hash-word), ``auto`` on a byte-level BPE built with ``tokenizers
 Tekken tokenizer shipped in mistral-common); the raw ``tokenizers`` encode of the same
 BPE shows what the ``transformers`` wrapper adds. Then the router's block keys
 (blake2b-64 chain, ``block_hasher``) against vLLM-style sha256-over-CBOR chaining
-(``pdserve.common.hashing``, what the router computed before) for the same ids, both
+(``pdserve.worker.vllm_hash`` with sha256_cbor and PYTHONHASHSEED=0, what the router computed before) for the same ids, both
 without memo hits. Start-up: importing ``transformers`` in a fresh interpreter and
 loading each tokenizer. Medians over ``--runs`` repetitions, with spread; record the
 machine's load with the numbers (``meta``).
@@ -58,12 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([sys.executable, "-c", "import transformers"], check=True, capture_output=True)
     import_s = time.perf_counter() - t0
 
-    from pdserve.common.hashing import block_hashes
+    from pdserve.worker.vllm_hash import BlockHasher as VllmBlockHasher
     from pdserve.router.block_hasher import BlockHasher
     from pdserve.router.requests import parse_request
     from pdserve.tokenization import load_tokenizer
     from pdserve.tokenization.testing import build_bpe_tokenizer, shipped_mistral_tokenizer
 
+    cbor_chain = VllmBlockHasher("sha256_cbor", "0.33.0", "0")  # what pdserve.common.hashing computed
     bpe_dir = build_bpe_tokenizer(tempfile.mkdtemp(prefix="pdserve-bpe-"))
     sources = {"mock": ("", "mock"), "auto_bpe": (str(bpe_dir), "auto"),
                "mistral_tekken": (str(shipped_mistral_tokenizer("tekken")), "mistral")}
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             samples.setdefault("router_block_keys_ms", []).append(
                 per_call(lambda ids=ids: BlockHasher(16, max_entries=1).request_keys(ids)) * 1e3)
             samples.setdefault("vllm_sha256_cbor_chain_ms", []).append(
-                per_call(lambda ids=ids: block_hashes(ids, 16)) * 1e3)
+                per_call(lambda ids=ids: cbor_chain.block_hashes(ids, 16)) * 1e3)
         row.update({k: spread(v) for k, v in samples.items()})
         rows.append(row)
         print(n_words, {k: round(v["median"], 3) for k, v in row.items() if isinstance(v, dict) and "median" in v},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdserve.common.hashing import block_hashes
+from pdserve.worker.vllm_hash import block_hashes
 from pdserve.sim.prompts import block_keys, token_ids
 from pdserve.sim.traces import TraceRequest
 
@@ -22,7 +22,7 @@ def test_shared_hash_ids_share_tokens_hashes_and_keys() -> None:
     ta, tb = token_ids(a), token_ids(b)
     assert len(ta) == 1500 and len(tb) == 1400
     assert common_prefix(ta, tb) == 1024  # two shared 512-token blocks, then different content
-    # vLLM's own chained sha256 block hashes agree on exactly those 64 blocks of 16 tokens...
+    # vLLM's chained block hashes (its default sha256, as the mock emulates it) agree on exactly those 64 blocks of 16 tokens...
     assert common_prefix(block_hashes(ta, 16), block_hashes(tb, 16)) == 64
     # ...and so do the simulator's cheap keys, at 16- and 512-token block sizes.
     assert common_prefix(block_keys(a, 16), block_keys(b, 16)) == 64

@@ -1,4 +1,4 @@
-"""Tokenizer and vLLM-compatible block hashing."""
+"""The hash-word tokenizer (--tokenizer-mode mock) and vLLM's sha256_cbor block hashing, by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdserve.common import hashing, tokenizer
+from pdserve.tokenization import mock as tokenizer
+from pdserve.worker import vllm_hash
+
+# --prefix-caching-hash-algo sha256_cbor with PYTHONHASHSEED=0 (the same on 0.11 and 0.33)
+CBOR0 = vllm_hash.BlockHasher("sha256_cbor", "0.33.0", "0")
 
 
 def _manual_cbor_block(parent: bytes, tokens: list[int]) -> bytes:
@@ -28,48 +32,49 @@ def _manual_cbor_block(parent: bytes, tokens: list[int]) -> bytes:
 def test_none_hash_is_vllm_root_for_seed_zero() -> None:
     # vLLM: NONE_HASH = sha256_cbor(os.getenv("PYTHONHASHSEED")); CBOR text "0" = 0x61 0x30.
     expected = hashlib.sha256(bytes([0x61, 0x30])).digest()
-    assert hashing.make_none_hash("0") == expected
-    assert hashing.make_none_hash(None) == expected
-    assert hashing.make_none_hash("1234") != expected
+    for version in ("0.11.0", "0.33.0"):
+        assert vllm_hash.none_hash("sha256_cbor", version, "0") == expected
+        assert vllm_hash.none_hash("sha256_cbor", version, "1234") != expected
 
 
 def test_block_hash_matches_hand_encoded_cbor() -> None:
     tokens = [1, 2, 3, 4]
-    expected = hashlib.sha256(_manual_cbor_block(hashing.NONE_HASH, tokens)).digest()
-    assert hashing.hash_block_tokens(None, tokens) == expected
-    child = hashing.hash_block_tokens(expected, [5, 6, 7, 8])
+    expected = hashlib.sha256(_manual_cbor_block(CBOR0.root, tokens)).digest()
+    assert CBOR0.hash_block(None, tokens) == expected
+    child = CBOR0.hash_block(expected, [5, 6, 7, 8])
     assert child == hashlib.sha256(_manual_cbor_block(expected, [5, 6, 7, 8])).digest()
-    assert hashing.block_hashes([1, 2, 3, 4, 5, 6, 7, 8, 9], block_size=4) == [expected, child]
+    assert CBOR0.block_hashes([1, 2, 3, 4, 5, 6, 7, 8, 9], 4) == [expected, child]
 
 
 def test_block_hashes_skip_partial_block_and_chain() -> None:
     ids = list(range(100, 140))
-    hs = hashing.block_hashes(ids, 16)
+    hs = CBOR0.block_hashes(ids, 16)
     assert len(hs) == 2
     # A different first block changes every later hash (chaining).
     ids2 = [0] + ids[1:]
-    hs2 = hashing.block_hashes(ids2, 16)
+    hs2 = CBOR0.block_hashes(ids2, 16)
     assert hs[0] != hs2[0] and hs[1] != hs2[1]
-    assert hashing.extend_block_hashes(hs[:1], ids, 16) == hs
+    assert CBOR0.block_hashes(ids[16:], 16, parent=hs[0]) == hs[1:]
     with pytest.raises(ValueError, match="block_size"):
-        hashing.block_hashes(ids, 0)
+        CBOR0.block_hashes(ids, 0)
 
 
 def test_extra_keys_change_hash() -> None:
-    assert hashing.hash_block_tokens(None, [1], ("lora",)) != hashing.hash_block_tokens(None, [1])
+    assert CBOR0.hash_block(None, [1], ("lora",)) != CBOR0.hash_block(None, [1])
 
 
 def test_to_external_is_last_8_bytes_big_endian() -> None:
     h = bytes(range(32))
-    assert hashing.to_external(h) == int.from_bytes(h[-8:], "big")
-    assert 0 <= hashing.to_external(hashing.NONE_HASH) < 2**64
+    assert vllm_hash.to_external(h) == int.from_bytes(h[-8:], "big")
+    assert 0 <= vllm_hash.to_external(CBOR0.root) < 2**64
 
 
 def test_pythonhashseed_is_honoured_like_vllm() -> None:
-    code = "from pdserve.common import hashing; print(hashing.NONE_HASH.hex())"
+    code = ("from pdserve.worker.vllm_hash import BlockHasher; "
+            "print(BlockHasher.from_env('sha256_cbor', '0.33.0').root.hex())")
     env = dict(os.environ, PYTHONHASHSEED="42")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == hashing.sha256_cbor("42").hex()
+    assert out.stdout.strip() == vllm_hash.sha256_cbor("42").hex()
 
 
 def test_tokenizer_roundtrip_and_stability() -> None:
@@ -78,7 +83,7 @@ def test_tokenizer_roundtrip_and_stability() -> None:
     assert tokenizer.decode(ids) == text
     assert ids == tokenizer.encode(text)
     # Stable across processes: ids depend on text only.
-    code = f"from pdserve.common import tokenizer; print(tokenizer.encode({text!r}))"
+    code = f"from pdserve.tokenization import mock; print(mock.encode({text!r}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(ids)
     assert all(0 <= t < tokenizer.VOCAB_SIZE for t in ids)
@@ -111,14 +116,14 @@ def test_chat_template() -> None:
 
 
 def test_matches_published_vllm_golden_vectors() -> None:
-    """Vectors generated with vLLM v0.17.0's hash core under PYTHONHASHSEED=0, published as
+    """Vectors generated with vLLM v0.17.0's hash core (sha256_cbor) under PYTHONHASHSEED=0, published as
     loxilb-io/loxilb-inference-gateway cicd/common/kv_hash/fixtures/kv_hash_vectors.json."""
-    assert hashing.make_none_hash("0").hex() == "4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e"
+    assert CBOR0.root.hex() == "4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e"
     block0 = [101, 202, 303, 404, 505, 606, 707, 808, 909, 1010, 1111, 1212, 1313, 1414, 1515, 1616]
     block1 = [1717, 1818, 1919, 2020, 2121, 2222, 2323, 2424, 2525, 2626, 2727, 2828, 2929, 3030, 3131, 3232]
-    h0, h1 = hashing.block_hashes(block0 + block1, 16)
+    h0, h1 = CBOR0.block_hashes(block0 + block1, 16)
     assert h0.hex() == "d450abdaf2c9ebdd0e0cbfbc4e24a5c07ff71dcab37be7426d4fa0e5fdb93342"
-    assert [hashing.to_external(h0), hashing.to_external(h1)] == [7876691182959014722, 8769878286166771163]
+    assert [vllm_hash.to_external(h0), vllm_hash.to_external(h1)] == [7876691182959014722, 8769878286166771163]
     # the zero-parent vector pins the CBOR layout independently of NONE_HASH
-    zero = hashing.hash_block_tokens(bytes(32), block0)
-    assert hashing.to_external(zero) == 14515664427994421226
+    zero = CBOR0.hash_block(bytes(32), block0)
+    assert vllm_hash.to_external(zero) == 14515664427994421226
