@@ -87,6 +87,7 @@ class Simulation:
         self.autoscaler = autoscaler
         self.progress = progress
         self.disagg = config.topology == "disagg"
+        self._index_refs: dict[str, dict[object, int]] = {}  # worker -> block key -> copies held
         pools = ("prefill", "decode") if self.disagg else ("colocated",)
         self.specs: dict[str, PoolSpec] = {p: pool_spec(config, p) for p in pools}
         self.entry_pool = "prefill" if self.disagg else "colocated"
@@ -148,9 +149,24 @@ class Simulation:
             return
         index = self.scheduler.index
         ev = out.kv_events
-        if ev.removed:
-            index.remove(inst.instance_id, ev.removed)
+        # The engine reports a block each time it is cached, also when another block of the
+        # same worker already holds that content, and one BlockRemoved per evicted block (as
+        # vLLM does): count copies per worker so that evicting one copy does not drop a
+        # block the worker still holds (the live router's KvIndex.apply counts them too).
+        refs = self._index_refs.setdefault(inst.instance_id, {})
+        gone = []
+        for h in ev.removed:
+            n = refs.get(h, 0) - 1
+            if n > 0:
+                refs[h] = n
+            else:
+                refs.pop(h, None)
+                gone.append(h)
+        if gone:
+            index.remove(inst.instance_id, gone)
         for stored in ev.stored:
+            for h in stored.block_hashes:
+                refs[h] = refs.get(h, 0) + 1
             index.store(inst.instance_id, stored.block_hashes)
 
     # ---- routing: the live router's scheduler decides --------------------------
