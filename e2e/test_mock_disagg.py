@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 from openai import OpenAI
 
-from pdserve.common import tokenizer
+from pdserve.tokenization import mock as tokenizer
 from pdserve.kube.constants import GROUP, PLURAL, VERSION
 
 import dashboard_queries

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pdserve.common import tokenizer
+from pdserve.tokenization import mock as tokenizer
 from pdserve.demo import observe, report, timeline, workload
 from pdserve.demo.replay import RequestResult
 from pdserve.sim.traces import from_rows, load_trace

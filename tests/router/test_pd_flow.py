@@ -16,7 +16,7 @@ from tests.router.conftest import (
     worker_metric,
 )
 from pdserve.router.core.spec import RoutingSpec
-from pdserve.common import tokenizer
+from pdserve.tokenization import mock as tokenizer
 
 PROMPT = "the model token cache " * 40  # ~160 tokens, 10 full blocks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from pdserve.common import tokenizer
+from pdserve.tokenization import mock as tokenizer
 from pdserve.router.core.spec import RoutingSpec
 from tests.router.conftest import router_config, MODEL, kill, read_sse, run_router, spawn, stream_text, wait_for, worker_metric
 

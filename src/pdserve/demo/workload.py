@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from pdserve.common import tokenizer
+from pdserve.tokenization import mock as tokenizer
 from pdserve.sim.traces import Trace, load_trace
 
 # Fractional part of the golden ratio: index * PHI mod 1 spreads evenly over [0, 1),
