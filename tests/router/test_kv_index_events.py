@@ -75,15 +75,23 @@ def test_a_block_in_two_media_is_held_until_both_copies_go() -> None:
     assert idx.overlaps(idx.request_keys(prompt)) == {}
 
 
-def test_reported_again_blocks_count_once() -> None:
-    # vLLM 0.33 re-reports prefix-cache hits as BlockStored: one removal still frees them.
+def test_identical_blocks_cached_twice_are_held_until_both_are_removed() -> None:
+    # vLLM's block pool does not de-duplicate: two copies, two BlockStored, two BlockRemoved.
     idx = index()
     prompt = list(range(8))
-    for _ in range(3):
+    for _ in range(2):
         for ev in chain_events(prompt, lambda i: 10 + i):
             idx.apply("a", ev)
     idx.apply("a", BlockRemoved(block_hashes=(10, 11), medium="GPU"))
+    assert idx.overlaps(idx.request_keys(prompt)) == {"a": 2}
+    idx.apply("a", BlockRemoved(block_hashes=(10, 11), medium="GPU"))
     assert idx.blocks_of("a") == 0
+    # a child stored after one copy went still chains from the remaining copy
+    for ev in chain_events(prompt, lambda i: 10 + i):
+        idx.apply("a", ev)
+    idx.apply("a", BlockStored(block_hashes=(12,), parent_block_hash=11, token_ids=(8, 9, 10, 11), block_size=BS,
+                               medium="GPU"))
+    assert idx.overlaps(idx.request_keys(list(range(12)))) == {"a": 3}
 
 
 def test_block_size_mismatch_orphans_partial_blocks_and_sliding_window_groups_are_not_indexed() -> None:

@@ -6,8 +6,12 @@ index does not depend on vLLM's hash algorithm or seed. vLLM's block hashes are 
 only per worker, as a map ``(group, medium, vLLM hash) -> router key``, to find a
 stored block's parent and to apply ``BlockRemoved`` / ``AllBlocksCleared``.
 
-- A block held in several media (GPU, CPU offload) or KV groups counts once per copy:
-  the worker holds the key until its last copy is removed.
+- A block held in several media (GPU, CPU offload) or KV groups, or cached twice (vLLM's
+  block pool does not de-duplicate identical blocks; each copy is stored and removed
+  under the same hash), counts once per copy: the worker holds the key until its last
+  copy is removed. vLLM 0.33's opt-in ``kv_cache_report_mode="full"`` re-reports
+  prefix hits as BlockStored without a matching removal; under it keys can outlive
+  their blocks (the default, "incremental", reports each copy once).
 - Only full-attention groups are indexed (``kv_cache_spec_kind`` absent or not a
   sliding-window/mamba kind): a sliding-window group cannot serve a long prefix. Its
   blocks are still mapped, so removals apply.
@@ -73,7 +77,8 @@ def _bits(mask: int) -> Iterable[int]:
 class _WorkerBlocks:
     """vLLM's hashes of one worker -> router keys, and how many copies hold each key."""
 
-    entries: dict[tuple[int | None, str | None, Hashable], int | None] = field(default_factory=dict)
+    # (group, medium, vLLM hash) -> [router key or None, copies, indexed]
+    entries: dict[tuple[int, str | None, Hashable], list[Any]] = field(default_factory=dict)
     refs: dict[int, int] = field(default_factory=dict)
     media: set[str | None] = field(default_factory=set)
     lora_names: set[str] = field(default_factory=set)
@@ -152,36 +157,40 @@ class KvIndex:
         parent: int | None = None
         ok = True
         if ev.parent_block_hash is not None:
-            found = wb.entries.get((group, medium, ev.parent_block_hash), -1)
-            if found == -1:  # the parent may be held in another medium
+            found = wb.entries.get((group, medium, ev.parent_block_hash))
+            if found is None:  # the parent may be held in another medium
                 found = next((wb.entries[k] for m in wb.media
                               if (k := (group, m, ev.parent_block_hash)) in wb.entries), None)
-                if found is None:
-                    self.orphans += 1
-            parent = found if isinstance(found, int) else None
+            if found is None:
+                self.orphans += 1
+            parent = found[0] if found is not None else None
             ok = parent is not None
         tokens = ev.token_ids
         extras = ev.extra_keys
         new_keys: list[int] = []
         for i, vh in enumerate(ev.block_hashes):
             entry = (group, medium, vh)
-            if entry in wb.entries:  # vLLM 0.33 re-reports reused blocks: keep one copy
-                known = wb.entries[entry]
-                ok, parent = known is not None, known
-                continue
-            block = tuple(tokens[i * bs : (i + 1) * bs])
-            if ok and len(block) == bs:
-                if extras is not None and i < len(extras):
-                    extra = freeze(extras[i])
-                elif ev.lora_id is not None and not ev.lora_name:
-                    extra = ("lora_id", ev.lora_id)  # vLLM 0.11 events name no adapter
-                else:
-                    extra = None
-                parent = self.hasher.key(parent, block, extra)
-                key: int | None = parent
+            known = wb.entries.get(entry)
+            if known is not None:
+                # vLLM caches identical blocks more than once (no de-duplication in its block
+                # pool) and removes each copy by the same hash: count copies.
+                known[1] += 1
+                key = known[0]
+                ok, parent = key is not None, key
             else:
-                ok, parent, key = False, None, None
-            wb.entries[entry] = key if indexed else None
+                block = tuple(tokens[i * bs : (i + 1) * bs])
+                if ok and len(block) == bs:
+                    if extras is not None and i < len(extras):
+                        extra = freeze(extras[i])
+                    elif ev.lora_id is not None and not ev.lora_name:
+                        extra = ("lora_id", ev.lora_id)  # vLLM 0.11 events name no adapter
+                    else:
+                        extra = None
+                    parent = self.hasher.key(parent, block, extra)
+                    key = parent
+                else:
+                    ok, parent, key = False, None, None
+                wb.entries[entry] = [key, 1, indexed]
             if indexed and key is not None:
                 n = wb.refs.get(key, 0)
                 wb.refs[key] = n + 1
@@ -196,8 +205,16 @@ class KvIndex:
             return
         gone: list[int] = []
         for vh in ev.block_hashes:
-            key = wb.entries.pop((ev.group_idx or 0, ev.medium, vh), None)
-            if key is None:
+            entry = (ev.group_idx or 0, ev.medium, vh)
+            known = wb.entries.get(entry)
+            if known is None:
+                continue
+            key, copies, indexed = known
+            if copies > 1:
+                known[1] = copies - 1
+            else:
+                del wb.entries[entry]
+            if not indexed or key is None:
                 continue
             n = wb.refs.get(key, 0) - 1
             if n > 0:
