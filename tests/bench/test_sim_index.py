@@ -30,14 +30,13 @@ def test_index_knows_every_block_each_engine_caches(layout: dict[str, object]) -
     def feed_then_check(inst, out):  # type: ignore[no-untyped-def]
         nonlocal checked
         orig(inst, out)
-        index = getattr(sim.policies[inst.pool], "index", None)
-        if index is None:  # the decode pool is routed by least_loaded: no index
-            return
+        index = sim.scheduler.index
         held = list(inst.engine.pool.cached)
         missing = [h for h in held if inst.instance_id not in index.holders(h)]
         assert not missing, f"{inst.instance_id} holds {len(missing)} blocks the index forgot"
         checked += len(held)
 
+    assert sim.scheduler.uses_prefixes
     sim._feed_index = feed_then_check  # type: ignore[method-assign]
     sim.run()
     assert checked > 0
