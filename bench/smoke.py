@@ -76,6 +76,8 @@ SMOKES: list[Smoke] = [
            "--planner-sweep", "0", "900", "--out", "{out}/evaluation.json"], ["evaluation.json", "evaluation.png"],
           timeout_s=240),
     Smoke("planner_suite", "bench/planner/suite.py", ["--summarise-only", "--folder", "{out}"], ["summary.json"]),
+    # Runs under a peer environment with Dynamo (evaluate.py --dynamo-python); here only its CLI.
+    Smoke("planner_dynamo_peer", "bench/planner/dynamo_peer.py", ["--help"]),
     Smoke("engine_speed", "bench/worker/engine_speed.py", ["--trace", AZURE, "--limit", "50", "--out-dir", "{out}"]),
     Smoke("calibration", "bench/worker/calibration.py", ["--requests-per-level", "1", "--out-dir", "{out}"],
           ["calibration_results.json"], timeout_s=180),

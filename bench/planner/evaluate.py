@@ -134,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reactive-kv-target", type=float, default=0.5)
     ap.add_argument("--reactive-sweep", action="store_true", help="also run the reactive grid")
     ap.add_argument("--repairs", type=int, default=3, help="best schedule: repair rounds")
-    ap.add_argument("--policies", nargs="+", default=["best", "static", "reactive", "planner", "planner_constant"])
+    ap.add_argument("--policies", nargs="*", default=["best", "static", "reactive", "planner", "planner_constant"])
+    ap.add_argument("--merge", action="store_true",
+                    help="add these policies' results to the existing --out file (same trace and setup)")
+    ap.add_argument("--dynamo-python", type=Path,
+                    help="python of an environment with Dynamo 1.6.1 (README): also run its SLA planner (policy 'dynamo')")
     ap.add_argument("--out", type=Path, required=True, help="result JSON path (a PNG is written next to it)")
     args = ap.parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
@@ -153,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = trace.requests[0].arrival_s
     bound = lower_bound(trace, s)
     results: dict[str, dict] = {}
+    previous: dict = {}
+    if args.merge and args.out.exists():
+        import json
+
+        previous = json.loads(args.out.read_text())
+        if previous["trace"]["sha256"] != trace.sha256 or previous["trace"]["requests"] != len(trace.requests):
+            raise SystemExit(f"--merge: {args.out} holds another trace")
+        results = previous["results"]
     log = lambda m: print(f"[{trace_id} {args.model_profile}] {m}", flush=True)  # noqa: E731
 
     def planner(pred: str, peak_window: float | None = None) -> PlannerAutoscaler:
@@ -215,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
             f" in {r['sim_wall_s']} s")
 
+    if args.dynamo_python is not None:
+        results["dynamo"] = run_dynamo(args.dynamo_python, trace, s, args.max_replicas, args.warmup, args.out)
+        r = results["dynamo"]
+        log(f"dynamo: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h")
     if "best" in results:
         for r in results.values():
             r["gpu_hours_vs_best"] = r["gpu_hours"] / results["best"]["gpu_hours"]
@@ -236,10 +252,61 @@ def main(argv: list[str] | None = None) -> int:
         "lower_bound": {k: v for k, v in bound.items() if k != "per_interval"},
         "results": results,
     }
+    if previous:
+        doc["trace"]["tuned_on"] = previous["trace"]["tuned_on"] or args.tuned_on
+        doc["earlier_runs"] = previous.get("earlier_runs", []) + [previous["meta"]]
     write_result(args.out, doc, run)
     plot(args.out.with_suffix(".png"), trace, s, results, trace_id)
     print(summary_line(doc))
     return 0
+
+
+def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s: float, out: Path) -> dict:
+    """Dynamo's SLA planner in its offline replay (``dynamo_peer.py``), scored like ours."""
+    import json
+    import subprocess
+    import tempfile
+
+    from references import dynamo_inputs
+
+    with tempfile.TemporaryDirectory(prefix="pdserve-dynamo-") as tmp:
+        tr, cal = dynamo_inputs(trace, s, max_replicas=max_replicas, out_dir=tmp)
+        res_path = Path(tmp) / "dynamo.json"
+        proc = subprocess.run([str(python), str(HERE / "dynamo_peer.py"), "--trace", str(tr), "--calibration",
+                               str(cal), "--out", str(res_path)], cwd=tmp, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"dynamo_peer.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        d = json.loads(res_path.read_text())
+    slo, t0 = s.slo, trace.requests[0].arrival_s
+    n = int(trace.duration_s // s.interval_s) + 1
+    ok, cnt = [0] * n, [0] * n
+    good = good_warm = warm = 0
+    for r in d["requests"]:
+        arr = r["arrival_ms"] / 1000
+        hit = False
+        if r["status"] == "completed" and r["ttft_ms"] is not None:
+            out_len = r["output_length"] or 1
+            tpot = (r["e2e_ms"] - r["ttft_ms"]) / 1000 / (out_len - 1) if out_len > 1 else 0.0
+            hit = r["ttft_ms"] / 1000 <= slo.ttft_s and tpot <= slo.tpot_s
+        k = min(int(arr // s.interval_s), n - 1)
+        cnt[k] += 1
+        ok[k] += hit
+        good += hit
+        if arr >= warmup_s:
+            warm += 1
+            good_warm += hit
+    series = [(round(t["at_s"], 1), t["prefill"].get("active_count", 0) + t["prefill"].get("starting_count", 0),
+               t["decode"].get("active_count", 0) + t["decode"].get("starting_count", 0))
+              for t in d["ticks"] if abs(t["at_s"] / s.interval_s - round(t["at_s"] / s.interval_s)) < 1e-6]
+    return {
+        "attainment": good / len(d["requests"]), "attainment_after_warmup": good_warm / warm if warm else None,
+        "gpu_hours": d["gpu_hours"], "requests": len(d["requests"]),
+        "finished": sum(r["status"] == "completed" for r in d["requests"]),
+        "max_prefill": max((x[1] for x in series), default=1), "max_decode": max((x[2] for x in series), default=1),
+        "sim_wall_s": d["wall_s"], "calibration": d["calibration"], "planner_config": d["planner_config"],
+        "dynamo_version": d["dynamo_version"], "bootstrap": d["planner_metadata"].get("bootstrap"),
+        "series": {"replicas": series, "interval_attainment": [round(o / c, 4) if c else None for o, c in zip(ok, cnt)]},
+    }
 
 
 def summary_line(doc: dict) -> str:

@@ -206,3 +206,45 @@ class ScheduleAutoscaler:
 
     def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes:
         return PoolSizes(*self.want(now))
+
+
+# ----------------------------------------------------------------------------- peer export
+def dynamo_inputs(trace: Trace, s: Setup, *, max_replicas: int, out_dir) -> tuple:
+    """Mooncake-format trace and pdserve's engine numbers for ``dynamo_peer.py``."""
+    import json
+    from pathlib import Path
+
+    from pdserve.planner.profile_model import _prefill_alone_s
+    from pdserve.worker.perf import PerfModel, load_profile
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pm = PerfModel(load_profile(s.profile_name))
+    block = trace.hash_block_tokens if any(r.hash_ids for r in trace.requests) else 64
+    rows, fresh = [], 1 << 40  # requests without hash ids get ids no other request shares
+    for r in trace.requests:
+        ids = list(r.hash_ids)
+        if not ids:
+            n = -(-r.input_tokens // block)
+            ids = list(range(fresh, fresh + n))
+            fresh += n
+        rows.append({"timestamp": round(r.arrival_s * 1000, 3), "input_length": r.input_tokens,
+                     "output_length": r.output_tokens, "hash_ids": ids})
+    (out / "trace.jsonl").write_text("\n".join(json.dumps(x) for x in rows) + "\n")
+    kv_tokens = pm.num_kv_blocks(16) * 16
+    isls = [16 * 2 ** k for k in range(12)]
+    dec = {}
+    for ctx in (256, 512, 1024, 2000, 4000, 8000, 16000):
+        bs = [b for b in (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256) if b * (ctx + 16) <= kv_tokens]
+        if bs:
+            dec[str(ctx)] = {"batch": bs, "ms": [1000 * pm.step_time(decode_contexts=[ctx] * b) for b in bs]}
+    cal = {
+        "prefill_isl": isls, "prefill_ms": [1000 * _prefill_alone_s(pm, i, 8192) for i in isls], "decode": dec,
+        "kv_bytes_per_token": pm.kv_bytes_per_token, "kv_link_gbytes_per_s": s.kv_link_gbps / 8,
+        "block_size": 64, "num_gpu_blocks": kv_tokens // 64, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+        "max_model_len": pm.profile.model.max_position_embeddings, "tp": s.tp_p, "startup_s": s.startup_s,
+        "ttft_ms": s.slo.ttft_s * 1000, "itl_ms": s.slo.tpot_s * 1000, "interval_s": s.interval_s,
+        "max_replicas": max_replicas, "hash_block_tokens": block,
+    }
+    (out / "calibration.json").write_text(json.dumps(cal) + "\n")
+    return out / "trace.jsonl", out / "calibration.json"

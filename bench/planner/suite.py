@@ -104,10 +104,25 @@ def main() -> int:
     ap.add_argument("--setups", nargs="+", default=list(PLAN))
     ap.add_argument("--only", nargs="+", help="trace ids to run (default: the plan)")
     ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument("--dynamo-python", type=Path,
+                    help="peer environment's python: add Dynamo's SLA planner to every existing result (--merge)")
     ap.add_argument("--folder", dest="results", type=Path, default=RESULTS, help="result folder")
     args = ap.parse_args()
     run = Run()
-    if not args.summarise_only:
+    if args.dynamo_python is not None:
+        tr = traces(args.traces)
+        for s in args.setups:
+            for t in PLAN[s]:
+                out = args.results / s / f"{t}.json"
+                if (args.only and t not in args.only) or not out.exists():
+                    continue
+                if "dynamo" in json.loads(out.read_text())["results"]:
+                    continue
+                cmd = [sys.executable, str(HERE / "evaluate.py"), *tr[t], *SETUPS[s], "--trace-id", t, "--out", str(out),
+                       "--policies", "--merge", "--dynamo-python", str(args.dynamo_python)]
+                print("+", " ".join(cmd), flush=True)
+                subprocess.run(["flock", "/tmp/pdserve-bench.lock", *cmd], check=True)
+    elif not args.summarise_only:
         tr = traces(args.traces)
         for s, t in TUNE:
             if (not args.only or t in args.only) and s in args.setups:
