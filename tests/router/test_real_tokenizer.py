@@ -17,6 +17,7 @@ from contextlib import ExitStack
 
 import pytest
 
+from pdserve.router.core.spec import RoutingSpec
 from pdserve.tokenization import load_tokenizer
 from pdserve.tokenization.testing import build_bpe_tokenizer
 from tests.router.conftest import (
@@ -64,8 +65,8 @@ async def test_kv_aware_sends_a_repeated_prefix_to_its_holder_with_a_real_tokeni
         workers = start(stack, bpe, 2, speedup=100.0, events=True)
         path = tmp_path / "workers.json"
         path.write_text(json.dumps({"decode": [entry(w) for w in workers]}))
-        cfg = router_config(discovery_file=path, policy="kv_aware", kv_events=True, tokenizer=str(bpe),
-                            tokenizer_mode="auto", block_size=16)
+        cfg = router_config(discovery_file=path, routing=RoutingSpec(policy="kv_aware", block_size=16), kv_events=True,
+                            tokenizer=str(bpe), tokenizer_mode="auto")
         async with run_router(cfg) as r:
             q1, q2 = "What is the first question?", "And the second one?"
             cases = []
@@ -110,8 +111,8 @@ async def test_migration_after_sigkill_continues_with_in_vocabulary_ids(bpe, kin
     tok = load_tokenizer(str(bpe))
     with ExitStack() as stack:
         workers = start(stack, bpe, 2, speedup=1.0, events=False)
-        cfg = router_config(decode=[w.url for w in workers], policy="round_robin", scrape_interval_s=60,
-                            tokenizer=str(bpe), tokenizer_mode="auto")
+        cfg = router_config(decode=[w.url for w in workers], routing=RoutingSpec(policy="round_robin"),
+                            scrape_interval_s=60, tokenizer=str(bpe), tokenizer_mode="auto")
         async with run_router(cfg) as r:
             body: dict = {"model": MODEL, "max_tokens": 60, "ignore_eos": True, "stream": True,
                           "stream_options": {"include_usage": True}}
