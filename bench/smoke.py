@@ -76,8 +76,9 @@ SMOKES: list[Smoke] = [
            "--planner-sweep", "0", "900", "--out", "{out}/evaluation.json"], ["evaluation.json", "evaluation.png"],
           timeout_s=240),
     Smoke("planner_suite", "bench/planner/suite.py", ["--summarise-only", "--folder", "{out}"], ["summary.json"]),
-    # Runs under a peer environment with Dynamo (evaluate.py --dynamo-python); here only its CLI.
-    Smoke("planner_dynamo_peer", "bench/planner/dynamo_peer.py", ["--help"]),
+    Smoke("planner_dynamo_peer", "bench/planner/dynamo_peer.py",
+          ["--trace", MOONCAKE, "--calibration", str(REPO / "bench/planner/data/calibration_llama-3.1-8b-h100.json"),
+           "--limit", "200", "--out", "{out}/dynamo.json"], ["dynamo.json"], timeout_s=300, needs_peers=True),
     Smoke("engine_speed", "bench/worker/engine_speed.py", ["--trace", AZURE, "--limit", "50", "--out-dir", "{out}"]),
     Smoke("calibration", "bench/worker/calibration.py", ["--requests-per-level", "1", "--out-dir", "{out}"],
           ["calibration_results.json"], timeout_s=180),

@@ -254,8 +254,14 @@ def main() -> int:
     ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL (timestamp ms)")
     ap.add_argument("--calibration", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--limit", type=int, help="only the first N requests of the trace (quick runs)")
     args = ap.parse_args()
     cal = json.loads(args.calibration.read_text())
+    if args.limit:
+        rows = args.trace.read_text().splitlines()[: args.limit]
+        args.trace = args.out.parent / "trace_head.jsonl"
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.trace.write_text("\n".join(rows) + "\n")
     work = args.out.parent
     ratios = calibrate(cal, work)
     ratios |= check(cal, work, ratios)
