@@ -23,7 +23,8 @@ from pdserve.worker.testing import WorkerHandle, start_worker
 
 
 def _kv(role: str, version: str) -> list[str]:
-    cfg = {"kv_connector": "NixlConnector", "kv_role": role, "kv_load_failure_policy": "fail"}
+    # no kv_load_failure_policy: vLLM 0.33's default is "fail" (config/kv_transfer.py), and the mock's too
+    cfg = {"kv_connector": "NixlConnector", "kv_role": role}
     return ["--kv-transfer-config", json.dumps(cfg), "--mock-side-channel-port", "0",
             "--mock-side-channel-host", "127.0.0.1", "--max-model-len", "4096", "--mock-vllm-version", version]
 

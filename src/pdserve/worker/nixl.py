@@ -45,7 +45,10 @@ class KVTransferConfig(BaseModel):
     kv_connector: str | None = None
     kv_role: str | None = None
     engine_id: str | None = None
-    kv_load_failure_policy: str = Field(default="recompute", pattern="^(recompute|fail)$")
+    # vLLM 0.33 config/kv_transfer.py: Literal["recompute", "fail"] = "fail". 0.11 has no such field and
+    # no recovery (nixl_connector.py: "TODO: handle failure state ... we want to fail the request"), so
+    # the mock fails the request there too unless told to recompute.
+    kv_load_failure_policy: str = Field(default="fail", pattern="^(recompute|fail)$")
     kv_connector_extra_config: dict[str, Any] = Field(default_factory=dict)
 
 
