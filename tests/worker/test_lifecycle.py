@@ -86,6 +86,9 @@ def test_sigterm_drains_in_flight_requests() -> None:
         (["--tokenizer-mode", "auto"], "cannot load the tokenizer"),
         (["--mock-vllm-version", "0.11.0", "--prefix-caching-hash-algo", "xxhash"], "'xxhash' is not in vLLM 0.11.0"),
         (["--mock-vllm-version", "0.10.0"], "invalid choice"),
+        (["--mock-vllm-version", "0.11.0", "--tokenizer-mode", "hf"], "--tokenizer-mode: invalid choice: 'hf'"),
+        (["--tokenizer-mode", "slow"], "--tokenizer-mode: invalid choice: 'slow' (vLLM 0.33.0"),
+        (["--mock-vllm-version", "0.11.0", "--block-size", "48"], "--block-size: invalid choice: 48"),
     ],
 )
 def test_cli_rejects_bad_arguments(args: list[str], fragment: str) -> None:

@@ -16,6 +16,7 @@ import prometheus_client
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from pdserve.api import vllm_versions
 from pdserve.tokenization import TOKENIZER_MODES, ModelTokenizer, TokenizerLoadError, load_tokenizer
 from pdserve.worker.engine import Engine, EngineConfig
 from pdserve.worker.kv_events import KVEventsConfig, ZmqEventPublisher
@@ -131,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_version_choices(parser, args)
     try:
         profile = load_profile(args.mock_profile, args.tensor_parallel_size)
     except ValueError as err:
@@ -151,6 +154,19 @@ def main(argv: list[str]) -> int:
         print(f"pdserve worker: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_version_choices(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Flags whose choices differ between releases, refused as that release's parser refuses them
+    (choices from pdserve.api.vllm_versions: ``TokenizerMode`` in vllm/config/model.py, ``BlockSize``
+    in 0.11's vllm/config/cache.py)."""
+    info = vllm_versions.VERSIONS[args.mock_vllm_version]
+    if args.tokenizer_mode != "mock" and args.tokenizer_mode not in info.tokenizer_modes:
+        parser.error(f"argument --tokenizer-mode: invalid choice: {args.tokenizer_mode!r} (vLLM {info.version} "
+                     f"accepts {', '.join(info.tokenizer_modes)}; the mock adds 'mock')")
+    if info.block_sizes is not None and args.block_size not in info.block_sizes:
+        parser.error(f"argument --block-size: invalid choice: {args.block_size} (vLLM {info.version} accepts "
+                     f"{', '.join(map(str, info.block_sizes))})")
 
 
 def _loop_factory() -> Any:
