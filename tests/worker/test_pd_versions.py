@@ -16,10 +16,14 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import httpx
+import msgpack
 import pytest
+import zmq
 from test_pd import decode, metric, prefill
 
+from pdserve.tokenization import mock as mock_tokenizer
 from pdserve.worker.testing import WorkerHandle, start_worker
+from pdserve.worker.vllm_hash import block_hashes, to_external
 
 
 def _kv(role: str, version: str) -> list[str]:
@@ -29,6 +33,10 @@ def _kv(role: str, version: str) -> list[str]:
             "--mock-side-channel-host", "127.0.0.1", "--max-model-len", "4096", "--mock-vllm-version", version]
 
 
+EVENTS = ["--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                                           "endpoint": "tcp://127.0.0.1:*"})]
+
+
 @pytest.fixture(scope="module")
 def workers() -> Iterator[dict[str, WorkerHandle]]:
     with ExitStack() as stack:
@@ -36,7 +44,8 @@ def workers() -> Iterator[dict[str, WorkerHandle]]:
         for version in ("0.11.0", "0.33.0"):
             for role in ("kv_producer", "kv_consumer"):
                 out[f"{version}/{role}"] = stack.enter_context(
-                    start_worker("llama", speedup=20.0, args=_kv(role, version)))
+                    start_worker("llama", speedup=20.0, args=_kv(role, version) + EVENTS,
+                                 env={"PYTHONHASHSEED": "0"}))
         yield out
 
 
@@ -110,3 +119,35 @@ def test_out_of_vocabulary_ids_are_refused_like_vllm(workers: dict[str, WorkerHa
         assert r.status_code == 400
         assert r.json()["error"] == {"message": f"Token id {bad} is out of vocabulary", "type": "BadRequestError",
                                      "param": None, "code": 400}
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.33.0"])
+def test_kv_events_are_encoded_and_hashed_as_the_version_does(workers: dict[str, WorkerHandle], version: str) -> None:
+    w = workers[f"{version}/kv_consumer"]
+    assert w.kv_events_endpoint
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(w.kv_events_endpoint)
+    try:
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            sub.poll(20)  # let the subscription reach the worker's PUB
+        prompt = f"events for vLLM {version}: " + "the model token cache and the river city music " * 6
+        r = httpx.post(f"{w.url}/v1/completions", json={"model": "llama", "prompt": prompt, "max_tokens": 1})
+        assert r.status_code == 200
+        assert sub.poll(5000), "no KV events"
+        events = msgpack.unpackb(sub.recv_multipart()[2])[1]
+    finally:
+        sub.close(0)
+        ctx.term()
+    ids = mock_tokenizer.encode(prompt)
+    n = len(ids) // 16
+    expected = [to_external(h) for h in block_hashes(ids, 16, "sha256", version, seed_env="0")]
+    stored = [e for e in events if (e[0] if isinstance(e, list) else e["type"]) == "BlockStored"]
+    assert stored
+    if version == "0.11.0":  # ["BlockStored", block_hashes, parent, token_ids, block_size, lora_id, medium]
+        assert stored[0] == ["BlockStored", expected, None, ids[: n * 16], 16, None, "GPU"]
+    else:
+        assert stored[0]["block_hashes"] == expected and stored[0]["group_idx"] == 0
+        assert stored[0]["extra_keys"] == [None] * n and stored[0]["token_ids"] == ids[: n * 16]
