@@ -21,7 +21,10 @@ def test_planner_metrics_exposition():
                  'pdserve_planner_slo_itl_seconds{namespace="ns",service="svc"} 0.05',
                  'pdserve_planner_decisions_total{namespace="ns",service="svc"} 1.0',
                  'pdserve_planner_held{namespace="ns",service="svc"} 0.0',
-                 'pdserve_planner_correction_factor{namespace="ns",pool="prefill",service="svc"} 1.1'):
+                 'pdserve_planner_correction_factor{namespace="ns",pool="prefill",service="svc"} 1.1',
+                 # never held yet: every reason's counter exists at 0
+                 'pdserve_planner_held_decisions_total{namespace="ns",reason="stale-metrics",service="svc"} 0.0',
+                 'pdserve_planner_held_decisions_total{namespace="ns",reason="missing-data",service="svc"} 0.0'):
         assert line in text, line
     m.record("svc", "ns", obs, held)
     text = generate_latest(m.registry).decode()

@@ -6,6 +6,7 @@ import math
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from pdserve.planner import decision as _decision
 from pdserve.planner.decision import ScalingDecision
 from pdserve.planner.observation import Observation
 
@@ -14,6 +15,10 @@ _OBSERVED = {
     "ttft_seconds": "ttft_mean_s", "itl_seconds": "itl_mean_s",
 }
 _PREDICTED = {"request_rate": "requestRate", "isl": "isl", "osl": "osl"}
+# Every reason a decision can be held for: their counters start at 0 with the service,
+# so "never held" is a series of zeros (the dashboard's annotation and rate() see it)
+# rather than no series at all.
+HOLD_REASONS = tuple(sorted(v for k, v in vars(_decision).items() if k.startswith("HOLD_") and isinstance(v, str)))
 
 
 class PlannerMetrics:
@@ -35,6 +40,8 @@ class PlannerMetrics:
     def record(self, service: str, namespace: str, obs: Observation, d: ScalingDecision,
                ttft_slo_ms: float | None = None, itl_slo_ms: float | None = None) -> None:
         lab = {"service": service, "namespace": namespace}
+        for reason in HOLD_REASONS:
+            self.held.labels(**lab, reason=reason)
         for k, attr in _OBSERVED.items():
             v = getattr(obs, attr)
             if math.isfinite(v):
