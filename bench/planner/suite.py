@@ -103,6 +103,7 @@ def main() -> int:
     ap.add_argument("--traces", type=Path, default=Path("/work/shared/data/traces"), help="folder with the public traces")
     ap.add_argument("--setups", nargs="+", default=list(PLAN))
     ap.add_argument("--only", nargs="+", help="trace ids to run (default: the plan)")
+    ap.add_argument("--runs", nargs="+", metavar="SETUP/TRACE", help="held-out runs in this order (default: the plan)")
     ap.add_argument("--summarise-only", action="store_true")
     ap.add_argument("--dynamo-python", type=Path,
                     help="peer environment's python: add Dynamo's SLA planner to every existing result (--merge)")
@@ -125,15 +126,17 @@ def main() -> int:
     elif not args.summarise_only:
         tr = traces(args.traces)
         for s, t in TUNE:
-            if (not args.only or t in args.only) and s in args.setups:
+            done = (args.results / s / f"{t}.json").exists() and args.runs is not None
+            if (not args.only or t in args.only) and s in args.setups and not done:
                 run_one(args.results, s, t, tr[t], [], tuned=True)
         pt, kt = pick_reactive(args.results)
         print(f"reactive thresholds from the tuning set: prefill target {pt}, KV target {kt}", flush=True)
-        for s in args.setups:
-            for t in PLAN[s]:
-                if (s, t) in TUNE or (args.only and t not in args.only):
-                    continue
-                run_one(args.results, s, t, tr[t], ["--reactive-prefill-target", str(pt), "--reactive-kv-target", str(kt)], False)
+        order = [tuple(r.split("/", 1)) for r in args.runs] if args.runs else \
+            [(s, t) for s in args.setups for t in PLAN[s]]
+        for s, t in order:
+            if (s, t) in TUNE or (args.only and t not in args.only):
+                continue
+            run_one(args.results, s, t, tr[t], ["--reactive-prefill-target", str(pt), "--reactive-kv-target", str(kt)], False)
     doc = summarise(args.results, run)
     for r in doc["runs"]:
         p = r["policies"].get("planner", {})
