@@ -176,7 +176,7 @@ class ForwardPassPerfModelConfig:
         self.model_name, self.system_name, self.tp_size, self.pp_size = self.model, self.system, self.tp, self.pp
 
     @classmethod
-    def from_legacy_engine_config(cls, legacy: dict, worker_type: str, options: dict | None) -> "SimpleNamespace":
+    def from_legacy_engine_config(cls, legacy: dict, worker_type: str, options: dict | None) -> SimpleNamespace:
         return SimpleNamespace(estimator_config=dict(options or {}))
 
 
