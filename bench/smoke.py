@@ -56,6 +56,7 @@ SMOKES: list[Smoke] = [
     Smoke("dynamo_replay", "bench/router/dynamo_replay.py",
           ["--trace", MOONCAKE, "--workers", "2", "--num-gpu-blocks", "848", "--router-mode", "kv_router"],
           timeout_s=120, needs_peers=True),
+    Smoke("kv_event_lag", "bench/sim/kv_event_lag.py", ["--requests", "10", "--out", "{out}/lag.json"], ["lag.json"]),
     Smoke("decision_time", "bench/router/decision_time.py",
           ["--workers", "4", "--blocks", "2000", "--requests", "50", "--runs", "2", "--out", "{out}/dt.json"], ["dt.json"]),
     Smoke("tokenize_cost", "bench/router/tokenize_cost.py",

@@ -23,13 +23,16 @@ ROOT = Path(__file__).resolve().parents[2]
                                     dict(topology="chunked", instances=3)])
 def test_index_knows_every_block_each_engine_caches(layout: dict[str, object]) -> None:
     trace = load_trace(ROOT / "bench/sim/data/mooncake_conv_excerpt.jsonl")
-    sim = Simulation(trace, SimConfig(**layout, block_size=512, policy="kv_aware", token_budget=2048))  # type: ignore[arg-type]
+    # Exact views: each step's events land at the step's end, so the index can be compared
+    # with the engine right then (with the default event lag the engine has moved on).
+    sim = Simulation(trace, SimConfig(**layout, block_size=512, policy="kv_aware", token_budget=2048,  # type: ignore[arg-type]
+                                      exact_views=True))
     checked = 0
-    orig = sim._feed_index
+    orig = sim.router_view.apply_events
 
-    def feed_then_check(inst, out):  # type: ignore[no-untyped-def]
+    def feed_then_check(inst, ev):  # type: ignore[no-untyped-def]
         nonlocal checked
-        orig(inst, out)
+        orig(inst, ev)
         index = sim.scheduler.index
         held = list(inst.engine.pool.cached)
         missing = [h for h in held if inst.instance_id not in index.holders(h)]
@@ -37,6 +40,6 @@ def test_index_knows_every_block_each_engine_caches(layout: dict[str, object]) -
         checked += len(held)
 
     assert sim.scheduler.uses_prefixes
-    sim._feed_index = feed_then_check  # type: ignore[method-assign]
+    sim.router_view.apply_events = feed_then_check  # type: ignore[method-assign]
     sim.run()
     assert checked > 0

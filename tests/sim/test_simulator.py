@@ -220,3 +220,23 @@ def test_negative_host_terms_are_refused_by_name() -> None:
     for field in ("ingress_s", "pd_handoff_s", "step_host_s"):
         with pytest.raises(ValueError, match=field):
             SimConfig(**{field: -0.001})
+
+
+def test_by_default_the_router_sees_what_the_live_router_sees(tmp_path: Path) -> None:
+    cfg = SimConfig()
+    assert cfg.view_refresh_s == 0.5 and cfg.kv_event_lag_s > 0 and not cfg.exact_views
+    # Request 1 at t=0 caches a prefix; request 2 (same prefix) comes at t=15, after
+    # kv_aware's 10 s speculative entry expired. With events still in flight (30 s lag)
+    # the router cannot know where the prefix is; with exact views it can.
+    rows = [{"timestamp": t * 1000, "input_length": 5000, "output_length": 4, "hash_ids": list(range(8)) + [50 + t, 80 + t]}
+            for t in (0, 15)]
+    p = tmp_path / "two.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = load_trace(p)
+    base = SimConfig(topology="colocated", instances=4, policy="kv_aware")
+    lagged = run_simulation(trace, base.model_copy(update={"kv_event_lag_s": 30.0}))
+    exact = run_simulation(trace, base.model_copy(update={"kv_event_lag_s": 30.0, "exact_views": True}))
+    assert exact.records[1].decode_instance == exact.records[0].decode_instance
+    assert exact.records[1].cached_tokens == 4096
+    assert lagged.records[1].decode_instance != lagged.records[0].decode_instance
+    assert lagged.records[1].cached_tokens == 0

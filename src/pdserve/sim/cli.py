@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pdserve.router.config import add_routing_args, routing_from_args
-from pdserve.sim.config import SimConfig, SimConfigError, parse_layout
+from pdserve.sim.config import DEFAULT_KV_EVENT_LAG_S, SimConfig, SimConfigError, parse_layout
 from pdserve.sim.metrics import Slo
 from pdserve.sim.plots import attainment_curves, latency_cdfs
 from pdserve.sim.result import dumps, result_document, sweep_entry, write_requests_csv
@@ -55,6 +55,13 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
                    "link time; default 0. The mock stack measures ~3 ms on loopback (bench/sim/hop_probe.py)")
     g.add_argument("--step-host-ms", type=float, default=0.0,
                    help="host time added to every engine step beyond the profile's step overhead; default 0")
+    v = ap.add_argument_group("what the router sees (default: what the live router sees)")
+    v.add_argument("--scrape-interval", type=float, default=0.5,
+                   help="seconds between the router's scrapes of engine gauges, as pdserve router's flag")
+    v.add_argument("--kv-event-lag-ms", type=float, default=DEFAULT_KV_EVENT_LAG_S * 1000,
+                   help="KV event batch publish -> router index lag")
+    v.add_argument("--exact-views", action="store_true",
+                   help="an idealised router that sees every engine's state at the instant it decides")
     s = ap.add_argument_group("SLOs")
     s.add_argument("--ttft-slo-ms", type=float, default=1000.0)
     s.add_argument("--itl-slo-ms", type=float, default=100.0, help="TPOT (mean inter-token latency) objective")
@@ -75,6 +82,9 @@ def engine_fields(args: argparse.Namespace) -> dict[str, object]:
         "ingress_s": args.ingress_ms / 1000,
         "pd_handoff_s": args.pd_handoff_ms / 1000,
         "step_host_s": args.step_host_ms / 1000,
+        "view_refresh_s": args.scrape_interval,
+        "kv_event_lag_s": args.kv_event_lag_ms / 1000,
+        "exact_views": args.exact_views,
         "slo": Slo(ttft_s=args.ttft_slo_ms / 1000, tpot_s=args.itl_slo_ms / 1000, target=args.target),
     }
 

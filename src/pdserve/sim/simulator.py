@@ -48,12 +48,14 @@ from pdserve.sim.kvlink import schedule_transfer
 from pdserve.sim.metrics import RequestRecord, summarize
 from pdserve.sim.outcome import SimResult, instance_report
 from pdserve.sim.prompts import block_keys
+from pdserve.sim.router_view import RouterView
 from pdserve.sim.scaling import apply_tick
 from pdserve.sim.traces import Trace
 from pdserve.sim.windows import WindowTracker
 from pdserve.worker.engine import StepOutput
+from pdserve.worker.kvcache import KvEvents
 
-_KICK, _STEP_DONE, _KV_DONE, _READY, _TICK, _SCRAPE, _DISPATCH, _HANDOFF = range(8)
+_KICK, _STEP_DONE, _KV_DONE, _READY, _TICK, _SCRAPE, _DISPATCH, _HANDOFF, _KV_EVENTS = range(9)
 
 
 @dataclass(slots=True)
@@ -87,12 +89,12 @@ class Simulation:
         self.autoscaler = autoscaler
         self.progress = progress
         self.disagg = config.topology == "disagg"
-        self._index_refs: dict[str, dict[object, int]] = {}  # worker -> block key -> copies held
         pools = ("prefill", "decode") if self.disagg else ("colocated",)
         self.specs: dict[str, PoolSpec] = {p: pool_spec(config, p) for p in pools}
         self.entry_pool = "prefill" if self.disagg else "colocated"
         # The router hashes prompts in the engines' block size, as the operator configures it.
         self.scheduler = Scheduler(replace(config.routing, block_size=self.block_size))
+        self.router_view = RouterView(config, self.scheduler.index)
         self.instances: dict[str, list[Instance]] = {p: [] for p in pools}
         self.pending: dict[str, deque[_Req]] = {p: deque() for p in pools}
         self.heap: list[tuple[float, int, int, object]] = []
@@ -144,37 +146,8 @@ class Simulation:
             inst.kicked = True
             self._push(self.now, _KICK, inst)
 
-    def _feed_index(self, inst: Instance, out: StepOutput) -> None:
-        if not self.scheduler.uses_prefixes:
-            return
-        index = self.scheduler.index
-        ev = out.kv_events
-        # The engine reports a block each time it is cached, also when another block of the
-        # same worker already holds that content, and one BlockRemoved per evicted block (as
-        # vLLM does): count copies per worker so that evicting one copy does not drop a
-        # block the worker still holds (the live router's KvIndex.apply counts them too).
-        refs = self._index_refs.setdefault(inst.instance_id, {})
-        gone = []
-        for h in ev.removed:
-            n = refs.get(h, 0) - 1
-            if n > 0:
-                refs[h] = n
-            else:
-                refs.pop(h, None)
-                gone.append(h)
-        if gone:
-            index.remove(inst.instance_id, gone)
-        for stored in ev.stored:
-            for h in stored.block_hashes:
-                refs[h] = refs.get(h, 0) + 1
-            index.store(inst.instance_id, stored.block_hashes)
-
-    # ---- routing: the live router's scheduler decides --------------------------
     def _views(self, pool: str) -> list[WorkerView]:
-        ready = self.ready(pool)
-        if self.cfg.view_refresh_s > 0:
-            return [i.scraped_view or i.view(load=False) for i in ready]
-        return [i.view() for i in ready]
+        return self.router_view.views(self.ready(pool))
 
     def _instance(self, pool: str, d: Decision) -> Instance:
         return next(i for i in self.instances[pool] if i.instance_id == d.worker_id)
@@ -291,8 +264,11 @@ class Simulation:
         inst.busy = False
         now = self.now
         kv = out.kv_events
-        if kv.stored or kv.removed:
-            self._feed_index(inst, out)
+        if (kv.stored or kv.removed) and self.scheduler.uses_prefixes:
+            if self.router_view.event_lag_s > 0:
+                self._push(now + self.router_view.event_lag_s, _KV_EVENTS, (inst, kv))
+            else:
+                self.router_view.apply_events(inst, kv)
         prefill_pool = inst.pool == "prefill"
         states = self.states
         itl_append = self.itl.append
@@ -380,14 +356,7 @@ class Simulation:
             self.scheduler.forget_worker(inst.instance_id)
 
     def _on_scrape(self, arrivals_left: bool) -> None:
-        # Like the live router's periodic /metrics scrape: policies see engine
-        # gauges as of the last scrape, not the instant of the decision.
-        for inst in self.all_instances:
-            if inst.state is State.READY:
-                v = inst.view()
-                # Only what vLLM's /metrics carries (running, waiting, KV usage): it has no gauge of queued
-                # prompt tokens, so the live router's views say 0 there and its ledger supplies them.
-                inst.scraped_view = WorkerView(v.worker_id, v.running, v.waiting, 0, v.kv_usage)
+        self.router_view.scrape(self.all_instances)
         if arrivals_left or any(k != _SCRAPE for _, _, k, _ in self.heap):
             self._push(self.now + self.cfg.view_refresh_s, _SCRAPE, None)
 
@@ -411,7 +380,7 @@ class Simulation:
                 raise SimConfigError(f"autoscaler.interval_s must be > 0, got {self.autoscaler.interval_s!r}")
             first = reqs[0].arrival_s if reqs else 0.0
             self._push(first + self.autoscaler.interval_s, _TICK, None)
-        if self.cfg.view_refresh_s > 0:
+        if self.router_view.scraping:
             self._push(0.0, _SCRAPE, None)
         i = 0
         every = max(1, n // 100)
@@ -439,6 +408,8 @@ class Simulation:
                     self._dispatch_decode(obj)  # type: ignore[arg-type]
                 elif kind == _SCRAPE:
                     self._on_scrape(i < n)
+                elif kind == _KV_EVENTS:
+                    self.router_view.apply_events(*cast(tuple[Instance, KvEvents], obj))
                 else:
                     self._on_tick()
                     self._push(t + self.autoscaler.interval_s, _TICK, None)  # type: ignore[union-attr]
