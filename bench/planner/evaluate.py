@@ -277,7 +277,7 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
         if proc.returncode != 0:
             raise SystemExit(f"dynamo_peer.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         d = json.loads(res_path.read_text())
-    slo, t0 = s.slo, trace.requests[0].arrival_s
+    slo = s.slo
     n = int(trace.duration_s // s.interval_s) + 1
     ok, cnt = [0] * n, [0] * n
     good = good_warm = warm = 0
