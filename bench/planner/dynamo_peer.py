@@ -221,6 +221,7 @@ def run(cal: dict, trace: Path, work: Path, ratios: dict) -> dict:
         "throughput_adjustment_interval_seconds": int(cal["interval_s"]),
         "prefill_engine_num_gpu": cal["tp"], "decode_engine_num_gpu": cal["tp"],
         "max_gpu_budget": cal["tp"] * 2 * cal["max_replicas"], "min_endpoint": 1,
+        "report_output_dir": str(work / "planner_reports"),  # its HTML report, never into the caller's cwd
     }
     meta = {role: {"provider": "ais", "config": {"pdserve": role}} for role in ("prefill", "decode")}
     wall = time.perf_counter()

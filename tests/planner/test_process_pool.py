@@ -10,7 +10,8 @@ pytestmark = pytest.mark.slow
 
 def test_pool_starts_announces_and_stops_workers(tmp_path):
     disc = tmp_path / "discovery.json"
-    pool = ProcessPool(model="mock", worker_args=["--mock-speedup", "50"], discovery_file=disc, log_dir=tmp_path)
+    pool = ProcessPool(model="mock", worker_args=["--mock-speedup", "50", "--tokenizer-mode", "mock"], discovery_file=disc,
+                       log_dir=tmp_path)
     try:
         pool.apply(ScalingDecision(1, 2, "up", previous=(0, 0)))
         p, d = pool.pools()

@@ -107,6 +107,7 @@ async def load(router: str, schedule: list[tuple[float, float]], stopped: asynci
 
 async def test_planner_scales_with_prometheus(tmp_path: Path):
     worker_args = ["--mock-profile", "opt-13b-a100", "--mock-speedup", "20", "--mock-side-channel-port", "0",
+                   "--tokenizer-mode", "mock",  # the hash-word tokenizer: no model files to fetch
                    "--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})]
     discovery = tmp_path / "discovery.json"
     pool = ProcessPool(model="mock", worker_args=worker_args, discovery_file=discovery, log_dir=tmp_path)

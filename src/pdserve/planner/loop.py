@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pdserve.common.clock import WALL, Clock
 from pdserve.planner.decision import ScalingDecision
 from pdserve.planner.metrics import PlannerMetrics
 from pdserve.planner.observation import Observation, PoolState
@@ -71,15 +71,17 @@ async def tick(policy: PlannerPolicy, source: MetricSource, actuator: Actuator, 
 
 
 async def run_loop(policy: PlannerPolicy, source: MetricSource, actuator: Actuator, *, stopped: Any = None,
-                   clock: Callable[[], float] = time.time, metrics: PlannerMetrics | None = None,
+                   clock: Clock = WALL, metrics: PlannerMetrics | None = None,
                    service: str = "", namespace: str = "", dry_run: bool = False,
                    on_decision: Callable[[Observation, ScalingDecision], None] | None = None,
                    max_ticks: int | None = None, logger: logging.Logger | Any = None) -> None:
     log = logger or logging.getLogger("pdserve.planner")
     n = 0
     while not is_stopped(stopped) and (max_ticks is None or n < max_ticks):
-        started = clock()
-        out = await tick(policy, source, actuator, now=started, dry_run=dry_run, logger=log)
+        # Decisions see wall time (metrics are timestamped with it); the interval is paced
+        # on the monotonic clock so a wall-clock step neither skips nor doubles a tick.
+        started = clock.monotonic()
+        out = await tick(policy, source, actuator, now=clock.now(), dry_run=dry_run, logger=log)
         if out is not None:
             obs, d = out
             if metrics is not None:
@@ -90,4 +92,4 @@ async def run_loop(policy: PlannerPolicy, source: MetricSource, actuator: Actuat
         n += 1
         if max_ticks is not None and n >= max_ticks:
             break
-        await sleep_unless_stopped(stopped, max(0.0, policy.interval_s - (clock() - started)))
+        await sleep_unless_stopped(stopped, max(0.0, policy.interval_s - (clock.monotonic() - started)))

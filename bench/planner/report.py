@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Render the planner evaluation's tables from the committed result files into the README.
+
+    python bench/planner/report.py                 # rewrites the block between the markers
+    python bench/planner/report.py --check         # exit 1 if the README is stale
+
+Reads ``results/<setup>/<trace>.json`` (schema ``pdserve.planner-eval/2``); every number in
+the block comes from those files, so nothing is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
+ORDER = ["lower bound", "best", "static", "reactive", "planner", "planner_constant", "dynamo"]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def render(results: Path) -> str:
+    out = []
+    base = results.parent  # links relative to the README's folder (results/ sits next to it)
+    for f in sorted(results.glob("*/*.json")):
+        d = json.loads(f.read_text())
+        if d.get("schema") != "pdserve.planner-eval/2":
+            continue
+        tr, su, m = d["trace"], d["setup"], d["meta"]
+        res = d["results"]
+        best = res.get("best", {}).get("gpu_hours")
+        tag = "tuning set" if tr["tuned_on"] else "held out"
+        out += [
+            f"#### {tr['id']} — {su['model_profile']} (TP {su['tp']['prefill']}, <= {su['max_replicas']} per pool), {tag}",
+            "",
+            f"{tr['requests']} requests over {tr['window_s'][1] - tr['window_s'][0]:.0f} s, {tr['mean_rate']:.1f} req/s, "
+            f"{tr['prompt_tokens_per_s'] / 1000:.1f}k prompt tokens/s on average; warm-up {su['warmup_s']:.0f} s. "
+            f"[`{f.relative_to(base)}`]({f.relative_to(base)}), load {m['loadavg_before']['1m']:.1f}, "
+            f"commit {m['commit'][:8]}.",
+            "",
+            "| policy | attainment | after warm-up | GPU-hours | vs best | max P / D |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+            f"| lower bound | - | - | {d['lower_bound']['gpu_hours']:.2f} | "
+            f"{d['lower_bound']['gpu_hours'] / best:.2f} | - |" if best else
+            f"| lower bound | - | - | {d['lower_bound']['gpu_hours']:.2f} | - | - |",
+        ]
+        for name in ORDER[1:]:
+            r = res.get(name)
+            if r is None:
+                continue
+            label = {"best": "best schedule found", "static": f"static {r.get('size', ['?', '?'])[0]}P"
+                     f"{r.get('size', ['?', '?'])[1]}D"}.get(name, name)
+            vs = f"{r['gpu_hours'] / best:.2f}" if best else "-"
+            out.append(f"| {label} | {_pct(r['attainment'])} | {_pct(r['attainment_after_warmup'])} | "
+                       f"{r['gpu_hours']:.2f} | {vs} | {r.get('max_prefill', '-')} / {r.get('max_decode', '-')} |")
+        out.append("")
+        png = f.with_suffix(".png")
+        if png.exists():
+            out += [f"![{tr['id']} {su['model_profile']}]({png.relative_to(base)})", ""]
+    return "\n".join(out)
+
+
+def splice(readme: str, block: str) -> str:
+    if BEGIN not in readme or END not in readme:
+        raise ValueError(f"README has no {BEGIN} ... {END} block")
+    a, b = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    return readme[:a] + "\n" + block + "\n" + readme[b:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--folder", type=Path, default=HERE / "results", help="result folder")
+    ap.add_argument("--readme", type=Path, default=HERE / "README.md")
+    ap.add_argument("--out", type=Path, help="write the rendered block here instead of into the README")
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args(argv)
+    block = render(args.folder)
+    if args.out:
+        args.out.write_text(block + "\n")
+        return 0
+    readme = args.readme.read_text()
+    new = splice(readme, block)
+    if args.check:
+        return 0 if new == readme else 1
+    args.readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
