@@ -142,3 +142,41 @@ INVALID: list[Invalid] = [
         "resources",
     ),
 ]
+
+
+@dataclass(frozen=True)
+class Valid:
+    """A resource vLLM would run: both layers must accept it (refusing these would be as wrong)."""
+
+    id: str
+    mutate: Callable[[dict[str, Any]], None]
+
+    def manifest(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        m = copy.deepcopy(valid_manifest(name, namespace))
+        self.mutate(m)
+        return m
+
+
+VALID: list[Valid] = [
+    # 0.33's NIXL reads from several prefill ranks (tp_mapping.py): prefill TP may exceed decode TP.
+    Valid("prefill-tp-above-decode-0.33", _tp(4, 2)),
+    Valid("decode-tp-multiple-0.11", _many(_V011, _tp(2, 4))),
+    Valid("mooncake-0.33", _set("spec.kvConnector", {"type": "MooncakeConnector", "sideChannelPort": 8998})),
+    # 0.33 serves every TP rank's handshake on the base port: 5556 with TP 4 is clear of 5557 there.
+    Valid("side-channel-just-below-kv-events-0.33", _many(_tp(4, 4), _set("spec.kvConnector", {"sideChannelPort": 5556}))),
+    Valid("side-channel-range-clear-0.11", _many(_V011, _tp(4, 4), _set("spec.kvConnector", {"sideChannelPort": 5553}))),
+    Valid("block-size-24-0.33", _set("spec.engine.blockSize", 24)),
+    Valid("tokenizer-mode-slow-0.11", _many(_V011, _set("spec.model.tokenizerMode", "slow"))),
+    Valid(
+        "gated-model-pieces",
+        _many(
+            _set("spec.model.tokenSecret", {"name": "hf-token"}),
+            _set("spec.modelCache", {"persistentVolumeClaim": "hf-cache", "readOnly": True}),
+            _set("spec.engine.env", [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "x"}}}]),
+            _set("spec.engine.envFrom", [{"secretRef": {"name": "creds"}, "prefix": "S3_"}]),
+            _set("spec.imagePullSecrets", [{"name": "regcred"}]),
+        ),
+    ),
+    Valid("rdma-as-root", _many(_set("spec.engine.runAsRoot", True), _set("spec.rdma", {"enabled": True, "resources": {"nvidia.com/hostdev": 2}, "ucxNetDevices": "mlx5_0:1"}))),
+    Valid("unrelated-extra-args", _set("spec.prefill.extraArgs", ["--max-num-seqs", "8", "--block-size-hint"])),
+]

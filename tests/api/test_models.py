@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from pdserve.api import DisaggregatedService, DisaggregatedServiceSpec
 
-from .invalid_cases import INVALID, Invalid, valid_manifest
+from .invalid_cases import INVALID, VALID, Invalid, Valid, valid_manifest
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
@@ -30,6 +30,11 @@ def test_invalid_spec_refused_naming_the_field(case: Invalid) -> None:
     with pytest.raises(ValidationError) as err:
         DisaggregatedService.from_body(case.manifest("bad"))
     assert case.pydantic_field in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("case", VALID, ids=[c.id for c in VALID])
+def test_valid_spec_accepted(case: Valid) -> None:
+    DisaggregatedService.from_body(case.manifest("good"))
 
 
 def test_at_least_ten_distinct_invalid_cases() -> None:
