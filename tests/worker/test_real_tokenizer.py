@@ -95,3 +95,20 @@ def test_kv_events_carry_the_models_token_ids(worker: WorkerHandle, tok: ModelTo
                 if ev["type"] == "BlockStored":
                     stored += ev["token_ids"]
     assert stored[: len(ids) // 16 * 16] == ids[: len(ids) // 16 * 16]
+
+
+def test_mistral_tokenizer_mode() -> None:
+    """``--tokenizer-mode mistral`` with the Tekken tokenizer mistral-common ships."""
+    from pdserve.tokenization.testing import shipped_mistral_tokenizer
+
+    path = str(shipped_mistral_tokenizer("tekken"))
+    tok = load_tokenizer(path, "mistral")
+    msgs = [{"role": "user", "content": TEXT}]
+    with start_worker("mistral-model", speedup=20.0, tokenizer=path, tokenizer_mode="mistral") as w:
+        c = httpx.post(f"{w.url}/v1/chat/completions", json={"messages": msgs, "max_tokens": 3})
+        assert c.status_code == 200, c.text
+        assert c.json()["usage"]["prompt_tokens"] == len(tok.chat_ids(msgs, add_generation_prompt=True))
+        r = httpx.post(f"{w.url}/v1/completions", json={"prompt": TEXT, "max_tokens": 3})
+        assert r.json()["usage"]["prompt_tokens"] == len(tok.encode(TEXT))
+        oov = httpx.post(f"{w.url}/v1/completions", json={"prompt": [tok.vocab_size], "max_tokens": 1})
+        assert oov.status_code == 400 and "out of vocabulary" in oov.json()["error"]["message"]
