@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from pdserve.router.app import STATE_KEY, build_app
+from pdserve.router.shell.app import STATE_KEY, build_app
 from pdserve.router.config import RouterConfig
-from pdserve.router.state import RouterState
+from pdserve.router.shell.state import RouterState
 
 MODEL = "mock-llama"
 

@@ -294,7 +294,7 @@ def test_prefill_pool_ignores_transient_kv_usage_but_not_a_full_cache() -> None:
 
 
 def test_router_builds_its_prefill_policy_with_the_prefill_pool_weights() -> None:
-    from pdserve.router.state import RouterState
+    from pdserve.router.shell.state import RouterState
 
     from pdserve.router.core.spec import RoutingSpec
 

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from pdserve.router.state import RouterState
+from pdserve.router.shell.state import RouterState
 from pdserve.tokenization.testing import build_bpe_tokenizer
 from tests.router.conftest import MODEL, metric_sum, router_config, run_router, spawn
 

@@ -10,7 +10,7 @@ from pdserve.router.config import RouterConfig, routing_flags
 from pdserve.router.core.build import PolicySet
 from pdserve.router.core.spec import AdmissionSpec, PolicyName, RoutingSpec
 from pdserve.router.policies import CostWeights, Policy
-from pdserve.router.state import RouterState
+from pdserve.router.shell.state import RouterState
 from pdserve.sim.config import SimConfig
 from pdserve.sim.simulator import Simulation
 from pdserve.sim.traces import synthetic_trace

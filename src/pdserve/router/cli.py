@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
     try:
         cfg = config_from_args(args)
         cfg.validate()
-        from pdserve.router.app import build_app
+        from pdserve.router.shell.app import build_app
 
         app = build_app(cfg)
     except ValueError as e:

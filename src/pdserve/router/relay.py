@@ -26,12 +26,12 @@ from pdserve.router.core import pd
 from pdserve.router.http1 import Response as Http1Response
 from pdserve.router.metrics import HistogramBatch
 from pdserve.router.policies import Policy
-from pdserve.router.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
+from pdserve.router.shell.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
 from pdserve.tokenization import ModelTokenizer
 
 if TYPE_CHECKING:
-    from pdserve.router.handler import Flow
-    from pdserve.router.state import RouterState
+    from pdserve.router.shell.handler import Flow
+    from pdserve.router.shell.state import RouterState
 
 CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
 log = logging.getLogger("pdserve.router.relay")

@@ -15,11 +15,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from pdserve.router.config import RouterConfig
 from pdserve.router.discovery import Endpoints, FileWatcher, KubernetesWatcher, parse_discovery
-from pdserve.router.handler import CompletionHandler, error_response
+from pdserve.router.shell.handler import CompletionHandler, error_response
 from pdserve.router.http1 import Http1Pool
 from pdserve.router.kv_events import KvEventSubscriber
 from pdserve.router.metrics import exposition
-from pdserve.router.state import RouterState
+from pdserve.router.shell.state import RouterState
 
 log = logging.getLogger("pdserve.router")
 STATE_KEY = web.AppKey("state", RouterState)

@@ -22,8 +22,8 @@ from pdserve.router.core.scheduler import Mode, RoutePlan
 from pdserve.router.policies import Decision, Policy, RouteRequest
 from pdserve.router.relay import relay_stream
 from pdserve.router.requests import Kind, ParsedRequest, RequestError, parse_request
-from pdserve.router.state import Choice, RouterState
-from pdserve.router.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
+from pdserve.router.shell.state import Choice, RouterState
+from pdserve.router.shell.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
 
 ROUTE_HEADER = "x-pdserve-route"
 log = logging.getLogger("pdserve.router")

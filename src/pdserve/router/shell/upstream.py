@@ -12,7 +12,7 @@ import aiohttp
 
 from pdserve.router.http1 import Response as Http1Response
 from pdserve.router.policies import Policy, RouteRequest
-from pdserve.router.state import Choice, RouterState
+from pdserve.router.shell.state import Choice, RouterState
 
 # Failures that mean "this worker could not serve it", worth another worker.
 RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, ConnectionError)
