@@ -134,3 +134,10 @@ def test_0_33_events_publish_the_cache_salt_untagged() -> None:
 def test_to_external_is_the_low_64_bits() -> None:
     h = bytes(range(32))
     assert vllm_hash.to_external(h) == int.from_bytes(h[-8:], "big")
+
+
+def test_raw_digests_when_int_block_hashes_are_off() -> None:
+    # VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0: maybe_convert_block_hash returns the digest itself
+    (_, removed, stored) = msgpack.unpackb(encode_batch(0.0, encode_events(_events(), 16, "array_tagged", False)))[1]
+    assert removed == ["BlockRemoved", [bytes([3]) * 32], "GPU"]
+    assert stored[1] == [bytes([1]) * 32, bytes([2]) * 32]

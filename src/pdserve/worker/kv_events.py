@@ -26,6 +26,7 @@ thread does all socket work so the serving loop never blocks on ZMQ.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pdserve.worker.kvcache import KvEvents
 from pdserve.worker.vllm_emulation import EventEncoding
-from pdserve.worker.vllm_hash import event_extra_keys, to_external
+from pdserve.worker.vllm_hash import event_extra_keys, to_external as _to_int
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 MEDIUM_GPU = "GPU"
@@ -57,8 +58,8 @@ class _EventV011(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, 
 
 
 class BlockStoredV011(_EventV011, tag="BlockStored"):  # type: ignore[call-arg]
-    block_hashes: list[int]
-    parent_block_hash: int | None
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None
     token_ids: list[int]
     block_size: int
     lora_id: int | None
@@ -66,7 +67,7 @@ class BlockStoredV011(_EventV011, tag="BlockStored"):  # type: ignore[call-arg]
 
 
 class BlockRemovedV011(_EventV011, tag="BlockRemoved"):  # type: ignore[call-arg]
-    block_hashes: list[int]
+    block_hashes: list[int | bytes]
     medium: str | None
 
 
@@ -80,8 +81,8 @@ class _EventV033(msgspec.Struct, omit_defaults=True, gc=False, tag=True):  # typ
 
 
 class BlockStoredV033(_EventV033, tag="BlockStored"):  # type: ignore[call-arg]
-    block_hashes: list[int]
-    parent_block_hash: int | None
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None
     token_ids: list[int]
     block_size: int
     lora_id: int | None
@@ -98,7 +99,7 @@ class BlockStoredV033(_EventV033, tag="BlockStored"):  # type: ignore[call-arg]
 
 
 class BlockRemovedV033(_EventV033, tag="BlockRemoved"):  # type: ignore[call-arg]
-    block_hashes: list[int]
+    block_hashes: list[int | bytes]
     medium: str | None
     group_idx: int | None = None
     locality: str | None = None
@@ -109,8 +110,16 @@ class AllBlocksClearedV033(_EventV033, tag="AllBlocksCleared"):  # type: ignore[
     pass
 
 
-def encode_events(events: KvEvents, block_size: int, encoding: EventEncoding = "map_tagged") -> list[Any]:
+def use_int_block_hashes() -> bool:
+    """vLLM's ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` (envs.py, default 1 in 0.11 and 0.33): 0 publishes
+    the raw digests (``maybe_convert_block_hash`` returns the bytes)."""
+    return bool(int(os.environ.get("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "1")))
+
+
+def encode_events(events: KvEvents, block_size: int, encoding: EventEncoding = "map_tagged",
+                  int_hashes: bool = True) -> list[Any]:
     """One engine step's events as the emulated version's structs, in vLLM's order."""
+    to_external = _to_int if int_hashes else _to_bytes
     out: list[Any] = []
     v11 = encoding == "array_tagged"
     if events.cleared:
@@ -138,6 +147,10 @@ def encode_batch(ts: float, events: list[Any], data_parallel_rank: int | None = 
 _ENCODER = msgspec.msgpack.Encoder()
 
 
+def _to_bytes(h: bytes) -> bytes:
+    return h
+
+
 class KVEventsConfig(BaseModel):
     """vLLM's ``--kv-events-config`` JSON."""
 
@@ -159,6 +172,7 @@ class ZmqEventPublisher:
                  encoding: EventEncoding = "map_tagged") -> None:
         self.config = config
         self.encoding: EventEncoding = encoding
+        self.int_hashes = use_int_block_hashes()
         self._dp_rank = data_parallel_rank
         self._queue: queue.Queue[tuple[float, list[Any]] | None] = queue.Queue(config.max_queue_size)
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)

@@ -142,7 +142,8 @@ class EngineRunner:
         ok = self.engine.reset_prefix_cache()
         events = self.engine.drain_kv_events()
         if self.publisher is not None and (events.cleared or events.removed or events.stored):
-            self.publisher.publish(encode_events(events, self.engine.config.block_size, self.publisher.encoding))
+            self.publisher.publish(encode_events(events, self.engine.config.block_size, self.publisher.encoding,
+                                                 self.publisher.int_hashes))
         return ok
 
     def release_kv(self, request_id: str) -> bool:
@@ -213,7 +214,7 @@ class EngineRunner:
             self.metrics.iteration_tokens.observe(out.num_prefill_tokens + out.num_decode_tokens)
         if self.publisher is not None and (out.kv_events.stored or out.kv_events.removed or out.kv_events.cleared):
             self.publisher.publish(encode_events(out.kv_events, self.engine.config.block_size,
-                                                 self.publisher.encoding))
+                                                 self.publisher.encoding, self.publisher.int_hashes))
         self.metrics.update_engine(self.engine.stats())
         return out
 
