@@ -208,7 +208,8 @@ def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int) -> t
     """One pdserve policy on the window: hit ratio, TTFT, load balance (requests and work per routed worker)."""
     cfg = SimConfig(topology=args.topology, instances=args.instances, block_size=block,
                     prefill_instances=args.instances, decode_instances=args.decode_instances,
-                    policy=name if name in POLICIES else "round_robin", token_budget=args.token_budget)
+                    policy=name if name in POLICIES else "round_robin", token_budget=args.token_budget,
+                    exact_views=args.exact_views)
     t0 = time.perf_counter()
     sim = Simulation(trace.scaled(args.rate_scale), cfg)
     install_reference(name, sim, block)
@@ -255,6 +256,9 @@ def main() -> int:
                     help="disagg: --instances prefill engines (the routed pool) + --decode-instances decode engines")
     ap.add_argument("--decode-instances", type=int, default=4)
     ap.add_argument("--token-budget", type=int, default=2048)
+    ap.add_argument("--exact-views", action="store_true",
+                    help="the idealised router (engine state at the instant of each decision) instead of the "
+                         "simulator's default, what the live router sees (0.5 s scrapes, KV event lag)")
     ap.add_argument("--rate-scale", type=float, default=1.0, help="arrival rate multiplier")
     ap.add_argument("--policies", nargs="+", default=[*sorted(POLICIES), *BASELINES, "greedy_global"])
     ap.add_argument("--block-size", type=int, default=None,
@@ -323,7 +327,7 @@ def main() -> int:
             "topology": args.topology, "layout": layout, "instances": args.instances,
             "decode_instances": args.decode_instances if args.topology == "disagg" else 0,
             "token_budget": args.token_budget, "block_size": block, "kv_blocks_per_worker": num_blocks,
-            "rate_scale": args.rate_scale,
+            "rate_scale": args.rate_scale, "exact_views": args.exact_views,
             "bound": {"hit_ratio": round(bound_hit, 4), **bound_ttft,
                       "what": "one unlimited cache shared by all workers; TTFT of each prompt's uncached part "
                               "prefilled alone on an idle engine (front-end latency + one step)"},
