@@ -35,3 +35,26 @@ async def test_fallback_is_opt_in_and_visible(tmp_path) -> None:
             assert resp.status == 200 and "policy=prefix_approx" in resp.headers["x-pdserve-route"]
             async with r.session.get(r.url + "/metrics") as m:
                 assert metric_sum(await m.text(), "pdserve_router_tokenizer_fallback") == 1
+
+
+def test_chat_preprocessing_follows_the_workers_vllm_version(tmp_path) -> None:
+    import json
+
+    from pdserve.router.cli import build_parser, config_from_args
+    from pdserve.router.requests import parse_request
+
+    d = build_bpe_tokenizer(tmp_path)
+    body = json.dumps({"messages": [{"role": "developer", "content": "Rules."}, {"role": "user", "content": "q"}],
+                       "add_special_tokens": True}).encode()
+    ids = {}
+    for version in ("0.11.0", "0.33.0"):
+        args = build_parser().parse_args(["--decode", "http://d:1", "--tokenizer", str(d), "--vllm-version", version])
+        st = RouterState(config_from_args(args))
+        assert st.tokenizer.rules.version == version  # type: ignore[attr-defined]
+        ids[version] = parse_request(body, "chat", st.tokenizer).prompt_ids
+    tok = st.tokenizer
+    # 0.11: developer role as is, and the request's add_special_tokens adds a second BOS;
+    # 0.33: developer -> system, special tokens not added again.
+    assert tok.decode(ids["0.33.0"], skip_special_tokens=False).startswith("<|begin_of_text|><|start_header_id|>system")
+    assert tok.decode(ids["0.11.0"], skip_special_tokens=False).startswith(
+        "<|begin_of_text|><|begin_of_text|><|start_header_id|>developer")

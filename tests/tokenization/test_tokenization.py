@@ -56,8 +56,12 @@ def test_chat_ids_are_the_llama3_template_encoded_without_special_tokens(tok):
     ids = tok.chat_ids(msgs)
     assert ids == tok.encode(expected, add_special_tokens=False)
     assert ids.count(tok.encode("<|begin_of_text|>", add_special_tokens=False)[0]) == 1
-    # vLLM 0.11 encodes the rendered text with the request's add_special_tokens: a second BOS.
-    assert tok.chat_ids(msgs, add_special_tokens=True) == tok.encode(expected, add_special_tokens=True)
+    # vLLM 0.33 tokenizes inside the template: the request's add_special_tokens changes nothing;
+    # 0.11 encodes the rendered text with it: a second BOS.
+    assert tok.chat_ids(msgs, add_special_tokens=True) == ids
+    tok011 = load_tokenizer(str(tok.name), vllm_version="0.11.0")
+    assert tok011.chat_ids(msgs, add_special_tokens=True) == tok.encode(expected, add_special_tokens=True)
+    assert tok011.chat_ids(msgs) == ids
     no_gen = tok.chat_ids(msgs, add_generation_prompt=False)
     assert ids[: len(no_gen)] == no_gen and len(ids) > len(no_gen)
 
@@ -104,8 +108,16 @@ def test_bad_messages_are_client_errors(tok):
 
 
 def test_developer_role_becomes_system_when_the_template_has_none(tok):
-    dev = tok.render([{"role": "developer", "content": "Rules."}, {"role": "user", "content": "q"}])
-    assert dev == _llama3(("system", "Rules."), ("user", "q"))
+    msgs = [{"role": "developer", "content": "Rules."}, {"role": "user", "content": "q"}]
+    assert tok.render(msgs) == _llama3(("system", "Rules."), ("user", "q"))
+    # 0.11 hands the template the developer role as is
+    assert load_tokenizer(str(tok.name), vllm_version="0.11.0").render(msgs) == _llama3(("developer", "Rules."),
+                                                                                           ("user", "q"))
+
+
+def test_unknown_vllm_version_is_a_load_error(bpe_dir):
+    with pytest.raises(TokenizerLoadError, match="vLLM version"):
+        load_tokenizer(str(bpe_dir), vllm_version="latest")
 
 
 def test_assistant_tool_call_arguments_reach_the_template_as_dicts(tmp_path):

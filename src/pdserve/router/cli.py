@@ -11,6 +11,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from pdserve.api.vllm_versions import DEFAULT_VERSION
+from pdserve.api.vllm_versions import VERSIONS as VLLM_VERSIONS
 from pdserve.router.config import RouterConfig, add_routing_args, routing_from_args
 
 
@@ -34,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--trust-remote-code", action="store_true")
     k.add_argument("--chat-template", help="as vLLM's --chat-template: a file or the template itself")
     k.add_argument("--chat-template-content-format", default="auto", choices=["auto", "string", "openai"])
+    k.add_argument("--vllm-version", default=DEFAULT_VERSION, choices=sorted(VLLM_VERSIONS),
+                   help="the workers' vLLM release: where releases preprocess chats differently (add_special_tokens, "
+                        "developer role, Mistral requests), the router follows this one")
     k.add_argument("--tokenizer-fallback", default="none", choices=["none", "approx"],
                    help="approx: start even when the tokenizer cannot be loaded, routing by the router's own "
                         "history (prefix_approx), without stream migration; sets pdserve_router_tokenizer_fallback")
@@ -81,6 +86,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         tokenizer=args.tokenizer, tokenizer_mode=args.tokenizer_mode, tokenizer_revision=args.tokenizer_revision,
         trust_remote_code=args.trust_remote_code, chat_template=args.chat_template,
         chat_template_content_format=args.chat_template_content_format, tokenizer_fallback=args.tokenizer_fallback,
+        vllm_version=args.vllm_version,
     )
 
 

@@ -44,6 +44,7 @@ class RouterConfig:
     chat_template: str | None = None
     chat_template_content_format: str = "auto"
     tokenizer_fallback: str = "none"  # none | approx (see router/tokenizing.py)
+    vllm_version: str | None = None  # the workers' release: its chat preprocessing rules (tokenization/rules.py)
 
 
     def validate(self) -> None:

@@ -30,7 +30,8 @@ def load_router_tokenizer(cfg: RouterConfig, registry: CollectorRegistry) -> Mod
     try:
         tok = load_tokenizer(cfg.tokenizer or "", cfg.tokenizer_mode, revision=cfg.tokenizer_revision,
                              trust_remote_code=cfg.trust_remote_code, chat_template=cfg.chat_template,
-                             chat_template_content_format=cfg.chat_template_content_format)
+                             chat_template_content_format=cfg.chat_template_content_format,
+                             vllm_version=cfg.vllm_version)
     except TokenizerLoadError as e:
         if cfg.tokenizer_fallback != "approx":
             raise ValueError(f"{e} (start anyway with --tokenizer-fallback approx: approximate prefix "

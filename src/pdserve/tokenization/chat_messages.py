@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pdserve.tokenization.base import ChatTemplateError
+from pdserve.tokenization.rules import ChatRules, rules_for
 
 ContentFormat = Literal["string", "openai"]
 TEXT_PART_TYPES = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal",
@@ -65,7 +66,7 @@ def _strip_billing_header(parts: list[Any]) -> list[Any]:
     return out
 
 
-def _tool_arguments(args: Any) -> dict[str, Any]:
+def _tool_arguments(args: Any, lenient: bool) -> Any:
     if not args:
         return {}
     if isinstance(args, dict):
@@ -74,12 +75,18 @@ def _tool_arguments(args: Any) -> dict[str, Any]:
     if isinstance(args, str):
         try:
             parsed = json.loads(args)
-        except json.JSONDecodeError:
-            parsed = None  # vLLM coerces malformed history arguments to {}
+        except json.JSONDecodeError as e:
+            if not lenient:  # 0.11: json.loads raises, the request is refused
+                raise ChatTemplateError(f"tool call arguments are not valid JSON: {e}") from e
+            parsed = None  # 0.33 coerces malformed history arguments to {}
+    if not lenient:
+        return parsed if isinstance(args, str) else args
     return parsed if isinstance(parsed, dict) else {}
 
 
-def parse_messages(messages: Sequence[Mapping[str, Any]], content_format: ContentFormat) -> list[dict[str, Any]]:
+def parse_messages(messages: Sequence[Mapping[str, Any]], content_format: ContentFormat,
+                   rules: ChatRules | None = None) -> list[dict[str, Any]]:
+    rules = rules or rules_for(None)
     conversation: list[dict[str, Any]] = []
     for i, msg in enumerate(messages):
         where = f"messages[{i}].content"
@@ -93,7 +100,7 @@ def parse_messages(messages: Sequence[Mapping[str, Any]], content_format: Conten
             parts = list(content)
         else:
             raise ChatTemplateError(f"{where} must be a string, a list of parts or null")
-        if role == "system":
+        if role == "system" and rules.strip_billing_header:
             parts = _strip_billing_header(parts)
         texts = [t for t in (_part_text(p, f"{where}[{j}]") for j, p in enumerate(parts)) if t is not None]
         out: dict[str, Any] = {"role": role}
@@ -103,43 +110,47 @@ def parse_messages(messages: Sequence[Mapping[str, Any]], content_format: Conten
             out["content"] = "\n".join(texts)
         if role == "assistant":
             tool_calls = msg.get("tool_calls")
-            if tool_calls is not None and (calls := _tool_calls(tool_calls, i)):
-                out["tool_calls"] = calls
+            if tool_calls is not None:
+                calls = _tool_calls(tool_calls, i, rules)
+                if calls or not rules.drop_empty_tool_calls:
+                    out["tool_calls"] = calls
             reasoning = msg.get("reasoning")
-            if isinstance(reasoning, str):
+            if isinstance(reasoning, str) and rules.reasoning_field:
                 out["reasoning"] = out["reasoning_content"] = reasoning
         elif role == "tool":
             if "tool_call_id" in msg:
                 out["tool_call_id"] = msg["tool_call_id"]
-            if isinstance(out["content"], list):
+            if isinstance(out["content"], list) and rules.flatten_tool_content:
                 out["content"] = "\n".join(p["text"] for p in out["content"])
         if isinstance(msg.get("name"), str):
             out["name"] = msg["name"]
-        if isinstance(msg.get("task"), str):
+        if isinstance(msg.get("task"), str) and rules.task_field:
             out["task"] = msg["task"]
-        if role == "developer":
+        if role == "developer" and rules.developer_to_system:
             out["tools"] = msg.get("tools")
         conversation.append(out)
     return conversation
 
 
-def _tool_calls(tool_calls: Any, index: int) -> list[dict[str, Any]] | None:
+def _tool_calls(tool_calls: Any, index: int, rules: ChatRules) -> list[dict[str, Any]]:
     if not isinstance(tool_calls, list):
         raise ChatTemplateError(f"messages[{index}].tool_calls must be a list")
-    if not tool_calls:
-        return None
     out = []
     for item in tool_calls:
         function = item.get("function") if isinstance(item, Mapping) else None
         if not isinstance(item, Mapping) or item.get("type", "function") != "function" or not isinstance(function, Mapping):
             raise ChatTemplateError("chat completions only support assistant tool_calls of type 'function'.")
-        out.append({**item, "function": {**function, "arguments": _tool_arguments(function.get("arguments"))}})
+        args = _tool_arguments(function.get("arguments"), rules.lenient_tool_arguments)
+        out.append({**item, "function": {**function, "arguments": args}})
     return out
 
 
-def developer_to_system(conversation: list[dict[str, Any]], chat_template: str) -> list[dict[str, Any]]:
+def developer_to_system(conversation: list[dict[str, Any]], chat_template: str,
+                        rules: ChatRules | None = None) -> list[dict[str, Any]]:
     """vLLM 0.33: a template that never names "developer" gets system messages,
     consolidated into one at position 0 when one is not already first."""
+    if rules is not None and not rules.developer_to_system:
+        return conversation
     if '"developer"' in chat_template or "'developer'" in chat_template:
         return conversation
     if not any(m["role"] == "developer" for m in conversation):

@@ -9,7 +9,8 @@ are filtered to what the template or ``apply_chat_template`` accepts
 encoded with the request's ``add_special_tokens`` (default False: the template writes
 BOS itself). That is vLLM 0.11's order; 0.33 tokenizes inside ``apply_chat_template``
 (always without special tokens), which gives the same ids unless a chat request sets
-``add_special_tokens: true``.
+``add_special_tokens: true``. Those and the other release differences follow the
+``vllm_version`` the tokenizer was loaded for (``rules.py``).
 
 Importing ``transformers`` is paid once at start-up; encoding goes through the Rust
 ``tokenizers`` backend that transformers wraps (costs: bench/router/tokenize_cost.py).
@@ -32,6 +33,7 @@ import jinja2.sandbox
 from pdserve.tokenization.base import ChatTemplateError, ModelTokenizer, TokenizerLoadError, check_chat_args
 from pdserve.tokenization.chat_messages import ContentFormat, developer_to_system, parse_messages
 from pdserve.tokenization.content_format import detect_content_format
+from pdserve.tokenization.rules import ChatRules, rules_for
 
 # vLLM 0.33 refuses these inside chat_template_kwargs ("Found unexpected chat template kwargs").
 _UNEXPECTED_KWARGS = {"chat_template", "tokenize"}
@@ -57,8 +59,9 @@ def _template_vars(chat_template: str) -> frozenset[str]:
 
 class HfTokenizer(ModelTokenizer):
     def __init__(self, tokenizer: Any, name: str, mode: str, *, chat_template: str | None = None,
-                 content_format: str = "auto") -> None:
+                 content_format: str = "auto", rules: ChatRules | None = None) -> None:
         self._tok = tokenizer
+        self.rules = rules or rules_for(None)
         self.name = name
         self.mode = mode
         vocab = tokenizer.get_vocab()  # includes added (special) tokens
@@ -115,8 +118,8 @@ class HfTokenizer(ModelTokenizer):
         if bad := _UNEXPECTED_KWARGS & user_kwargs.keys():
             raise ChatTemplateError(f"Found unexpected chat template kwargs from request: {bad}")
         template = self.chat_template(tools)
-        conversation = parse_messages(messages, self.content_format(template))
-        conversation = developer_to_system(conversation, template)
+        conversation = parse_messages(messages, self.content_format(template), self.rules)
+        conversation = developer_to_system(conversation, template, self.rules)
         kwargs: dict[str, Any] = {
             **user_kwargs,
             "add_generation_prompt": add_generation_prompt,
@@ -147,11 +150,11 @@ class HfTokenizer(ModelTokenizer):
         text = self.render(messages, add_generation_prompt=add_generation_prompt,
                            continue_final_message=continue_final_message, tools=tools,
                            chat_template_kwargs=chat_template_kwargs)
-        return self.encode(text, add_special_tokens=add_special_tokens)
+        return self.encode(text, add_special_tokens=add_special_tokens and self.rules.chat_add_special_tokens)
 
 
 def load_hf(source: str, mode: str, *, revision: str | None, hf_token: str | None, trust_remote_code: bool,
-            chat_template: str | None, content_format: str) -> HfTokenizer:
+            chat_template: str | None, content_format: str, rules: ChatRules | None = None) -> HfTokenizer:
     try:
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         from transformers import AutoTokenizer
@@ -169,4 +172,4 @@ def load_hf(source: str, mode: str, *, revision: str | None, hf_token: str | Non
         where = "local directory" if os.path.isdir(source) else "hub id (set HF_TOKEN for gated models)"
         raise TokenizerLoadError(f"cannot load tokenizer {source!r} ({where}, mode {mode}): "
                                  f"{type(e).__name__}: {e}") from e
-    return HfTokenizer(tok, source, mode, chat_template=chat_template, content_format=content_format)
+    return HfTokenizer(tok, source, mode, chat_template=chat_template, content_format=content_format, rules=rules)

@@ -32,14 +32,23 @@ def load_tokenizer(
     trust_remote_code: bool = False,
     chat_template: str | None = None,
     chat_template_content_format: str = "auto",
+    vllm_version: str | None = None,
 ) -> ModelTokenizer:
     """Load the served model's tokenizer.
 
     ``source``: a local directory (``tokenizer.json`` / ``tokenizer_config.json`` /
     ``chat_template.jinja``), a tokenizer file (mistral), or a hub id (token from
     ``hf_token`` or env ``HF_TOKEN``). ``chat_template``: vLLM's ``--chat-template``
-    (template text or a file path). Raises ``TokenizerLoadError`` with the reason.
+    (template text or a file path). ``vllm_version``: the release whose chat preprocessing
+    to reproduce where releases differ (``rules.py``; default: pdserve's default version).
+    Raises ``TokenizerLoadError`` with the reason.
     """
+    from pdserve.tokenization.rules import rules_for
+
+    try:
+        rules = rules_for(vllm_version)
+    except ValueError as e:
+        raise TokenizerLoadError(str(e)) from e
     if mode not in TOKENIZER_MODES:
         raise TokenizerLoadError(f"unknown tokenizer mode {mode!r}; choose one of {', '.join(TOKENIZER_MODES)}")
     if mode == "mock":
@@ -51,7 +60,7 @@ def load_tokenizer(
     if mode == "mistral" or (mode == "auto" and _mistral_only(source)):
         from pdserve.tokenization.mistral import load_mistral
 
-        return load_mistral(source, revision=revision, hf_token=hf_token)
+        return load_mistral(source, revision=revision, hf_token=hf_token, rules=rules)
     from pdserve.tokenization.hf import load_hf
 
     template = None
@@ -62,4 +71,4 @@ def load_tokenizer(
         except OSError as e:
             raise TokenizerLoadError(f"cannot read chat template {chat_template!r}: {e}") from e
     return load_hf(source, mode, revision=revision, hf_token=hf_token, trust_remote_code=trust_remote_code,
-                   chat_template=template, content_format=chat_template_content_format)
+                   chat_template=template, content_format=chat_template_content_format, rules=rules)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pdserve.tokenization.base import ChatTemplateError, ModelTokenizer, TokenizerLoadError, check_chat_args
+from pdserve.tokenization.rules import ChatRules, rules_for
 
 SHIPPED = {
     "tekken": "tekken_240911.json",
@@ -53,8 +54,9 @@ def _find_file(directory: Path) -> Path | None:
 
 
 class MistralTokenizer(ModelTokenizer):
-    def __init__(self, mistral: Any, name: str) -> None:
+    def __init__(self, mistral: Any, name: str, rules: ChatRules | None = None) -> None:
         self._m = mistral
+        self.rules = rules or rules_for(None)
         self._tok = mistral.instruct_tokenizer.tokenizer
         self.name = name
         self.mode = "mistral"
@@ -86,6 +88,8 @@ class MistralTokenizer(ModelTokenizer):
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
         check_chat_args(messages, add_generation_prompt, continue_final_message)
+        if not self.rules.mistral_from_openai:
+            return self._chat_ids_011(messages, tools)
         if chat_template_kwargs is not None:
             raise ChatTemplateError("chat_template is not supported for Mistral tokenizers.")
         last_role = messages[-1].get("role")
@@ -103,7 +107,48 @@ class MistralTokenizer(ModelTokenizer):
             raise ChatTemplateError(f"mistral-common refused the request: {e}") from e
 
 
-def load_mistral(source: str, *, revision: str | None, hf_token: str | None) -> MistralTokenizer:
+    def _chat_ids_011(self, messages: Sequence[Mapping[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        """vLLM 0.11's ``make_mistral_chat_completion_request``: a final assistant message is
+        continued, assistant/tool text parts joined by a blank line, generation flags ignored."""
+        from mistral_common.exceptions import MistralCommonException
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+        msgs = [dict(m) for m in messages]
+        if msgs[-1].get("role") == "assistant":
+            msgs[-1]["prefix"] = True
+        for m in msgs:
+            m.pop("reasoning_content", None)
+            if m.get("role") in ("assistant", "tool") and isinstance(m.get("content"), list):
+                m["content"] = _aggregate_content(m["content"])
+        if tools:
+            tools = [dict(t) for t in tools]
+            for t in tools:
+                if t.get("type") == "function" and isinstance(t.get("function"), Mapping):
+                    fn = dict(t["function"])
+                    fn.setdefault("parameters", {})
+                    fn["parameters"] = fn["parameters"] if fn["parameters"] is not None else {}
+                    fn["description"] = fn.get("description") or ""
+                    t["function"] = fn
+        try:
+            return list(self._m.encode_chat_completion(ChatCompletionRequest(messages=msgs, tools=tools)).tokens)
+        except (AssertionError, ValueError, TypeError, MistralCommonException) as e:
+            raise ChatTemplateError(f"mistral-common refused the request: {e}") from e
+
+
+def _aggregate_content(content: list[Any]) -> Any:
+    out: list[dict[str, Any]] = []
+    for chunk in content:
+        if isinstance(chunk, Mapping) and chunk.get("type") == "text" and out and out[-1].get("type") == "text":
+            out[-1] = {**out[-1], "text": out[-1]["text"] + "\n\n" + chunk.get("text", "")}
+        else:
+            out.append(dict(chunk) if isinstance(chunk, Mapping) else chunk)
+    if len(out) == 1 and out[0].get("type") == "text":
+        return out[0]["text"]
+    return out
+
+
+def load_mistral(source: str, *, revision: str | None, hf_token: str | None,
+                 rules: ChatRules | None = None) -> MistralTokenizer:
     try:
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer as _MT
     except ImportError as e:  # pragma: no cover - a dependency of pdserve
@@ -111,14 +156,14 @@ def load_mistral(source: str, *, revision: str | None, hf_token: str | None) -> 
     path = Path(source)
     try:
         if path.is_file():
-            return MistralTokenizer(_MT.from_file(str(path)), source)
+            return MistralTokenizer(_MT.from_file(str(path)), source, rules)
         if path.is_dir():
             found = _find_file(path)
             if found is None:
                 raise TokenizerLoadError(f"no Mistral tokenizer file (tekken.json, tokenizer.model.v*) in {source}")
-            return MistralTokenizer(_MT.from_file(str(found)), source)
+            return MistralTokenizer(_MT.from_file(str(found)), source, rules)
         token = hf_token or os.environ.get("HF_TOKEN") or None
-        return MistralTokenizer(_MT.from_hf_hub(source, token=token, revision=revision), source)
+        return MistralTokenizer(_MT.from_hf_hub(source, token=token, revision=revision), source, rules)
     except TokenizerLoadError:
         raise
     except Exception as e:
