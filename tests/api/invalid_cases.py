@@ -118,6 +118,7 @@ INVALID: list[Invalid] = [
     Invalid("block-size-zero", _set("spec.engine.blockSize", 0), "spec.engine.blockSize", "engine.blockSize"),
     Invalid("tokenizer-mode-slow-gone-in-0.33", _set("spec.model.tokenizerMode", "slow"), "spec.model.tokenizerMode", "model.tokenizerMode"),
     Invalid("tokenizer-mode-hf-not-in-0.11", _many(_V011, _set("spec.model.tokenizerMode", "hf")), "spec.model.tokenizerMode", "model.tokenizerMode"),
+    Invalid("tokenizer-mode-mock-on-vllm", _many(_set("spec.engine.kind", "vllm"), _set("spec.model.tokenizerMode", "mock")), "spec.model.tokenizerMode", "model.tokenizerMode"),
     Invalid("tokenizer-mode-unknown", _set("spec.model.tokenizerMode", "sentencepiece"), "spec.model.tokenizerMode", "model.tokenizerMode"),
     # Pods: env from Secrets, the model cache, RDMA.
     Invalid(
@@ -166,6 +167,7 @@ VALID: list[Valid] = [
     Valid("side-channel-just-below-kv-events-0.33", _many(_tp(4, 4), _set("spec.kvConnector", {"sideChannelPort": 5556}))),
     Valid("side-channel-range-clear-0.11", _many(_V011, _tp(4, 4), _set("spec.kvConnector", {"sideChannelPort": 5553}))),
     Valid("block-size-24-0.33", _set("spec.engine.blockSize", 24)),
+    Valid("tokenizer-mode-mock-on-mock-0.11", _many(_V011, _set("spec.model.tokenizerMode", "mock"))),
     Valid("tokenizer-mode-slow-0.11", _many(_V011, _set("spec.model.tokenizerMode", "slow"))),
     Valid(
         "gated-model-pieces",

@@ -146,13 +146,14 @@ def test_mock_engine_same_args_plus_mock_flags() -> None:
         "--served-model-name", "mock-llama",
         "--tensor-parallel-size", "1",
         "--block-size", "16",
+        "--tokenizer", "meta-llama/Llama-3.1-8B-Instruct",
+        "--tokenizer-mode", "mock",
         "--enable-prefix-caching",
         "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
         "--kv-events-config", '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557"}',
+        "--mock-vllm-version", "0.33.0",
         "--mock-profile", "llama-3.1-8b-h100",
         "--mock-speedup", "10",
-        "--mock-vllm-version", "0.33.0",
-        "--tokenizer-mode", "mock",
     ]  # fmt: skip
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] < 600
 

@@ -215,12 +215,20 @@ def test_kv_transfer_config_is_json_with_the_version_role() -> None:
     assert json.loads(_flag(_container(out, "decode"), "--kv-transfer-config"))["kv_role"] == "kv_consumer"
 
 
-@pytest.mark.parametrize(("version", "mode"), [(v, m) for v, info in VERSIONS.items() for m in info.tokenizer_modes])
-def test_router_cli_takes_the_workers_tokenizer_and_block_size(version: str, mode: str) -> None:
-    """Every tokenizer mode the CRD admits for a version is one the router can load."""
-    from pdserve.router.cli import build_parser
+_MODES = [(v, m, "vllm") for v, info in VERSIONS.items() for m in info.tokenizer_modes] + [(v, m, "mock") for v, info in VERSIONS.items() for m in (*info.tokenizer_modes, "mock")]
 
-    out = render(_svc(model={"name": "org/model", "tokenizer": "org/tok", "tokenizerMode": mode}, engine={"vllmVersion": version, "blockSize": 64}))
-    args = build_parser().parse_args(_container(out, "router")["args"])
+
+@pytest.mark.parametrize(("version", "mode", "kind"), _MODES)
+def test_router_and_mock_worker_clis_take_the_same_tokenizer_and_block_size(version: str, mode: str, kind: str) -> None:
+    """Every tokenizer mode the CRD admits for a version is one the router (and the mock worker, as
+    that version) accepts, and both get the same values."""
+    from pdserve.router.cli import build_parser as router_parser
+    from pdserve.worker.cli import build_parser as worker_parser
+
+    out = render(_svc(model={"name": "org/model", "tokenizer": "org/tok", "tokenizerMode": mode}, engine={"kind": kind, "vllmVersion": version, "blockSize": 64}))
+    args = router_parser().parse_args(_container(out, "router")["args"])
     worker = _container(out, "decode")
     assert (args.tokenizer, args.tokenizer_mode, str(args.block_size)) == (_flag(worker, "--tokenizer"), _flag(worker, "--tokenizer-mode"), _flag(worker, "--block-size"))
+    if kind == "mock":
+        w = worker_parser().parse_args(worker["args"])
+        assert (w.tokenizer, w.tokenizer_mode, w.block_size, w.mock_vllm_version) == ("org/tok", mode, 64, version)

@@ -63,8 +63,10 @@ class ModelSpec(ApiModel):
         max_length=4096,
         description="Tokenizer source (`--tokenizer`): a hub id or a directory (e.g. in the model cache); defaults to `name`. Passed to both pools and the router, so the router counts and hashes the tokens the workers see.",
     )
-    tokenizer_mode: Literal["auto", "hf", "slow", "mistral"] = Field(
-        "auto", description="`--tokenizer-mode` for both pools and the router. `mistral` loads mistral-common tokenizers; `slow` exists in vLLM 0.11 only, `hf` from 0.33 on."
+    tokenizer_mode: Literal["auto", "hf", "slow", "mistral", "mock"] = Field(
+        "auto",
+        description="`--tokenizer-mode` for both pools and the router. `mistral` loads mistral-common tokenizers; `slow` exists in vLLM 0.11 only, `hf` from 0.33 on. "
+        "`mock` (mock engine only): pdserve's hash-word tokenizer, nothing downloaded.",
     )
     token_secret: SecretKey | None = Field(None, description="Secret key holding a Hugging Face token for gated models; set as HF_TOKEN in both pools and the router.")
 
@@ -268,6 +270,7 @@ def _block_sizes() -> dict[str, tuple[int, ...] | None]:
 
 CONNECTOR_MESSAGE = f"kvConnector.type must be a connector engine.vllmVersion has ({_offer(_connectors())})"
 TOKENIZER_MODE_MESSAGE = f"model.tokenizerMode must be one engine.vllmVersion accepts ({_offer(_tokenizer_modes())})"
+MOCK_TOKENIZER_MESSAGE = "model.tokenizerMode mock (pdserve's hash-word tokenizer) needs engine.kind mock: real vLLM tokenizes with the model's tokenizer"
 BLOCK_SIZE_MESSAGE = f"engine.blockSize must be one engine.vllmVersion accepts ({_offer(_block_sizes())})"
 TP_MESSAGE = "decode.tensorParallelSize must be a multiple of prefill.tensorParallelSize with NixlConnector on vLLM 0.11 (decode TP >= prefill TP); from 0.33 on one of the two must divide the other"
 PORT_MESSAGE = (
@@ -299,7 +302,12 @@ def version_rules() -> tuple[CelRule, ...]:
                 port_checks.append(f"(!({_V} == '{v}' && self.kvConnector.type in {vllm_versions.cel_list(names)}) || ({clear}))")
     return (
         CelRule(vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.kvConnector.type", _connectors())), CONNECTOR_MESSAGE, ".kvConnector.type"),
-        CelRule(vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.model.tokenizerMode", _tokenizer_modes())), TOKENIZER_MODE_MESSAGE, ".model.tokenizerMode"),
+        CelRule(
+            "self.model.tokenizerMode == 'mock' || " + vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.model.tokenizerMode", _tokenizer_modes())),
+            TOKENIZER_MODE_MESSAGE,
+            ".model.tokenizerMode",
+        ),
+        CelRule("self.model.tokenizerMode != 'mock' || self.engine.kind == 'mock'", MOCK_TOKENIZER_MESSAGE, ".model.tokenizerMode"),
         CelRule(vllm_versions.per_version_cel(_V, vllm_versions.cel_in("self.engine.blockSize", _block_sizes())), BLOCK_SIZE_MESSAGE, ".engine.blockSize"),
         CelRule(f"self.kvConnector.type != 'NixlConnector' || {vllm_versions.per_version_cel(_V, tp)}", TP_MESSAGE, ".decode.tensorParallelSize"),
         CelRule(" && ".join(port_checks), PORT_MESSAGE, ".kvConnector.sideChannelPort"),
@@ -312,7 +320,10 @@ def version_problems(spec: DisaggregatedServiceSpec) -> list[str]:
     out = []
     if spec.kv_connector.type not in info.connectors:
         out.append(CONNECTOR_MESSAGE)
-    if spec.model.tokenizer_mode not in info.tokenizer_modes:
+    if spec.model.tokenizer_mode == "mock":
+        if spec.engine.kind != "mock":
+            out.append(MOCK_TOKENIZER_MESSAGE)
+    elif spec.model.tokenizer_mode not in info.tokenizer_modes:
         out.append(TOKENIZER_MODE_MESSAGE)
     if info.block_sizes is not None and spec.engine.block_size not in info.block_sizes:
         out.append(BLOCK_SIZE_MESSAGE)

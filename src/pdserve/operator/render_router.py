@@ -28,9 +28,8 @@ def router_command(svc: DisaggregatedService) -> list[str]:
         *routing_flags(svc.spec.router.routing(svc.spec.engine.block_size)),
         "--kv-events",
         "--kv-events-port", str(KV_EVENTS_PORT),
-        # The router tokenizes as the workers do: the same --tokenizer / --tokenizer-mode (render_workers);
-        # mock workers still speak pdserve's hash-word tokenizer.
-        *(["--tokenizer-mode", "mock"] if svc.spec.engine.kind == "mock" else tokenizer_args(svc)),
+        # The router tokenizes as the workers do: the same --tokenizer / --tokenizer-mode (render_workers).
+        *tokenizer_args(svc),
     ]  # fmt: skip
 
 

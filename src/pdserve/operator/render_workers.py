@@ -60,16 +60,16 @@ def engine_command(svc: DisaggregatedService, role: Role, pool: PoolSpec) -> lis
         # One block size for both pools: NIXL reads whole remote blocks, and the router hashes
         # prompts in blocks of the same size (render_router passes it too).
         "--block-size", str(spec.engine.block_size),
-        *([] if mock else tokenizer_args(svc)),
+        *tokenizer_args(svc),
         "--enable-prefix-caching",
         "--kv-transfer-config", kv_transfer_config(spec.kv_connector.type, role, version.version),
         "--kv-events-config", kv_events_config(),
         *version.extra_args,
     ]  # fmt: skip
     if mock:
-        # The mock emulates the chosen release; with no model to download it uses the hash-word tokenizer.
-        args += ["--mock-profile", spec.engine.mock_profile, "--mock-speedup", _number(spec.engine.mock_speedup),
-                 "--mock-vllm-version", version.version, "--tokenizer-mode", "mock"]
+        # The mock follows the defaults (hashing, events, P/D pairing) of the release it stands in for;
+        # it tokenizes as model.tokenizerMode says (`mock`: the hash-word tokenizer, nothing to download).
+        args += ["--mock-vllm-version", version.version, "--mock-profile", spec.engine.mock_profile, "--mock-speedup", _number(spec.engine.mock_speedup)]
     return head + args + list(spec.engine.args) + list(pool.extra_args)
 
 
