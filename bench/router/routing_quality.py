@@ -115,7 +115,7 @@ POLICIES = [p.value for p in PolicyName]
 
 
 def install_reference(name: str, sim: Simulation, block: int) -> None:
-    """Put a peer baseline or the greedy bound on the simulation's routed pool. pdserve's
+    """Put a peer baseline or greedy_global (a policy, not a bound) on the simulation's routed pool. pdserve's
     own policies need nothing here: SimConfig.routing builds them as the router does."""
     if name == "greedy_global":
         policy: Policy = GlobalOracle(sim, sim.entry_pool)

@@ -16,19 +16,22 @@ import readme_table  # noqa: E402
 import resultmeta  # noqa: E402
 
 
-def test_readme_table_matches_the_result_files() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert readme_table.splice(readme, readme_table.render(ROOT)) == readme, (
-        "README.md's benchmark table is stale: run .venv/bin/python bench/readme_table.py")
+@pytest.mark.parametrize("rel", sorted(readme_table.TARGETS))
+def test_generated_tables_match_the_result_files(rel: str) -> None:
+    text = (ROOT / rel).read_text()
+    assert readme_table.splice(text, readme_table.TARGETS[rel](ROOT)) == text, (
+        f"{rel}'s generated table is stale: run .venv/bin/python bench/readme_table.py")
     assert readme_table.main(["--check"]) == 0
 
 
 def _copy_tree(tmp: Path) -> Path:
-    (tmp / "README.md").write_text((ROOT / "README.md").read_text())
-    for row in readme_table.ROWS:
-        dst = tmp / row.source
+    for rel in readme_table.TARGETS:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text((ROOT / rel).read_text())
+    for src in {row.source for row in readme_table.ROWS} | set(readme_table.ROUTING_FILES):
+        dst = tmp / src
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / row.source, dst)
+        shutil.copy(ROOT / src, dst)
     return tmp
 
 
@@ -80,3 +83,29 @@ def test_spread_reports_median_range_and_relative_spread() -> None:
     assert s["rel_spread"] == 1.0
     with pytest.raises(ValueError):
         resultmeta.spread([])
+
+
+def test_routing_rows_put_dynamo_beside_pdserve_on_every_window(tmp_path: Path) -> None:
+    root = _copy_tree(tmp_path)
+    for rel in readme_table.ROUTING_FILES:
+        doc = json.loads((ROOT / rel).read_text())
+        assert doc["meta"]["command"].startswith("python bench/router/routing_quality.py")
+        assert {"round_robin", "kv_router"} <= set(doc["dynamo"]), rel
+        assert doc["dynamo"]["kv_router"]["prefix_hit_ratio"]["n"] >= 3, rel
+        assert doc["bound"]["hit_ratio"] >= max(r["prefix_hit_ratio"] for r in doc["results"].values()), rel
+    # A changed Dynamo number shows up as a stale bench/router/README.md.
+    src = root / readme_table.ROUTING_FILES[0]
+    doc = json.loads(src.read_text())
+    doc["dynamo"]["kv_router"]["prefix_hit_ratio"]["median"] = 0.999
+    src.write_text(json.dumps(doc))
+    assert readme_table.main(["--check", "--root", str(root)]) == 1
+
+
+def test_speed_and_decision_results_are_repeated_runs_with_provenance() -> None:
+    for rel in ("bench/sim/results/speed_mooncake_chunked8.json", "bench/sim/results/speed_mooncake_4p4d.json"):
+        doc = json.loads((ROOT / rel).read_text())
+        assert doc["meta"]["runs"] >= 3 and doc["pdserve"]["cpu_s"]["n"] == doc["meta"]["runs"], rel
+        assert doc["dynamo"]["cpu_s"]["n"] == doc["meta"]["runs"], rel
+        assert doc["meta"]["cpu_affinity"] == [1], rel  # one core, as the command says (taskset -c 1)
+    dt = json.loads((ROOT / "bench/router/results/decision_time.json").read_text())
+    assert dt["meta"]["runs"] >= 3 and dt["results"]["kv_aware"]["cpu_p99_us"]["n"] == dt["meta"]["runs"]
