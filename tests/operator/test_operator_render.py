@@ -167,7 +167,7 @@ def test_router_deployment_service_and_rbac() -> None:
         "--host", "0.0.0.0", "--port", "8000",
         "--k8s-service", "llama-8b", "--k8s-namespace", "llm", "--worker-port", "8000",
         "--policy", "kv_aware", "--block-size", "16", "--kv-events", "--kv-events-port", "5557",
-        "--tokenizer", "meta-llama/Llama-3.1-8B-Instruct", "--tokenizer-mode", "auto",
+        "--tokenizer", "meta-llama/Llama-3.1-8B-Instruct", "--tokenizer-mode", "auto", "--vllm-version", "0.33.0",
     ]  # fmt: skip
     assert c["env"] == [
         {"name": "HOME", "value": "/home/pdserve"},

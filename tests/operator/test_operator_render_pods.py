@@ -229,6 +229,7 @@ def test_router_and_mock_worker_clis_take_the_same_tokenizer_and_block_size(vers
     args = router_parser().parse_args(_container(out, "router")["args"])
     worker = _container(out, "decode")
     assert (args.tokenizer, args.tokenizer_mode, str(args.block_size)) == (_flag(worker, "--tokenizer"), _flag(worker, "--tokenizer-mode"), _flag(worker, "--block-size"))
+    assert args.vllm_version == version  # chat preprocessing as the workers' release does it
     if kind == "mock":
         w = worker_parser().parse_args(worker["args"])
         assert (w.tokenizer, w.tokenizer_mode, w.block_size, w.mock_vllm_version) == ("org/tok", mode, 64, version)

@@ -28,8 +28,10 @@ def router_command(svc: DisaggregatedService) -> list[str]:
         *routing_flags(svc.spec.router.routing(svc.spec.engine.block_size)),
         "--kv-events",
         "--kv-events-port", str(KV_EVENTS_PORT),
-        # The router tokenizes as the workers do: the same --tokenizer / --tokenizer-mode (render_workers).
+        # The router tokenizes as the workers do: the same --tokenizer / --tokenizer-mode (render_workers),
+        # and preprocesses chats as the workers' vLLM release does.
         *tokenizer_args(svc),
+        "--vllm-version", svc.spec.engine.vllm_version,
     ]  # fmt: skip
 
 
