@@ -143,7 +143,8 @@ def main(argv: list[str]) -> int:
     try:
         # vLLM loads the tokenizer before the engine too: an unreachable one fails the start, clearly
         tok = load_tokenizer(args.tokenizer or args.model, args.tokenizer_mode, revision=args.tokenizer_revision,
-                             trust_remote_code=args.trust_remote_code, chat_template=args.chat_template)
+                             trust_remote_code=args.trust_remote_code, chat_template=args.chat_template,
+                             vllm_version=args.mock_vllm_version)  # that release's chat preprocessing
     except TokenizerLoadError as err:
         print(f"pdserve worker: cannot load the tokenizer: {err}", file=sys.stderr)
         return 1
