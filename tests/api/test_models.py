@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from pdserve.api import DisaggregatedService, DisaggregatedServiceSpec
+from pdserve.api.vllm_versions import DEFAULT_VERSION
 
 from .invalid_cases import INVALID, VALID, Invalid, Valid, valid_manifest
 
@@ -78,3 +79,14 @@ def test_gated_example_references_its_own_secret_and_pvc() -> None:
 def test_bad_names_refused(name: str) -> None:
     with pytest.raises(ValidationError, match="name"):
         DisaggregatedService.from_body(valid_manifest(name))
+
+
+def test_readme_resource_is_valid() -> None:
+    """The README's DisaggregatedService snippet is what users copy: it must parse."""
+    readme = (EXAMPLES[0].parents[1] / "README.md").read_text()
+    block = readme.split("## The DisaggregatedService", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    doc = yaml.safe_load(block)
+    doc["metadata"].setdefault("namespace", "default")
+    svc = DisaggregatedService.from_body(doc)
+    # ... and show the current default release, not a stale pin.
+    assert svc.spec.engine.vllm_version == DEFAULT_VERSION and svc.spec.engine.image is None
