@@ -135,3 +135,15 @@ async def test_migration_after_sigkill_continues_with_in_vocabulary_ids(bpe, kin
             # The survivor accepted the continuation (prompt ids + generated ids) and generated the rest.
             assert await worker_metric(survivor.url, "vllm:request_success_total") >= 1
             assert await worker_metric(survivor.url, "vllm:generation_tokens_total") > 0
+
+
+async def test_an_out_of_vocabulary_token_prompt_gets_the_workers_400(bpe) -> None:
+    tok = load_tokenizer(str(bpe))
+    with ExitStack() as stack:
+        (w,) = start(stack, bpe, 1, speedup=100.0, events=False)
+        cfg = router_config(decode=[w.url], tokenizer=str(bpe), tokenizer_mode="auto")
+        async with run_router(cfg) as r:
+            resp = await r.post("/v1/completions", {"model": MODEL, "prompt": [1, 2, tok.vocab_size + 7],
+                                                     "max_tokens": 1})
+            assert resp.status == 400
+            assert (await resp.json())["error"]["message"] == f"Token id {tok.vocab_size + 7} is out of vocabulary"
