@@ -39,6 +39,7 @@ class Smoke:
     timeout_s: float = 120.0
     needs_k8s: bool = False
     needs_peers: bool = False  # a Python with ai-dynamo (PDSERVE_PEERS_PYTHON or .cache/peers-venv)
+    peer_imports: tuple[str, ...] = ()  # modules the peers' Python must import, else the smoke is skipped
 
 
 SMOKES: list[Smoke] = [
@@ -80,7 +81,8 @@ SMOKES: list[Smoke] = [
     Smoke("planner_report", "bench/planner/report.py", ["--out", "{out}/report.md"], ["report.md"]),
     Smoke("planner_dynamo_peer", "bench/planner/dynamo_peer.py",
           ["--trace", MOONCAKE, "--calibration", str(REPO / "bench/planner/data/calibration_llama-3.1-8b-h100.json"),
-           "--limit", "200", "--out", "{out}/dynamo.json"], ["dynamo.json"], timeout_s=300, needs_peers=True),
+           "--limit", "200", "--out", "{out}/dynamo.json"], ["dynamo.json"], timeout_s=300, needs_peers=True,
+          peer_imports=("dynamo.replay.planner", "aiconfigurator_core")),
     Smoke("engine_speed", "bench/worker/engine_speed.py", ["--trace", AZURE, "--limit", "50", "--out-dir", "{out}"]),
     Smoke("calibration", "bench/worker/calibration.py", ["--requests-per-level", "1", "--out-dir", "{out}"],
           ["calibration_results.json"], timeout_s=180),
@@ -101,6 +103,15 @@ K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sched
 def peers_python() -> str | None:
     py = os.environ.get("PDSERVE_PEERS_PYTHON") or str(REPO / ".cache" / "peers-venv" / "bin" / "python")
     return py if Path(py).exists() else None
+
+
+def peers_import(modules: tuple[str, ...]) -> bool:
+    """Whether the peers' Python imports ``modules`` (the planner peer needs the peers-planner extra)."""
+    py = peers_python()
+    if py is None or not modules:
+        return py is not None
+    code = "; ".join(f"import {m}" for m in modules)
+    return subprocess.run([py, "-c", code], capture_output=True, timeout=120, check=False).returncode == 0
 
 
 def k8s_available() -> bool:
@@ -152,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             if s.needs_k8s and not k8s_available():
                 print(f"SKIP {s.name:18} control-plane binaries not built (make k8s-bins)")
                 continue
-            if s.needs_peers and peers_python() is None:
-                print(f"SKIP {s.name:18} no peers venv (bench/router/README.md: .cache/peers-venv)")
+            if s.needs_peers and not peers_import(s.peer_imports):
+                print(f"SKIP {s.name:18} no peers venv with {', '.join(s.peer_imports) or 'ai-dynamo'} "
+                      "(bench/router/README.md, pyproject extras peers / peers-planner)")
                 continue
             ok, dt, why = run_one(s, root, sys.executable)
             print(f"{'ok  ' if ok else 'FAIL'} {s.name:18} {dt:6.1f} s  {s.script}", flush=True)
