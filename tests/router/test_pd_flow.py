@@ -35,7 +35,8 @@ async def test_pd_handoff_completion(pd_workers, tmp_path) -> None:
         assert "mode=pd" in route and "prefill=http://127.0.0.1" in route and "decode=http://127.0.0.1" in route
         assert resp.headers["X-Request-Id"] == "req-pd-1"
         assert body["usage"]["completion_tokens"] == 8
-        assert "req-pd-1" in body["id"]  # the same X-Request-Id reached the decode worker
+        # The workers got the router's own id (P/D pairs on it), never the client's.
+        assert body["id"].startswith("cmpl-") and "req-pd-1" not in body["id"]
         assert await r.metric("pdserve_router_pd_handoffs_total") == 1
     # The prefill pool computed the prompt; a decode worker pulled its KV over the side channel.
     after_prefill = sum([await worker_metric(w.url, "vllm:prompt_tokens_total") for w in prefill])

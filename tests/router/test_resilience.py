@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 
 from pdserve.tokenization import mock as tokenizer
 from pdserve.router.core.spec import RoutingSpec
@@ -194,9 +195,9 @@ async def test_pd_decode_worker_killed_mid_stream_migrates(worker_stack) -> None
 
 
 async def _raw_stream(url: str, version: str, max_tokens: int, rcvbuf: int | None = None,
-                      pause_s: float = 0.0) -> bytes:
-    """A streamed completion over a raw socket (optionally with a small receive buffer
-    and a pause before reading); returns the response body, de-chunked."""
+                      hold_until: Callable[[], object] | None = None) -> bytes:
+    """A streamed completion over a raw socket (optionally with a small receive buffer,
+    not read until ``hold_until()`` is true); returns the response body, de-chunked."""
     host, port = url.removeprefix("http://").split(":")
     sock = socket.socket()
     if rcvbuf:
@@ -208,7 +209,8 @@ async def _raw_stream(url: str, version: str, max_tokens: int, rcvbuf: int | Non
             f'"stream": true}}').encode()
     writer.write(b"POST /v1/completions HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (version.encode(), len(body), body))
-    await asyncio.sleep(pause_s)
+    if hold_until is not None:
+        await wait_for(hold_until, timeout=60, what="the router to pause reading the worker")
     if rcvbuf:  # read the rest quickly (the window scale fixed at connect still caps it at 64 KB)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     raw = await asyncio.wait_for(reader.read(), timeout=60)
@@ -238,13 +240,13 @@ async def test_slow_client_pauses_the_worker_and_gets_the_whole_stream(worker_st
 
     w = worker_stack.enter_context(start_worker(MODEL, speedup=1e6, args=["--max-model-len", "65536"]))
     async with run_router(router_config(decode=[w.url], scrape_interval_s=60)) as r:
-        # ~6 MB of SSE into a client that reads nothing for a second, through a small
-        # receive buffer: more than the kernel's socket buffers (tcp_wmem tops out at
-        # 4 MB), so the router's own write buffer passes its high-water mark.
-        body = await _raw_stream(r.url, "1.1", 30000, rcvbuf=4096, pause_s=1.0)
+        # ~6 MB of SSE into a client that reads nothing until the router has paused the
+        # worker, through a small receive buffer: more than the kernel's socket buffers
+        # (tcp_wmem tops out at 4 MB), so the router's own write buffer passes its
+        # high-water mark (waited for, not slept on: a loaded machine streams slower).
+        body = await _raw_stream(r.url, "1.1", 30000, rcvbuf=4096, hold_until=lambda: pauses)
         events = [e for e in body.split(b"\n\n") if e]
         assert events[-1] == b"data: [DONE]" and len(events) == 30001
-        assert pauses, "the router never paused reading the worker"
         # HTTP/1.0 clients get the body unframed, ended by the connection's close.
         body = await _raw_stream(r.url, "1.0", 5)
         assert body.endswith(b"data: [DONE]\n\n") and body.count(b"\n\n") == 6

@@ -28,6 +28,11 @@ _PAUSE_AT = 256 * 1024  # buffered body bytes before the socket is paused
 _MAX_HEAD = 64 * 1024
 
 
+
+class ConnectError(aiohttp.ClientConnectionError):
+    """No connection could be made: the request never left the router (safe to send elsewhere
+    even when it carries consumable KV transfer params)."""
+
 class _Conn(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -406,9 +411,9 @@ class Http1Pool:
         try:
             _, conn = await asyncio.wait_for(loop.create_connection(_Conn, key[0], key[1]), timeout)
         except TimeoutError:
-            raise aiohttp.ServerTimeoutError(f"connecting to {key[0]}:{key[1]} timed out") from None
+            raise aiohttp.ConnectionTimeoutError(f"connecting to {key[0]}:{key[1]} timed out") from None
         except OSError as e:
-            raise aiohttp.ClientConnectionError(f"cannot connect to {key[0]}:{key[1]}: {e}") from e
+            raise ConnectError(f"cannot connect to {key[0]}:{key[1]}: {e}") from e
         self.opened += 1
         return conn
 

@@ -37,9 +37,15 @@ def error_response(status: int, message: str, err_type: str, param: str | None =
 
 @dataclass
 class Flow:
-    """What happened to one request, for the debug header and metrics."""
+    """What happened to one request, for the debug header and metrics.
+
+    ``request_id`` is the router's own (unique per client request, keys the policies'
+    ledgers); each P/D attempt sends prefill and decode ``attempt_id()``, unique per
+    attempt, as their X-Request-Id (vLLM 0.11 pairs P and D on it). The client's
+    X-Request-Id is only echoed back: two clients reusing one must not share KV."""
 
     request_id: str
+    client_request_id: str | None
     parsed: ParsedRequest
     route: RouteRequest
     path: str
@@ -49,6 +55,16 @@ class Flow:
     notes: list[str] = field(default_factory=list)
     arrived: float = field(default_factory=time.perf_counter)  # perf_counter() at the handler's entry
     overhead_seen: bool = False  # the arrival -> first upstream write time is recorded
+    attempts: int = 0
+
+    def attempt_id(self) -> str:
+        self.attempts += 1
+        return f"{self.request_id}-{self.attempts}"
+
+    @property
+    def correlation_id(self) -> str:
+        """What the client sees as X-Request-Id: its own if it sent one."""
+        return self.client_request_id or self.request_id
 
     def header(self) -> str:
         parts = [f"mode={self.mode}"]
@@ -128,12 +144,13 @@ class CompletionHandler:
         if parsed.model is not None and known and parsed.model not in known:
             raise RequestError(f"The model `{parsed.model}` does not exist.", status=404, err_type="NotFoundError",
                                param="model")
-        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        rid = uuid.uuid4().hex  # never the client's X-Request-Id: P/D pairing keys on it
+        client_rid = request.headers.get("X-Request-Id") or None
         # Hashing every block (sha256) is wasted work for policies that ignore prefixes.
         hashes = (st.index.request_keys(parsed.prompt_ids, cache_salt=parsed.cache_salt, model=parsed.model)
                   if st.uses_prefixes else [])
         rreq = RouteRequest(rid, parsed.prompt_ids, hashes, len(parsed.prompt_ids))
-        return Flow(rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions",
+        return Flow(rid, client_rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions",
                     arrived=arrived)
 
     def _sent(self, flow: Flow, att: Attempt) -> None:
@@ -145,12 +162,10 @@ class CompletionHandler:
 
     async def _serve(self, flow: Flow, request: web.Request) -> web.StreamResponse:
         st = self.state
-        headers = {"X-Request-Id": flow.request_id}
+        headers: dict[str, str] = {}
         auth = request.headers.get("Authorization")
         if auth:  # workers started with --api-key check it, as vLLM's proxy forwards it
             headers["Authorization"] = auth
-        # Unless P/D rewrites it, the client's body goes upstream byte for byte.
-        decode_body: dict[str, Any] | bytes = flow.parsed.raw or flow.parsed.body
         t0 = time.perf_counter()
         plan = st.scheduler.plan(flow.route, st.pool_views(), time.monotonic())
         st.metrics.decision_for("prefill" if plan.prefill else "decode").observe(time.perf_counter() - t0)
@@ -159,19 +174,51 @@ class CompletionHandler:
         if plan.mode is Mode.PD:
             assert plan.prefill is not None
             self._admit(plan, flow)
-            kv = await self._prefill(flow, Choice(plan.prefill, "prefill"), headers)
+            resp = await self._serve_pd(flow, request, plan, headers)
+            if resp is not None:
+                return resp
+            plan = st.scheduler.plan_local(flow.route, st.pool.views("decode"), time.monotonic())
+            flow.mode = plan.mode.value
+        return await self._serve_local(flow, request, plan, headers)
+
+    async def _serve_pd(self, flow: Flow, request: web.Request, plan: RoutePlan,
+                        headers: dict[str, str]) -> web.StreamResponse | None:
+        """Prefill then decode; None to fall back to a local prefill. A decode failure after
+        which a worker may have read the KV goes back through prefill: never the same
+        ``kv_transfer_params`` twice."""
+        st = self.state
+        prefill: Choice | None = Choice(plan.prefill, "prefill") if plan.prefill is not None else None
+        spent_on: set[str] = set()
+        for _round in range(st.cfg.max_retries + 1):
+            attempt = {**headers, "X-Request-Id": flow.attempt_id()}
+            kv = await self._prefill(flow, prefill, attempt)
             if kv is None:
-                plan = st.scheduler.plan_local(flow.route, st.pool.views("decode"), time.monotonic())
-                flow.mode = plan.mode.value
-            else:
-                decode_body = pd.decode_request(flow.parsed.body, kv)
-        first_decode: Choice | None = None
+                return None
+            try:
+                return await self._decode(flow, request, plan.decode_policy, None, pd.decode_request(flow.parsed.body, kv),
+                                          attempt, exclude=spent_on, consumable=bool(kv))
+            except UpstreamFailed as e:
+                if not e.spent:
+                    raise
+                spent_on.update(e.tried)
+                st.metrics.handoffs.labels("decode_failed_reprefill").inc()
+                flow.notes.append(f"decode failed after a possible KV read ({e.detail[:200]}): prefill again")
+                prefill = None  # the prefill policy picks again
+        raise UpstreamFailed("decode", f"{sorted(spent_on)} failed after reading prefilled KV", tried=sorted(spent_on))
+
+    async def _serve_local(self, flow: Flow, request: web.Request, plan: RoutePlan,
+                           headers: dict[str, str]) -> web.StreamResponse:
+        st = self.state
+        first: Choice | None = None
         if plan.decode is not None:
-            first_decode = Choice(plan.decode, "decode")
+            first = Choice(plan.decode, "decode")
             self._admit(plan, flow)
             st.metrics.observe_prefix(flow.route.prompt_tokens,
                                       flow.route.prompt_tokens - plan.decode.new_prefill_tokens)
-        return await self._decode(flow, request, plan.decode_policy, first_decode, decode_body, headers)
+        # The client's body goes upstream byte for byte.
+        body: dict[str, Any] | bytes = flow.parsed.raw or flow.parsed.body
+        return await self._decode(flow, request, plan.decode_policy, first, body,
+                                  {**headers, "X-Request-Id": flow.attempt_id()})
 
     def _admit(self, plan: RoutePlan, flow: Flow) -> None:
         verdict = plan.verdict
@@ -187,7 +234,7 @@ class CompletionHandler:
                 status=503, err_type="ServiceUnavailableError", headers={"Retry-After": str(verdict.retry_after_s)})
         flow.notes.append(f"predicted_ttft_ms={verdict.predicted_ttft_s * 1000:.0f}")
 
-    async def _prefill(self, flow: Flow, first: Choice, headers: dict[str, str]) -> dict[str, Any] | None:
+    async def _prefill(self, flow: Flow, first: Choice | None, headers: dict[str, str]) -> dict[str, Any] | None:
         """Run the prefill step; returns the kv_transfer_params for decode, or None to
         fall back to a local prefill on the decode worker."""
         st = self.state
@@ -234,7 +281,10 @@ class CompletionHandler:
         return kv
 
     async def _decode(self, flow: Flow, request: web.Request, policy: Policy, first: Choice | None,
-                      body: dict[str, Any] | bytes, headers: dict[str, str]) -> web.StreamResponse:
+                      body: dict[str, Any] | bytes, headers: dict[str, str], exclude: set[str] | None = None,
+                      consumable: bool = False) -> web.StreamResponse:
+        """``consumable``: ``body`` carries KV transfer params; a failure after which they may
+        have been read raises ``UpstreamFailed(spent=True)`` instead of resending them."""
         st = self.state
         cfg = st.cfg
         stream = flow.parsed.stream
@@ -243,13 +293,13 @@ class CompletionHandler:
         while True:
             att = await send_with_retries(st, stage="decode", pool="decode", policy=policy, req=flow.route,
                                           first=first, path=flow.path, body=body, headers=headers, timeout=timeout,
-                                          exclude=tried)
+                                          exclude=tried | (exclude or set()), consumable=consumable)
             first = None
             self._sent(flow, att)
             flow.decode = att.choice.decision
             if len(att.tried) > 1 or tried:
                 flow.notes.append(f"decode retried after {sorted(tried) + att.tried[:-1]}")
-            out_headers = {"X-Request-Id": flow.request_id}
+            out_headers = {"X-Request-Id": flow.correlation_id}
             if cfg.debug_header:
                 out_headers[ROUTE_HEADER] = flow.header()
             try:
@@ -257,9 +307,13 @@ class CompletionHandler:
                     return await relay_stream(st, flow, request, att, policy, out_headers)
                 try:
                     raw = await att.resp.read()
-                except RETRYABLE:
-                    # Cut off before anything reached the client: another worker can redo it.
+                except RETRYABLE as e:
+                    # Cut off before anything reached the client: another worker can redo it
+                    # (with fresh KV, through prefill again, if this one may have read it).
                     st.pool.mark_failed(att.url)
+                    if consumable:
+                        raise UpstreamFailed("decode", f"{att.url} failed mid-response: {type(e).__name__}",
+                                             spent=True, tried=[att.url]) from None
                     tried.add(att.url)
                     st.metrics.retries.labels("decode").inc()
                     if len(tried) > cfg.max_retries:

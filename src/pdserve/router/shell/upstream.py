@@ -1,4 +1,12 @@
-"""Calls to workers, with retry on another worker for failures before the first byte."""
+"""Calls to workers, with retry on another worker for failures before the first byte.
+
+A decode request that carries ``kv_transfer_params`` is not idempotent: once a worker may
+have read the prefilled blocks (NIXL READ, then a notification that frees them on the
+prefill side), the same params can name blocks that now hold another request's KV. Such a
+request is resent elsewhere only when it provably never reached a worker (no connection);
+any later failure raises :class:`UpstreamFailed` with ``spent=True`` and the caller goes
+back through prefill.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +18,15 @@ from typing import Any
 
 import aiohttp
 
+from pdserve.router.http1 import ConnectError
 from pdserve.router.http1 import Response as Http1Response
 from pdserve.router.policies import Policy, RouteRequest
 from pdserve.router.shell.state import Choice, RouterState
 
 # Failures that mean "this worker could not serve it", worth another worker.
 RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, ConnectionError)
+# Failures that prove the request never reached the worker: no connection was made.
+NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, ConnectError)
 
 
 _JSON = {"Content-Type": "application/json"}
@@ -24,11 +35,14 @@ _JSON = {"Content-Type": "application/json"}
 class UpstreamFailed(Exception):
     """Every eligible worker failed (or none was left)."""
 
-    def __init__(self, stage: str, detail: str, no_workers: bool = False) -> None:
+    def __init__(self, stage: str, detail: str, no_workers: bool = False, spent: bool = False,
+                 tried: list[str] | None = None) -> None:
         super().__init__(f"{stage}: {detail}")
         self.stage = stage
         self.detail = detail
         self.no_workers = no_workers  # nothing was even tried
+        self.spent = spent  # a worker may have consumed the request's KV transfer params
+        self.tried = tried or []
 
 
 @dataclass
@@ -59,10 +73,15 @@ async def send_with_retries(
     timeout: aiohttp.ClientTimeout,
     exclude: set[str] | None = None,
     on_attempt: Callable[[Choice], Awaitable[None] | None] | None = None,
+    consumable: bool = False,
 ) -> Attempt:
     """POST ``body`` (a dict, or JSON bytes sent as is) to a worker of ``pool``, trying others on connection errors,
     timeouts and 5xx before any byte of the body was read. The caller owns (and must
-    release) ``Attempt.resp``. 4xx responses are returned: the request is at fault."""
+    release) ``Attempt.resp``. 4xx responses are returned: the request is at fault.
+
+    ``consumable``: the body carries KV transfer params a worker consumes by reading; it is
+    resent only after failures that prove it was never sent (:data:`NOT_SENT`), any other
+    failure raises ``UpstreamFailed(spent=True)``."""
     assert state.session is not None
     tried: set[str] = set(exclude or ())
     order: list[str] = []
@@ -92,6 +111,7 @@ async def send_with_retries(
                 resp = await state.session.post(url + path, json=body, headers=headers, timeout=timeout)
         except RETRYABLE as e:
             last = f"{url}: {type(e).__name__}: {e}"
+            spent = consumable and not isinstance(e, NOT_SENT)
         else:
             if resp.status < 500:
                 state.pool.mark_ok(url)
@@ -99,8 +119,13 @@ async def send_with_retries(
             text = (await resp.text())[:200]
             resp.release()
             last = f"{url}: HTTP {resp.status}: {text}"
+            spent = consumable  # e.g. vLLM's 500 for a failed KV load: a READ may have happened
         state.scheduler.on_finished(policy, req.request_id, url, time.monotonic())
         state.pool.mark_failed(url)
         tried.add(url)
+        if spent:
+            raise UpstreamFailed(stage, f"{url} may have read the prefilled KV, not resent: {last}", spent=True,
+                                 tried=order)
         choice = None
-    raise UpstreamFailed(stage, f"tried {order or 'no workers'}; last error: {last}", no_workers=not order)
+    raise UpstreamFailed(stage, f"tried {order or 'no workers'}; last error: {last}", no_workers=not order,
+                         tried=order)
