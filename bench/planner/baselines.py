@@ -45,15 +45,20 @@ class ReactiveAutoscaler:
 
 
 def smallest_static(trace: Trace, s: Setup, start: tuple[int, int], target: float = 0.99) -> tuple[tuple[int, int], int]:
-    """Grow (P, D) from ``start`` on whichever pool the misses point at until >= target."""
+    """Grow (P, D) from ``start`` on whichever pool the misses point at until >= target, or
+    until more replicas stop helping (then the smallest size with the best attainment)."""
     p, d = start
-    sims = 0
+    sims, best_ok, best, stalls = 0, -1.0, start, 0
     while True:
         res = run_simulation(trace, s.sim_config(p, d, startup=0.0))
         sims += 1
         ok = sum(r.attains(s.slo) for r in res.records) / len(res.records)
-        if ok >= target or (p >= s.max_p and d >= s.max_d):
-            return (p, d), sims
+        if ok > best_ok + 1e-9:
+            best_ok, best, stalls = ok, (p, d), 0
+        else:
+            stalls += 1  # two more replicas that bought nothing: the rest is unattainable
+        if ok >= target or (p >= s.max_p and d >= s.max_d) or stalls >= 2:
+            return best, sims
         if (_blame(res.records, s.slo) == "prefill" and p < s.max_p) or d >= s.max_d:
             p += 1
         else:

@@ -10,7 +10,9 @@
 * ``best_schedule``: an achievable cost found by hindsight search: for each interval,
   the fewest GPUs (P x TP + D x TP) whose replay of that interval's requests alone, on
   warm replicas, meets the SLO for >= 99 % of them (grown from the interval bound,
-  adding to whichever pool the misses point at); then replayed end to end with the
+  adding to whichever pool the misses point at, and stopping where more replicas stop
+  helping: requests no size can serve within the SLO are left to miss); then replayed
+  end to end with the
   start-up delay (replicas requested one start-up ahead), and repaired: intervals
   whose requests still miss get one more replica of the pool they missed on.
 """
@@ -144,18 +146,26 @@ class BestSchedule:
                 self.needs.append((p, d))
                 continue
             sub = _sub_trace(reqs, tr)
+            best_ok, best_size, stalls = -1.0, (p, d), 0
             while True:
                 res = run_simulation(sub, s.sim_config(p, d))
                 self.sims += 1
                 ok = sum(r.attains(s.slo) for r in res.records) / len(res.records)
-                if ok >= self.target or (p >= s.max_p and d >= s.max_d):
+                if ok > best_ok + 1e-9:
+                    best_ok, best_size, stalls = ok, (p, d), 0
+                else:
+                    stalls += 1
+                # Stop at the target, at the caps, or when two more replicas bought nothing:
+                # the rest is unattainable at this SLO (e.g. prompts whose prefill alone
+                # exceeds the TTFT), and more GPUs would only inflate the reference.
+                if ok >= self.target or (p >= s.max_p and d >= s.max_d) or stalls >= 2:
                     break
                 pool = _blame(res.records, s.slo)
                 if (pool == "prefill" and p < s.max_p) or d >= s.max_d:
                     p += 1
                 else:
                     d += 1
-            self.needs.append((p, d))
+            self.needs.append(best_size)
 
     def autoscaler(self, t0: float) -> ScheduleAutoscaler:
         return ScheduleAutoscaler(list(self.needs), t0, self.setup.interval_s, self.setup.startup_s)
