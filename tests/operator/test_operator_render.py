@@ -13,6 +13,8 @@ import yaml
 from pdserve.api import DisaggregatedService
 from pdserve.operator.names import RenderOptions
 from pdserve.operator.render import render
+from pdserve.router import cli as router_cli  # the project's own modules: an import error fails, never skips
+from pdserve.worker import cli as worker_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,14 +187,12 @@ def test_router_deployment_service_and_rbac() -> None:
 
 
 def test_router_args_parse_with_the_real_router_cli() -> None:
-    router_cli = pytest.importorskip("pdserve.router.cli")
     c = _engine(render(_svc()), "llama-8b-router")
     args = router_cli.build_parser().parse_args(c["args"])
     assert (args.k8s_service, args.k8s_namespace, args.policy, args.kv_events, args.port) == ("llama-8b", "llm", "kv_aware", True, 8000)
 
 
 def test_worker_args_parse_with_the_mock_worker_cli() -> None:
-    worker_cli = pytest.importorskip("pdserve.worker.cli")
     c = _engine(render(_svc("examples/mock-disagg.yaml")), "mock-llama-prefill")
     args = worker_cli.build_parser().parse_args(c["args"])
     assert args.model == "meta-llama/Llama-3.1-8B-Instruct" and args.mock_speedup == 10

@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 
 from pdserve.router.http1 import Http1Pool
+from tests.router.conftest import wait_for
 
 T = aiohttp.ClientTimeout(total=5, sock_connect=2, sock_read=2)
 
@@ -116,7 +117,9 @@ async def test_a_pooled_connection_closed_by_the_worker_is_replaced_transparentl
             resp = await pool.post(srv.url, "/x", b"{}", {}, T)
             assert await resp.read() == b"ok"
             resp.release()
-            await asyncio.sleep(0.05)  # the server closes its side in the meantime
+            # The server closes its side: wait until the pooled connection has seen it.
+            await wait_for(lambda: all(c.closed for idle in pool._idle.values() for c in idle),
+                           what="the worker's close to reach the pooled connection")
         assert srv.connections == 3
 
 

@@ -163,7 +163,12 @@ async def test_non_streamed_request_is_redone_when_its_worker_dies(worker_stack)
                                                                "ignore_eos": True}))
         await wait_for(lambda: any(p.ledger.requests(workers[0].url) for p in r.state.all_policies),
                        what="the request to reach the first worker")
-        await asyncio.sleep(0.2)
+        # Killed while generating (not before the worker had the request), as waited for, not slept on.
+        for _ in range(200):
+            if await worker_metric(workers[0].url, "vllm:generation_tokens_total") > 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await worker_metric(workers[0].url, "vllm:generation_tokens_total") > 0
         kill(workers[0])
         resp = await task
         body = await resp.json()

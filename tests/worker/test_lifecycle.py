@@ -63,7 +63,9 @@ def test_sigterm_drains_in_flight_requests() -> None:
             assert time.monotonic() < deadline, "the long request never reached the worker"
             time.sleep(0.01)
         os.killpg(w.pid, signal.SIGTERM)
-        time.sleep(0.1)
+        while httpx.get(f"{w.url}/health").status_code != 503:  # draining: waited for, not slept on
+            assert time.monotonic() < deadline, "the worker never started draining"
+            time.sleep(0.01)
         refused = httpx.post(f"{w.url}/v1/completions", json={"prompt": "late", "max_tokens": 1})
         assert refused.status_code == 503 and refused.json()["error"]["type"] == "ServiceUnavailableError"
         assert httpx.get(f"{w.url}/health").status_code == 503

@@ -121,9 +121,17 @@ def test_handoff_succeeds_without_prompt_recompute(cluster: Cluster) -> None:
     assert "not_found" in again.json()["error"]["message"]
 
 
+def _lease_expired(w: WorkerHandle, timeout: float = 10.0) -> None:
+    """Until the worker holds no prefilled KV any more (its 0.3 s lease ran out), polled, not slept on."""
+    deadline = time.monotonic() + timeout
+    while metric(w, "vllm:kv_cache_usage_perc", "vllm:kv_cache_usage_perc") > 0:
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.05)
+
+
 def test_expired_lease_fails_observably(cluster: Cluster) -> None:
     params = prefill(cluster.prefill_short_lease, "lease-1")
-    time.sleep(1.0)  # lease is 0.3 s
+    _lease_expired(cluster.prefill_short_lease)
     before = metric(cluster.decode_fail, "pdserve_worker_kv_load_failures", "pdserve_worker_kv_load_failures_total",
                     reason="not_found", policy="fail")
     r = decode(cluster.decode_fail, "lease-1", params)
@@ -157,7 +165,7 @@ def test_prompt_mismatch_is_detected(cluster: Cluster) -> None:
 def test_recompute_policy_prefills_locally_and_counts_it(cluster: Cluster) -> None:
     d = cluster.decode_recompute
     params = prefill(cluster.prefill_short_lease, "rc-1")
-    time.sleep(1.0)
+    _lease_expired(cluster.prefill_short_lease)
     before = metric(d, "vllm:prompt_tokens_by_source", "vllm:prompt_tokens_by_source_total", source="local_compute")
     r = decode(d, "rc-1", params)
     assert r.status_code == 200
