@@ -11,7 +11,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from pdserve.operator.rbac import RULES
+from pdserve.operator.rbac import LEASE_RULES, RULES
 
 from .conftest import BAD_VALUES, CHART_DIR, GOOD_VALUES, load_values, of_kind, render
 
@@ -148,7 +148,6 @@ def test_operator_pod_is_hardened(chart: helm.Chart, values: dict[str, Any]) -> 
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["securityContext"]["runAsUser"] != 0
-    assert deploy["spec"]["strategy"]["type"] == "Recreate", "two kopf operators must never overlap"
     for c in pod["containers"]:
         sc = c["securityContext"]
         assert sc["readOnlyRootFilesystem"] is True, c["name"]
@@ -164,17 +163,49 @@ def test_operator_pod_is_hardened(chart: helm.Chart, values: dict[str, Any]) -> 
     assert any(a.startswith("--liveness=http://0.0.0.0:") and a.endswith("/healthz") for a in operator["args"])
 
 
-def test_planner_runs_in_the_operator_pod_and_is_configurable(chart: helm.Chart) -> None:
+def test_the_planner_runs_inside_the_operator_and_is_configurable(chart: helm.Chart) -> None:
     values = {"planner": {"prometheusUrl": "http://prom.obs.svc:9090", "intervalSeconds": 20, "dryRun": True}}
     (deploy,) = of_kind(render(chart, values), "Deployment")
-    containers = {c["name"]: c for c in deploy["spec"]["template"]["spec"]["containers"]}
-    args = containers["planner"]["args"]
-    assert args[:2] == ["planner", "run"]
+    # One process hosts every planner (a kopf daemon per resource): no second container.
+    (operator,) = deploy["spec"]["template"]["spec"]["containers"]
+    args = operator["args"]
+    assert args[0] == "operator"
     assert "--prometheus-url=http://prom.obs.svc:9090" in args
-    assert "--interval=20" in args
-    assert "--dry-run" in args
+    assert "--planner-interval=20" in args
+    assert "--planner-dry-run" in args and "--no-planner" not in args
+    assert {"name": "metrics", "containerPort": 9091, "protocol": "TCP"} in operator["ports"]
     (deploy,) = of_kind(render(chart, {"planner": {"enabled": False}}), "Deployment")
-    assert [c["name"] for c in deploy["spec"]["template"]["spec"]["containers"]] == ["operator"]
+    (operator,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert "--no-planner" in operator["args"] and not any(a.startswith("--prometheus-url") for a in operator["args"])
+    assert "metrics" not in {p["name"] for p in operator["ports"]}
+
+
+def _lease_role(objects: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-leader-election")), None)
+
+
+def test_two_operators_are_safe_only_with_a_lease(chart: helm.Chart) -> None:
+    objects = render(chart, {"operator": {"replicas": 2}})
+    (deploy,) = of_kind(objects, "Deployment")
+    assert deploy["spec"]["replicas"] == 2
+    # Only the Lease holder runs kopf, so old and new pods may overlap during a rollout.
+    assert deploy["spec"]["strategy"]["type"] == "RollingUpdate"
+    (operator,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert "--lease-name=pds-pdserve" in operator["args"] and "--lease-namespace=pdserve-system" in operator["args"]
+    assert "--lease-duration=15" in operator["args"] and "--lease-renew-deadline=10" in operator["args"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in operator["env"], "the Lease identity"
+    # The Lease: get/create/update in the release namespace only, bound to the operator's ServiceAccount.
+    role = _lease_role(objects)
+    assert role is not None and role["metadata"]["namespace"] == "pdserve-system"
+    assert _rule_set(role["rules"]) == _rule_set(LEASE_RULES)
+    (binding,) = [b for b in of_kind(objects, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+    assert binding["subjects"][0]["name"] == deploy["spec"]["template"]["spec"]["serviceAccountName"]
+    # Without a Lease: one replica, never overlapping (Recreate); two are refused (bad_values).
+    single = render(chart, {"operator": {"leaderElection": {"enabled": False}}})
+    (deploy,) = of_kind(single, "Deployment")
+    assert deploy["spec"]["strategy"]["type"] == "Recreate"
+    assert "--no-leader-elect" in deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert _lease_role(single) is None
 
 
 def test_cluster_scope_binds_one_cluster_role(chart: helm.Chart) -> None:
@@ -184,7 +215,7 @@ def test_cluster_scope_binds_one_cluster_role(chart: helm.Chart) -> None:
     (sa,) = of_kind(objects, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "pdserve-system"}]
-    assert not of_kind(objects, "Role")
+    assert of_kind(objects, "Role") == [_lease_role(objects)], "only the Lease is namespaced"
     (deploy,) = of_kind(objects, "Deployment")
     assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
     for c in deploy["spec"]["template"]["spec"]["containers"]:
@@ -193,8 +224,8 @@ def test_cluster_scope_binds_one_cluster_role(chart: helm.Chart) -> None:
 
 def test_namespace_scope_uses_roles_in_each_watched_namespace(chart: helm.Chart) -> None:
     objects = render(chart, {"operator": {"scope": "namespace", "watchNamespaces": ["team-a", "team-b"]}, "monitoring": {"podMonitors": True}})
-    roles = of_kind(objects, "Role")
-    bindings = of_kind(objects, "RoleBinding")
+    roles = [r for r in of_kind(objects, "Role") if r is not _lease_role(objects)]
+    bindings = [b for b in of_kind(objects, "RoleBinding") if not b["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for b in bindings:
@@ -215,7 +246,7 @@ def test_namespace_scope_uses_roles_in_each_watched_namespace(chart: helm.Chart)
 
 def test_namespace_scope_defaults_to_the_release_namespace(chart: helm.Chart) -> None:
     objects = render(chart, {"operator": {"scope": "namespace"}}, namespace="ml")
-    assert [r["metadata"]["namespace"] for r in of_kind(objects, "Role")] == ["ml"]
+    assert [r["metadata"]["namespace"] for r in of_kind(objects, "Role") if r is not _lease_role(objects)] == ["ml"]
 
 
 def _rule_set(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,11 +22,13 @@ from kubernetes.client.exceptions import ApiException
 
 from pdserve.api.crd import build_crd
 from pdserve.kube.constants import GROUP, PLURAL, VERSION  # noqa: F401  (re-exported to the operator tests)
-from pdserve.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES, RULES
+from pdserve.operator.rbac import CLUSTER_RULES, LEASE_RULES, NAMESPACED_RULES, RULES
 
 T = TypeVar("T")
 OPERATOR_USER = "pdserve-operator"
 CLUSTER_ROLE = "pdserve-operator"
+# Where the operators' Leases live (the chart uses its release namespace).
+LEASE_NAMESPACE = "default"
 
 
 def eventually(what: str, fn: Callable[[], T | None], timeout_s: float = 60, interval_s: float = 0.2) -> T:
@@ -83,6 +86,24 @@ def bind_operator_role(admin: client.ApiClient) -> None:
             if e.status != 409:
                 raise
             replace(body["metadata"]["name"], body)
+    bind_lease_role(admin, OPERATOR_USER)
+
+
+def bind_lease_role(admin: client.ApiClient, user: str) -> None:
+    """LEASE_RULES in LEASE_NAMESPACE only, as the chart's leader-election Role."""
+    rbac = client.RbacAuthorizationV1Api(admin)
+    name = f"{user}-leader-election"
+    role = {"metadata": {"name": name}, "rules": LEASE_RULES}
+    binding = {"metadata": {"name": name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]}
+    for create, replace, body in ((rbac.create_namespaced_role, rbac.replace_namespaced_role, role),
+                                  (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, binding)):
+        try:
+            create(LEASE_NAMESPACE, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            replace(name, LEASE_NAMESPACE, body)
 
 
 def bind_namespaced_operator(admin: client.ApiClient, user: str, namespace: str) -> None:
@@ -97,6 +118,7 @@ def bind_namespaced_operator(admin: client.ApiClient, user: str, namespace: str)
     rbac.create_cluster_role_binding(
         {"metadata": {"name": user}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user}, "subjects": subject}
     )
+    bind_lease_role(admin, user)
 
 
 def free_port() -> int:
@@ -106,12 +128,19 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    """`pdserve operator` in its own process group; stop() kills the whole group."""
+    """`pdserve operator` in its own process group; stop() kills the whole group.
+
+    Each instance has its own Lease identity (kept across restarts, as a pod's name is)
+    and, unless ``lease`` names a shared one, its own Lease: replicas share a name."""
 
     def __init__(
-        self, kubeconfig: Path, log_path: Path, resync_seconds: float = 5.0, extra_args: list[str] | None = None, namespaces: list[str] | None = None
+        self, kubeconfig: Path, log_path: Path, resync_seconds: float = 5.0, extra_args: list[str] | None = None, namespaces: list[str] | None = None,
+        lease: str | None = None, identity: str | None = None, lease_timings: tuple[float, float, float] = (6.0, 4.0, 1.0),
     ):
         self.namespaces = namespaces or []
+        self.lease = lease or f"op-{uuid.uuid4().hex[:8]}"
+        self.identity = identity or f"replica-{uuid.uuid4().hex[:6]}"
+        self.lease_timings = lease_timings
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.resync_seconds = resync_seconds
@@ -128,6 +157,9 @@ class OperatorProcess:
             "--resync-seconds", str(self.resync_seconds),
             "--liveness", f"http://127.0.0.1:{self.port}/healthz",
             "--pdserve-image", "registry.invalid/pdserve:test",
+            "--lease-name", self.lease, "--lease-namespace", LEASE_NAMESPACE, "--lease-identity", self.identity,
+            "--lease-duration", str(self.lease_timings[0]), "--lease-renew-deadline", str(self.lease_timings[1]),
+            "--lease-retry", str(self.lease_timings[2]),
             *self.extra_args,
         ]  # fmt: skip
         log = open(self.log_path, "ab")

@@ -39,6 +39,13 @@ def _condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
     return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == ctype), {})
 
 
+def _manual(body: dict[str, Any]) -> dict[str, Any]:
+    """Autoscaling off: the operator hosts the planner of every autoscaled resource, and these
+    tests play the planner's part by hand (or must see no planner Events)."""
+    body["spec"]["autoscaling"]["enabled"] = False
+    return body
+
+
 def _ready(admin: client.ApiClient, ns: str, name: str, timeout_s: float = 60) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         obj = _get(admin, ns, name)
@@ -125,7 +132,7 @@ def test_drift_is_repaired(admin: client.ApiClient, operator: OperatorProcess, n
 
 
 def test_replica_change_propagates(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:
-    _create(admin, load_example(MOCK_EXAMPLE, namespace, "scale"))
+    _create(admin, _manual(load_example(MOCK_EXAMPLE, namespace, "scale")))
     _ready(admin, namespace, "scale")
     # What the planner does: both pools in one merge patch.
     _patch_spec(admin, namespace, "scale", {"prefill": {"replicas": 2}, "decode": {"replicas": 3}})
@@ -163,7 +170,7 @@ def test_delete_removes_children(admin: client.ApiClient, operator: OperatorProc
 
 
 def test_restart_mid_reconcile_no_duplicates_no_flapping(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:
-    _create(admin, load_example(MOCK_EXAMPLE, namespace, "restart"))
+    _create(admin, _manual(load_example(MOCK_EXAMPLE, namespace, "restart")))
     # Kill the operator as soon as it has started creating children.
     eventually("first child", lambda: _deployments(admin, namespace, "restart"), 30, interval_s=0.02)
     operator.stop(signal.SIGKILL)
@@ -224,25 +231,20 @@ def test_changes_missed_while_operator_is_down_are_caught_up(admin: client.ApiCl
     assert sorted(_deployments(admin, namespace, "missed")) == ["missed-decode", "missed-prefill", "missed-router"]
 
 
-def test_hosted_planner_daemon_writes_its_decision(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:
-    # The same identity (exactly RULES) runs the planner loop in a kopf daemon.
-    operator.stop()
-    hosted = OperatorProcess(operator.kubeconfig, operator.log_path, operator.resync_seconds, ["--hosted-planner"])
-    try:
-        hosted.start()
-        body = load_example(MOCK_EXAMPLE, namespace, "planned")
-        # No Prometheus there: the planner must hold (never scale on missing data) and say why.
-        body["spec"]["autoscaling"].update(intervalSeconds=5, prometheusUrl="http://127.0.0.1:9")
-        _create(admin, body)
-        _ready(admin, namespace, "planned")
-        planner = eventually("status.planner", lambda: (_get(admin, namespace, "planned")["status"] or {}).get("planner"), 60)
-        assert planner["held"] is True and "metrics unavailable" in planner["reason"]
-        obj = _get(admin, namespace, "planned")
-        assert (obj["spec"]["prefill"]["replicas"], obj["spec"]["decode"]["replicas"]) == (1, 1)
-        assert _condition(obj, "Ready")["status"] == "True"
-    finally:
-        hosted.stop()
-        operator.start()
+def test_the_operator_hosts_the_planner_of_an_autoscaled_resource(admin: client.ApiClient, operator: OperatorProcess, namespace: str) -> None:
+    # The same identity (exactly RULES) runs the planner loop in a kopf daemon: no other host.
+    body = load_example(MOCK_EXAMPLE, namespace, "planned")
+    # No Prometheus there: the planner must hold (never scale on missing data) and say why.
+    body["spec"]["autoscaling"].update(intervalSeconds=5, prometheusUrl="http://127.0.0.1:9")
+    _create(admin, body)
+    _ready(admin, namespace, "planned")
+    planner = eventually("status.planner", lambda: (_get(admin, namespace, "planned")["status"] or {}).get("planner"), 60)
+    assert planner["held"] is True and "metrics unavailable" in planner["reason"]
+    obj = _get(admin, namespace, "planned")
+    assert (obj["spec"]["prefill"]["replicas"], obj["spec"]["decode"]["replicas"]) == (1, 1)
+    assert _condition(obj, "Ready")["status"] == "True"
+    # Its hold is an Event on the resource, posted through kopf.
+    eventually("PlannerHeld event", lambda: any(e.reason == "PlannerHeld" and e.type == "Warning" for e in _events(admin, namespace, "planned")), 30)
 
 
 def test_namespace_scoped_operator_needs_no_cluster_wide_rights(

@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 
 from pdserve.operator.handlers import _raise_for
 from pdserve.kube.errors import KubeError
-from pdserve.operator.kube import Kube
+from pdserve.kube.api import Kube
 from pdserve.operator.reconcile import Reconciler
 
 # Plain HTTP reactions: each test scripts exactly the answers the API server gives.

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client as k8s
 
 from pdserve.operator.handlers import HandlerConfig, build_registry, settings
-from pdserve.operator.kube import Kube
+from pdserve.kube.api import Kube
 from pdserve.operator.reconcile import Reconciler
 
 NS = "ns"

@@ -7,9 +7,9 @@ import pytest
 from kubernetes import client
 
 from pdserve.kube.constants import GROUP, PLURAL, VERSION
-from pdserve.planner.actuator_kubernetes import KubernetesActuator
+from pdserve.planner.hosting.actuator import KubernetesActuator
 from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.hosted import run_hosted
+from pdserve.planner.hosting.daemon import run_hosted
 
 RES = f"{GROUP}/{VERSION}/{PLURAL}"
 
@@ -102,17 +102,8 @@ async def test_hosted_stops_when_the_resource_is_gone(kmock):
                                       api_client=api), 10)
 
 
-async def test_manager_runs_one_planner_per_resource(api):
-    from pdserve.planner.manager import run_manager
+def test_the_cli_refuses_a_second_kubernetes_planner_host():
+    from pdserve.planner.cli import main
 
-    stopped = asyncio.Event()
-    task = asyncio.create_task(run_manager(["ns"], stopped=stopped, logger=logging.getLogger("t"), api_client=api,
-                                           resync_s=0.2, default_prometheus_url="http://127.0.0.1:9"))
-    for _ in range(200):
-        obj = await asyncio.to_thread(read, api)
-        if "status" in obj:
-            break
-        await asyncio.sleep(0.05)
-    stopped.set()
-    await asyncio.wait_for(task, 15)
-    assert obj["status"]["planner"]["holdReason"] == "metrics-unavailable"
+    # One host on a cluster: the operator's kopf daemon (leader-elected), never a side process.
+    assert main(["run", "--actuator", "kubernetes", "--service", "svc"]) == 2

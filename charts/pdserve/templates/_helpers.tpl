@@ -108,3 +108,10 @@ the resource (replicas) and on its status (status.planner).
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
 {{- end -}}
+
+{{/* Leader election: only the operator's own Lease, in the release namespace (pdserve.operator.rbac.LEASE_RULES). */}}
+{{- define "pdserve.leaseRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "update"]
+{{- end -}}

@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
 def _apply(kubeconfig: str | None) -> int:
     from pdserve.api.crd import build_crd
     from pdserve.api.crd_apply import CrdUpgradeRefused, apply_crd
-    from pdserve.operator.kube import load_api_client
+    from pdserve.kube.client import load_api_client
 
     api = load_api_client(kubeconfig)
     try:

@@ -23,6 +23,7 @@ class NotUnderKopf(RuntimeError):
 def post(involved: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
     """Queue an Event about ``involved`` (a resource body with apiVersion, kind and metadata)."""
     try:
+        # kopf only reads apiVersion, kind and metadata from it, which a plain body has.
         kopf.event(cast(kopf.Body, dict(involved)), type="Warning" if warning else "Normal", reason=reason, message=message[:MAX_MESSAGE])
     except LookupError as e:  # kopf's context variables are unset
         raise NotUnderKopf(f"event {reason} needs a running kopf operator") from e

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -11,6 +11,7 @@ import kopf
 from pdserve.kube.constants import GROUP, PLURAL, SERVICE_LABEL, VERSION
 from pdserve.kube.errors import KubeError
 from pdserve.operator.reconcile import Reconciler, SyncOutcome
+from pdserve.planner.hosting.options import HostOptions
 
 RETRY_DELAY_S = 10.0
 PLANNER_LOG = logging.getLogger("pdserve.planner.hosted")
@@ -19,7 +20,8 @@ PLANNER_LOG = logging.getLogger("pdserve.planner.hosted")
 @dataclass(frozen=True)
 class HandlerConfig:
     resync_seconds: float = 60.0
-    hosted_planner: bool = False
+    # The planner of every autoscaled resource, as a kopf daemon; None: replicas stay as written.
+    planner: HostOptions | None = field(default_factory=HostOptions)
 
 
 def _raise_for(outcome: SyncOutcome | None) -> None:
@@ -73,19 +75,18 @@ def build_registry(
             # The resync timer repairs whatever this event could not.
             logger.warning("sync of %s/%s after a child event failed: %s", namespace, owner, e)
 
-    if config.hosted_planner:
+    if config.planner is not None:
+        options = config.planner
 
+        # kopf starts one per resource with autoscaling enabled and stops it when that is
+        # switched off, the resource goes, or this replica stops (losing the Lease stops kopf).
         @kopf.daemon(GROUP, VERSION, PLURAL, id="planner", when=_autoscaled, cancellation_timeout=10.0, registry=registry)
-        async def planner(name: str, namespace: str | None, stopped: kopf.DaemonStopped, logger: kopf.Logger, **_: Any) -> None:
-            try:
-                from pdserve.planner.hosted import run_hosted
-            except ImportError as e:
-                logger.warning("autoscaling is enabled but the hosted planner is unavailable (%s); replicas stay as written", e)
-                await stopped.wait()
-                return
+        async def planner(name: str, namespace: str | None, stopped: kopf.DaemonStopped, **_: Any) -> None:
+            from pdserve.planner.hosting.daemon import run_hosted
+
             # A plain logger: kopf's would post every held decision as an Event, and the
             # planner already records its decisions (status.planner and its own Events).
-            await run_hosted(str(namespace), name, stopped=stopped, logger=PLANNER_LOG, api_client=api_client)
+            await run_hosted(str(namespace), name, stopped=stopped, logger=PLANNER_LOG, api_client=api_client, options=options)
 
     return registry
 

@@ -37,3 +37,8 @@ CLUSTER_RULES: list[dict[str, Any]] = [
 ]
 
 RULES: list[dict[str, Any]] = NAMESPACED_RULES + CLUSTER_RULES
+
+# Leader election: a Role in the operator's own namespace only (its Lease lives there).
+LEASE_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+]

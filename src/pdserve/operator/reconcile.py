@@ -16,13 +16,18 @@ from pydantic import ValidationError
 from pdserve.api import DisaggregatedService
 from pdserve.common.clock import WALL, Clock, utc
 from pdserve.kube import events
+from pdserve.kube.api import Kube
 from pdserve.kube.constants import ROLE_LABEL, SERVICE_LABEL
 from pdserve.kube.errors import KubeError
 from pdserve.operator.drift import drift
-from pdserve.operator.kube import Kube
 from pdserve.operator.names import ROLES, RenderOptions, child_name, endpoint_url
 from pdserve.operator.render import render
-from pdserve.operator.status import ChildState, compute_status, pods_matter, status_changed
+from pdserve.operator.status import (
+    ChildState,
+    compute_status,
+    pods_matter,
+    status_changed,
+)
 
 Key = tuple[str, str]
 # Why a sync runs; a queued sync keeps the strongest cause folded into it.

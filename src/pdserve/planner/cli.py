@@ -14,27 +14,26 @@ from pdserve.planner.predictors import PREDICTORS
 
 
 def _run_parser(sub) -> None:
-    p = sub.add_parser("run", help="run the planner loop",
-                       description="Run the forecasting planner. With --actuator kubernetes it plans one "
-                                   "DisaggregatedService (--service) or all of them in its namespaces, taking "
-                                   "SLOs and bounds from each resource. With process-pool it runs local "
-                                   "`pdserve worker` processes and writes the router's discovery file.")
-    p.add_argument("--service", help="DisaggregatedService name (kubernetes) or a label for metrics")
-    p.add_argument("--namespace", action="append", help="namespace (repeatable without --service)")
-    p.add_argument("--all-namespaces", action="store_true")
-    p.add_argument("--actuator", choices=["kubernetes", "process-pool", "static"], default="kubernetes")
+    p = sub.add_parser("run", help="run the planner loop locally",
+                       description="Run the forecasting planner without a cluster. With process-pool it runs local "
+                                   "`pdserve worker` processes and writes the router's discovery file; static only "
+                                   "records decisions. On Kubernetes the planner runs inside `pdserve operator` "
+                                   "(one kopf daemon per DisaggregatedService, on the replica holding the Lease).")
+    p.add_argument("--service", help="a label for metrics and the PromQL selector")
+    p.add_argument("--namespace", help="a label for metrics and the PromQL selector (default: default)")
+    p.add_argument("--actuator", choices=["process-pool", "static", "kubernetes"], default="process-pool",
+                   help="kubernetes is refused: that planner is hosted by `pdserve operator`")
     p.add_argument("--prometheus", "--prometheus-url", dest="prometheus", help="Prometheus base URL")
     p.add_argument("--selector", help="PromQL label matchers for the workers (default: namespace + pdserve_service)")
     p.add_argument("--scrape", action="append", default=[], metavar="[ROLE=]URL",
                    help="scrape /metrics directly (repeatable); ROLE is prefill, decode or router; "
                         "with the process pool these add to its own workers")
     p.add_argument("--dry-run", action="store_true", help="decide and report, never change replicas")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--metrics-port", type=int, default=0, help="serve pdserve_planner_* metrics here (0: off)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--max-ticks", type=int, help="stop after this many decisions (local actuators)")
     p.add_argument("--decisions-out", type=Path, help="append each decision as a JSON line")
-    g = p.add_argument_group("policy (local actuators; kubernetes reads these from the resource)")
+    g = p.add_argument_group("policy (on Kubernetes the operator reads these from each resource)")
     g.add_argument("--profile", type=Path, help="capacity profile JSON (from `pdserve profile`)")
     g.add_argument("--model-profile", default="llama-3.1-8b-h100", help="derive the profile from this engine model")
     g.add_argument("--mock-speedup", type=float,
@@ -81,6 +80,11 @@ def main(argv: list[str]) -> int:
     _run_parser(sub)
     _backtest_parser(sub)
     args = parser.parse_args(argv)
+    if args.cmd == "run" and args.actuator == "kubernetes":
+        print("pdserve planner: error: on Kubernetes the planner runs inside `pdserve operator` (one kopf daemon "
+              "per DisaggregatedService with spec.autoscaling.enabled, on the replica holding the operator's Lease); "
+              "run the operator (or the Helm chart) instead", file=sys.stderr)
+        return 2
     try:
         if args.cmd == "backtest":
             return _backtest(args)
@@ -133,39 +137,7 @@ async def _run(args, parser) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopped.set)
-    if args.actuator == "kubernetes":
-        return await _run_kubernetes(args, stopped, log)
     return await _run_local(args, stopped, log)
-
-
-async def _run_kubernetes(args, stopped, log) -> int:
-    from kubernetes import client, config
-
-    from pdserve.planner.hosted import METRICS, run_hosted
-    from pdserve.planner.manager import run_manager
-
-    if args.scrape:
-        raise ValueError("--scrape works with local actuators only; the kubernetes actuator reads Prometheus")
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        try:
-            config.load_kube_config(config_file=args.kubeconfig)
-        except (config.ConfigException, OSError) as exc:
-            raise ValueError(f"no Kubernetes access (not in a cluster, and no usable kubeconfig): {exc}") from exc
-    api_client = client.ApiClient()
-    if args.metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(args.metrics_port, registry=METRICS.registry)
-    kw = dict(dry_run=args.dry_run, default_prometheus_url=args.prometheus, default_interval_s=args.interval)
-    if args.service:
-        ns = (args.namespace or ["default"])[0]
-        await run_hosted(ns, args.service, stopped=stopped, logger=log, api_client=api_client, **kw)
-    else:
-        await run_manager(None if args.all_namespaces else (args.namespace or ["default"]),
-                          stopped=stopped, logger=log, api_client=api_client, **kw)
-    return 0
 
 
 async def _run_local(args, stopped, log) -> int:
@@ -199,7 +171,7 @@ async def _run_local(args, stopped, log) -> int:
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
-    service, ns = args.service or "local", (args.namespace or ["default"])[0]
+    service, ns = args.service or "local", args.namespace or "default"
     pool = None
     if args.actuator == "process-pool":
         pool = ProcessPool(model=args.worker_model, worker_args=args.worker_arg,

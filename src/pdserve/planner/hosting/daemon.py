@@ -1,8 +1,10 @@
 """The planner as the operator hosts it: one loop per DisaggregatedService.
 
-    await run_hosted(namespace, name, stopped=stopped, logger=logger, api_client=None)
+    await run_hosted(namespace, name, stopped=stopped, logger=logger, api_client=None, options=HostOptions())
 
-Called from a kopf daemon. Each interval it re-reads the resource (so edits to
+The only way pdserve plans a resource on Kubernetes: the operator runs it in a kopf
+daemon per DisaggregatedService (kopf starts and stops it with the resource, and only
+the replica that holds the operator's Lease runs kopf at all). Each interval it re-reads the resource (so edits to
 spec.slo / spec.autoscaling apply on the next interval), decides with a policy whose
 history survives those edits, and patches the resource. It returns when ``stopped``
 is set (kopf's DaemonStopped, or any object with ``is_set()`` and ``wait(timeout)``)
@@ -18,24 +20,29 @@ from typing import Any
 
 from pdserve.common.clock import WALL, Clock
 from pdserve.kube import events
-from pdserve.planner.actuator_kubernetes import KubernetesActuator
+from pdserve.planner.hosting.actuator import KubernetesActuator
+from pdserve.planner.hosting.options import HostOptions
 from pdserve.planner.loop import is_stopped, sleep_unless_stopped, tick
 from pdserve.planner.metrics import PlannerMetrics
 from pdserve.planner.policy import PlannerPolicy
 from pdserve.planner.predictors import make_predictor
 from pdserve.planner.source_prometheus import PrometheusSource, PromQL
-from pdserve.planner.spec_config import load_profile_for, rate_window, settings_from_body
+from pdserve.planner.spec_config import (
+    load_profile_for,
+    rate_window,
+    settings_from_body,
+)
 
-METRICS = PlannerMetrics()  # one registry per process; the operator may expose it
+METRICS = PlannerMetrics()  # one registry per process; the operator serves it with --metrics-port
 
 
 async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging.Logger | Any,
-                     api_client: Any = None, dry_run: bool = False, default_prometheus_url: str | None = None,
-                     default_interval_s: float | None = None, scrape_interval_s: float = 15.0,
-                     clock: Clock = WALL, retry_s: float = 10.0, post_event: events.Poster = events.post) -> None:
+                     api_client: Any = None, options: HostOptions = HostOptions(),
+                     clock: Clock = WALL, post_event: events.Poster = events.post) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    actuator = KubernetesActuator(namespace, name, api_client, dry_run=dry_run, clock=clock, post_event=post_event)
+    retry_s = options.retry_s
+    actuator = KubernetesActuator(namespace, name, api_client, dry_run=options.dry_run, clock=clock, post_event=post_event)
     policy: PlannerPolicy | None = None
     profile_key: tuple | None = None
     source: PrometheusSource | None = None
@@ -50,8 +57,8 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
             await sleep_unless_stopped(stopped, retry_s)
             continue
         try:
-            settings = settings_from_body(body, default_prometheus_url=default_prometheus_url,
-                                          default_interval_s=default_interval_s)
+            settings = settings_from_body(body, default_prometheus_url=options.prometheus_url,
+                                          default_interval_s=options.interval_s)
         except ValueError as exc:
             logger.error(f"planner {namespace}/{name}: {exc}")
             await sleep_unless_stopped(stopped, retry_s)
@@ -74,7 +81,7 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
                 policy.predictor = make_predictor(settings.config.predictor, explode_ratio=settings.config.explode_ratio)
             policy.config = settings.config
         query = PromQL(f'namespace="{namespace}",pdserve_service="{name}"',
-                       window=rate_window(settings.config.interval_s, scrape_interval_s),
+                       window=rate_window(settings.config.interval_s, options.scrape_interval_s),
                        quantile=min(max(settings.config.attainment, 0.5), 0.99))
         if source is None or source.url != settings.prometheus_url:
             source = PrometheusSource(settings.prometheus_url, query)

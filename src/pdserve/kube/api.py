@@ -1,4 +1,4 @@
-"""A thin, typed Kubernetes shell for the operator: server-side apply, reads, status patches.
+"""A thin, typed async Kubernetes shell: server-side apply, reads, status patches, Leases.
 
 Built on the official client's ApiClient (auth from kubeconfig or in-cluster) with
 raw JSON paths, so the operator holds plain dicts and never pays for model
@@ -14,11 +14,15 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from pdserve.kube.client import load_api_client
-from pdserve.kube.constants import APPLY_PATCH, FIELD_MANAGER, GROUP, MERGE_PATCH, PLURAL, VERSION
+from pdserve.kube.constants import (
+    APPLY_PATCH,
+    FIELD_MANAGER,
+    GROUP,
+    MERGE_PATCH,
+    PLURAL,
+    VERSION,
+)
 from pdserve.kube.errors import KubeError
-
-__all__ = ["Kube", "KubeError", "load_api_client", "object_path", "service_path"]
 
 _PLURALS = {
     "Deployment": "deployments",
@@ -27,6 +31,7 @@ _PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "Pod": "pods",
+    "Lease": "leases",
 }
 
 

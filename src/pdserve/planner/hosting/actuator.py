@@ -10,11 +10,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pdserve.common.clock import WALL, Clock, rfc3339
 from pdserve.kube import events
-from pdserve.kube.constants import GROUP, MERGE_PATCH, PLURAL, ROLE_LABEL, SERVICE_LABEL, VERSION, pool_selector
+from pdserve.kube.constants import (
+    GROUP,
+    MERGE_PATCH,
+    PLURAL,
+    ROLE_LABEL,
+    SERVICE_LABEL,
+    VERSION,
+    pool_selector,
+)
 from pdserve.kube.pods import has_labels, is_pending, is_ready, is_terminating
 from pdserve.planner.decision import ScalingDecision
 from pdserve.planner.observation import PoolState
@@ -46,8 +54,9 @@ class KubernetesActuator:
 
     # ---- read ---------------------------------------------------------------------
     def read(self) -> dict[str, Any]:
-        self.last_body = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
-        return self.last_body
+        body = cast(dict[str, Any], self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name))
+        self.last_body = body
+        return body
 
     def pools(self) -> tuple[PoolState, PoolState]:
         body = self.read()

@@ -1,0 +1,256 @@
+"""Two operator replicas on a real API server: the leader is SIGKILLed mid-reconcile, the other takes over.
+
+Real parts throughout: kube-apiserver (Lease, watches, RBAC exactly as the chart grants),
+two `pdserve operator` processes sharing one Lease, a real Prometheus scraping
+vLLM-named metrics, and the planner hosted in the operator. The load ramps, so the
+planner raises replicas step by step; the first replicas write triggers a reconcile
+and the leader is killed right then. An audit of every change the API server
+reports (watches on the resource, its Deployments and the Lease) must show one
+writer at a time: at most one replicas write and one status.planner write per planner
+interval, no replica count ever going back (no flapping), Deployments matching
+the spec, and exactly one Lease hand-over.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from operator_harness import (
+    GROUP,
+    LEASE_NAMESPACE,
+    PLURAL,
+    VERSION,
+    OperatorProcess,
+    eventually,
+    load_example,
+)
+from prometheus_server import PrometheusServer, available
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "planner"))
+from fake_vllm_metrics import FakeVllm
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.prometheus]
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "ha"
+INTERVAL_S = 5.0
+LEASE_TIMINGS = (6.0, 4.0, 1.0)  # duration, renew deadline, retry
+ISL, OSL = 256, 16
+LOW, HIGH = 0.5, 8.0  # req/s
+
+
+def _profile() -> dict[str, Any]:
+    """Prompt tokens/s per prefill replica and generated tokens/s per decode replica, by latency."""
+    pre = [{"isl": isl, "throughputTokensPerS": thr, "ttftMeanMs": lat, "ttftTailMs": lat}
+           for isl in (16, 4096) for thr, lat in ((300, 100), (600, 900), (900, 5000))]
+    dec = [{"context": c, "concurrency": n, "throughputTokensPerS": thr, "itlMeanMs": lat, "itlTailMs": lat}
+           for c in (16, 4096) for n, thr, lat in ((1, 30, 10), (2, 60, 40), (4, 90, 200))]
+    return {"prefill": {"points": pre}, "decode": {"points": dec}}
+
+
+class Load:
+    """Completed requests on both fake pools at ``rate`` req/s, until stopped."""
+
+    def __init__(self, fakes: list[FakeVllm]) -> None:
+        self.fakes, self.rate = fakes, LOW
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        owed = 0.0
+        while not self._stop.wait(0.2):
+            owed += self.rate * 0.2
+            n, owed = int(owed), owed - int(owed)
+            for f in self.fakes:
+                f.finish(n, ISL, OSL, ttft=0.3, itl=0.03)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@dataclass
+class Audit:
+    """Every change the API server reports, stamped on arrival (monotonic)."""
+
+    replicas: list[tuple[float, int, int]] = field(default_factory=list)  # spec writes that changed replicas
+    # status.planner writes: arrival, and the decision's own time (the planner's clock at the tick's start)
+    planner: list[tuple[float, float]] = field(default_factory=list)
+    deployments: dict[str, list[int]] = field(default_factory=dict)  # spec.replicas per Deployment, in order
+    holders: list[tuple[float, str, int]] = field(default_factory=list)  # Lease holder changes
+    errors: list[str] = field(default_factory=list)
+
+
+def _watch(stop: threading.Event, audit: Audit, what: str, list_fn: Any, *args: Any, **kw: Any) -> None:
+    last: dict[str, Any] = {}
+    w = watch.Watch()
+    while not stop.is_set():
+        try:
+            for ev in w.stream(list_fn, *args, timeout_seconds=5, **kw):
+                obj = ev["object"]
+                obj = obj if isinstance(obj, dict) else client.ApiClient().sanitize_for_serialization(obj)
+                now = time.monotonic()
+                name = obj["metadata"]["name"]
+                spec, status = obj.get("spec") or {}, obj.get("status") or {}
+                if what == "dsvc":
+                    reps = (spec["prefill"]["replicas"], spec["decode"]["replicas"])
+                    if last.get("reps") != reps:
+                        audit.replicas.append((now, *reps))
+                        last["reps"] = reps
+                    planner = status.get("planner") or {}
+                    stamp = json.dumps(planner, sort_keys=True)
+                    if planner and last.get("planner") != stamp:
+                        audit.planner.append((now, float(planner["explanation"]["inputs"]["timestamp"])))
+                        last["planner"] = stamp
+                elif what == "deployments":
+                    seq = audit.deployments.setdefault(name, [])
+                    if not seq or seq[-1] != spec.get("replicas"):
+                        seq.append(spec.get("replicas"))
+                elif what == "lease" and name == kw.get("field_selector", "").split("=")[-1]:
+                    holder = spec.get("holderIdentity") or ""
+                    if not audit.holders or audit.holders[-1][1] != holder:
+                        audit.holders.append((now, holder, int(spec.get("leaseTransitions") or 0)))
+                if stop.is_set():
+                    w.stop()
+                    break
+        except Exception as e:  # a watch may expire; keep auditing
+            audit.errors.append(repr(e))
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def prom_and_fakes(namespace: str) -> Iterator[tuple[PrometheusServer, list[FakeVllm]]]:
+    if not available():
+        pytest.fail("Debian's prometheus binary is needed (make system-deps)", pytrace=False)
+    fakes = [FakeVllm(), FakeVllm()]
+    # prometheus_client >= 0.22 answers Prometheus 2.42's OpenMetrics request with escaping=underscores
+    # (vllm:x -> vllm_x); this Prometheus cannot ask otherwise (no scrape_protocols), so put the colon back.
+    restore = [{"source_labels": ["__name__"], "regex": "vllm_(.+)", "target_label": "__name__", "replacement": "vllm:${1}"}]
+    scrape = [{"job_name": f"fake-{role}", "metric_relabel_configs": restore, "static_configs": [{"targets": [f.url.removeprefix("http://")],
+               "labels": {"namespace": namespace, "pdserve_service": NAME, "pdserve_role": role}}]}
+              for role, f in zip(("prefill", "decode"), fakes)]
+    try:
+        with PrometheusServer(scrape) as prom:
+            yield prom, fakes
+    finally:
+        for f in fakes:
+            f.close()
+
+
+def test_leader_killed_mid_reconcile_the_follower_takes_over_with_one_writer(
+    admin: client.ApiClient, operator_kubeconfig: Path, namespace: str, prom_and_fakes: Any, tmp_path: Path
+) -> None:
+    prom, fakes = prom_and_fakes
+    core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "profile"}, "data": {"profile.json": json.dumps(_profile())}})
+    body = load_example(ROOT / "examples/mock-disagg.yaml", namespace, NAME)
+    body["metadata"]["annotations"] = {"pdserve.io/capacity-profile": "profile"}
+    body["spec"]["autoscaling"].update(intervalSeconds=int(INTERVAL_S), prometheusUrl=prom.url, predictor="constant")
+    lease = f"ha-{namespace}"
+    replicas = [OperatorProcess(operator_kubeconfig, tmp_path / f"{who}.log", resync_seconds=30.0, namespaces=[namespace],
+                                lease=lease, identity=f"replica-{who}", lease_timings=LEASE_TIMINGS) for who in ("a", "b")]
+    a, b = replicas
+    audit, stop = Audit(), threading.Event()
+    watchers = [
+        threading.Thread(target=_watch, args=(stop, audit, "dsvc", custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL), daemon=True),
+        threading.Thread(target=_watch, args=(stop, audit, "deployments", client.AppsV1Api(admin).list_namespaced_deployment, namespace),
+                         kwargs={"label_selector": f"pdserve.io/service={NAME},pdserve.io/role in (prefill,decode)"}, daemon=True),
+        threading.Thread(target=_watch, args=(stop, audit, "lease", client.CoordinationV1Api(admin).list_namespaced_lease, LEASE_NAMESPACE),
+                         kwargs={"field_selector": f"metadata.name={lease}"}, daemon=True),
+    ]
+    for t in watchers:
+        t.start()
+    try:
+        with Load(fakes) as load:
+            a.start()
+            eventually("replica a leads", lambda: audit.holders and audit.holders[-1][1] == "replica-a", 30)
+            b.start()  # answers its health check while it waits for the Lease
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            eventually("a first planner decision", lambda: audit.planner, 60)
+            assert audit.holders[-1][1] == "replica-a", "the follower must not have taken the Lease"
+            # Load ramps up: the planner raises replicas; the first write starts a reconcile in a.
+            load.rate = HIGH
+            first = len(audit.replicas)
+            try:
+                eventually("the planner's first replicas write", lambda: len(audit.replicas) > first, 90, interval_s=0.02)
+            except AssertionError as e:
+                planner = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME).get("status", {}).get("planner")
+                raise AssertionError(f"{e}\nstatus.planner: {planner}\n{a.log_tail(20)}") from None
+            a.stop(signal.SIGKILL)  # mid-reconcile: its kopf is applying the new replica counts
+            killed = time.monotonic()
+            eventually("replica b takes the Lease", lambda: audit.holders[-1][1] == "replica-b", 30)
+            took_over = audit.holders[-1][0] - killed
+
+            def converged() -> bool:
+                obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
+                deps = {d.metadata.name: d.spec.replicas for d in client.AppsV1Api(admin).list_namespaced_deployment(namespace).items}
+                spec = obj["spec"]
+                return (obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
+                        and deps.get(f"{NAME}-prefill") == spec["prefill"]["replicas"] and deps.get(f"{NAME}-decode") == spec["decode"]["replicas"])
+
+            eventually("b reconciles the Deployments to the spec", converged, 60)
+            # b plans on under the load: at least five more decisions.
+            eventually("five decisions by b", lambda: sum(1 for t, _ in audit.planner if t > audit.holders[-1][0]) >= 5, 20 * INTERVAL_S)
+    finally:
+        stop.set()
+        # The leader removes its finalizer, so the namespace can go.
+        try:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
+            eventually("the resource deleted", lambda: NAME not in {o["metadata"]["name"] for o in custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL)["items"]}, 30)
+        except (client.ApiException, AssertionError):
+            pass
+        for p in replicas:
+            p.stop()
+        for t in watchers:
+            t.join(10)
+
+    # --- the audit ---------------------------------------------------------------------------
+    summary = {
+        "takeover_s": round(took_over, 1),
+        "lease_holders": [h for _, h, _ in audit.holders],
+        "replicas_writes": [(round(t - killed, 1), p, d) for t, p, d in audit.replicas],
+        "planner_writes": len(audit.planner),
+        "decision_gaps_s": [round(later - earlier, 2) for (_, earlier), (_, later) in itertools.pairwise(audit.planner)],
+        "deployments": audit.deployments,
+    }
+    print("HA audit:", json.dumps(summary))
+    # One hand-over, to the follower, within a lease duration plus a few retries.
+    assert [h for _, h, _ in audit.holders] == ["replica-a", "replica-b"], audit.holders
+    assert audit.holders[1][2] == audit.holders[0][2] + 1
+    assert took_over < LEASE_TIMINGS[0] + 4 * LEASE_TIMINGS[2] + 3.0, summary
+    # The planner's replica writes: never back down under a rising load (no flapping) ...
+    series = [(p, d) for _, p, d in audit.replicas]
+    for pool in (0, 1):
+        values = [s[pool] for s in series]
+        assert values == sorted(values), f"replicas flapped: {series}"
+    assert series[-1] != series[0], "the planner never scaled"
+    # status.planner: one writer at a time, so one decision per interval, across the hand-over
+    # too (a second planner would decide in between). The gaps are the decisions' own times
+    # (each tick's start), so Prometheus query latency does not blur them.
+    gaps = summary["decision_gaps_s"]
+    assert len(gaps) >= 6 and min(gaps) >= 0.95 * INTERVAL_S, summary
+    # ... and each replicas write belongs to one of those decisions (the status write that
+    # follows it), so replicas too are written at most once per planner interval.
+    decided = [next(d for t, d in audit.planner if t >= w) for w, _, _ in audit.replicas[1:]]  # [0]: the initial state
+    assert all(later - earlier >= 0.95 * INTERVAL_S for earlier, later in itertools.pairwise(decided)), summary
+    # Deployments only ever took replica counts the spec had, in the same order (no conflicting patches).
+    for role, pool in (("prefill", 0), ("decode", 1)):
+        seen = audit.deployments.get(f"{NAME}-{role}", [])
+        spec_values = [s[pool] for s in series]
+        assert seen == sorted(seen) and set(seen) <= set(spec_values), (role, seen, series)
+    assert "leading as replica-b" in b.log_path.read_text() and "leading as replica-b" not in a.log_path.read_text()
