@@ -7,12 +7,13 @@ PIP := $(VENV)/bin/pip
 K8S_BIN := .cache/k8s/bin
 PYTEST_ARGS ?=
 
-.PHONY: test lint unit venv system-deps k8s-bins demo crds dashboard bench bench-smoke clean help
+.PHONY: test lint unit conformance conformance-env venv system-deps k8s-bins demo crds dashboard bench bench-smoke clean help
 
 help:
 	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
 	@echo "make test   - set up everything from nothing and run the whole suite (then make bench-smoke)"
 	@echo "make bench-smoke - run every benchmark script on a tiny input"
+	@echo "make conformance - vLLM's own code judges pdserve, per supported version (rewrites conformance/RESULTS.md)"
 	@echo "make lint   - ruff and mypy (make test runs it)"
 
 $(VENV)/.installed: pyproject.toml
@@ -45,17 +46,28 @@ dashboard: venv
 # Lint rules and types (config in pyproject.toml); `make test` runs it first.
 lint:
 	@test -x $(VENV)/bin/mypy -a -x $(VENV)/bin/ruff || $(MAKE) venv
-	$(VENV)/bin/ruff check src tests e2e bench
+	$(VENV)/bin/ruff check src tests e2e bench conformance
 	$(VENV)/bin/mypy
 
-test: venv lint system-deps k8s-bins
-	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
+test: venv lint system-deps k8s-bins conformance-env
+	PDSERVE_CONFORMANCE_REQUIRED=1 PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(MAKE) --no-print-directory bench-smoke
 
 # Every benchmark script on a tiny input (seconds each, outputs in a temporary folder),
 # so none of them rots; numbers are not checked here (bench/smoke.py).
 bench-smoke: venv
 	PYTHONPATH=$(abspath src) $(PY) bench/smoke.py
+
+# One venv per supported vLLM version under .cache/conformance/ (git-ignored), from the
+# pinned lists in conformance/requirements/; rebuilt only when a list changes.
+conformance-env:
+	$(PY_SYS) conformance/setup_env.py
+
+# The conformance tier alone; a missing venv or a check that compared nothing fails.
+conformance: venv conformance-env
+	rm -f .cache/conformance/counts.json
+	PDSERVE_CONFORMANCE_REQUIRED=1 $(PY) -m pytest -ra $(PYTEST_ARGS) tests/conformance
+	$(PY) conformance/report.py
 
 unit: venv
 	$(PY) -m pytest -ra -m "not controlplane and not prometheus" $(PYTEST_ARGS) tests

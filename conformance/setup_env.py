@@ -1,0 +1,110 @@
+"""Build one venv per supported vLLM version for the conformance tests (stdlib only).
+
+``python3 conformance/setup_env.py`` creates ``.cache/conformance/vllm-<ver>/`` (git-ignored)
+from ``conformance/requirements/vllm-<ver>.txt``: a complete pinned list installed with
+``--no-deps``. vLLM's and torch's declared dependencies would pull GPU kernels (xformers,
+flashinfer, triton, ray, ...) that nothing here imports; the list holds the ``vllm`` and
+``torch`` wheels from PyPI, the CUDA runtime libraries torch's shared objects link
+against (``import torch`` fails without them even on a CPU-only machine), and the pure
+packages the imported vLLM modules need. The wheels are downloaded once into
+``.cache/conformance/wheels`` (pip's own HTTP cache does not keep them here: the index
+answers ``no-store``) and installed from there offline; a venv whose requirements did
+not change is kept (its stamp holds the list's SHA-256), so a warm run only checks stamps.
+
+Each venv is smoke-tested by importing what the probes use; the times go to
+``.cache/conformance/setup-times.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIREMENTS = ROOT / "conformance" / "requirements"
+CACHE = ROOT / ".cache" / "conformance"
+SMOKE = ROOT / "conformance" / "probes" / "smoke.py"
+
+
+def supported_versions() -> list[str]:
+    """The versions with a requirements file; tests check that this equals the operator's table."""
+    return sorted(p.name[len("vllm-"):-len(".txt")] for p in REQUIREMENTS.glob("vllm-*.txt"))
+
+
+def venv_dir(version: str) -> Path:
+    return CACHE / f"vllm-{version}"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, env=env)
+
+
+def build(version: str, python: str, force: bool) -> dict[str, object]:
+    req = REQUIREMENTS / f"vllm-{version}.txt"
+    target = venv_dir(version)
+    stamp = target / ".conformance-ready"
+    want = _digest(req)
+    if not force and stamp.exists() and stamp.read_text().strip() == want:
+        return {"version": version, "built": False}
+    t0 = time.monotonic()
+    if target.exists():
+        shutil.rmtree(target)
+    _run([python, "-m", "venv", str(target)])
+    pip = [str(target / "bin" / "python"), "-m", "pip"]
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    wheels = CACHE / "wheels"
+    # `pip download` skips files already in the folder: only missing wheels are fetched.
+    _run([*pip, "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(wheels), "-r", str(req)], env=env)
+    t_download = time.monotonic() - t0
+    _run([*pip, "install", "-q", "--no-deps", "--no-index", "--find-links", str(wheels), "-r", str(req)], env=env)
+    t_install = time.monotonic() - t0
+    _run([str(target / "bin" / "python"), str(SMOKE)], env={**os.environ, "PYTHONPATH": ""})
+    stamp.write_text(want + "\n")
+    return {"version": version, "built": True, "download_s": round(t_download, 1), "install_s": round(t_install - t_download, 1),
+            "total_s": round(time.monotonic() - t0, 1), "venv_bytes": _du(target)}
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--version", action="append", help="only this vLLM version (repeatable)")
+    ap.add_argument("--python", default=sys.executable, help="interpreter for the venvs (default: this one)")
+    ap.add_argument("--force", action="store_true", help="rebuild even when the stamp matches")
+    args = ap.parse_args(argv)
+    versions = args.version or supported_versions()
+    if not versions:
+        print(f"no requirements files under {REQUIREMENTS}", file=sys.stderr)
+        return 1
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # Several worktrees share one .cache: one builder at a time.
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        t0 = time.monotonic()
+        runs = [build(v, args.python, args.force) for v in versions]
+        record = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.monotonic() - t0, 1),
+                  "loadavg": Path("/proc/loadavg").read_text().split()[:3], "runs": runs}
+    # Keep the last build's times (the cold numbers) apart from warm stamp checks.
+    name = "setup-times.json" if any(r["built"] for r in runs) else "setup-warm.json"
+    (CACHE / name).write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
