@@ -170,6 +170,15 @@ def test_non_root_identity_the_image_lacks() -> None:
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
+def test_pdserve_image_pods_run_as_the_images_user() -> None:
+    """Mock workers and routers run the pdserve image, whose Dockerfile creates uid 10001."""
+    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
+    assert "--uid 10001" in dockerfile and "USER 10001:10001" in dockerfile
+    out = render(_svc(engine={"kind": "mock"}))
+    for role in ("prefill", "router"):
+        assert _pod(out, role)["securityContext"]["runAsUser"] == 10001, role
+
+
 def _uid_without_passwd_entry() -> int:
     for uid in range(54321, 54421):
         try:

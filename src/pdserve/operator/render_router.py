@@ -7,7 +7,7 @@ from typing import Any
 from pdserve.api import DisaggregatedService
 from pdserve.router.config import routing_flags
 from pdserve.operator.names import HTTP_PORT, KV_EVENTS_PORT, RenderOptions, child_name, labels, owner_reference, selector_labels, service_name
-from pdserve.operator.render_workers import HF_HOME, SMALL_CACHE, cache_volume, hf_env, tokenizer_args
+from pdserve.operator.render_workers import HF_HOME, PDSERVE_UID, SMALL_CACHE, cache_volume, hf_env, tokenizer_args
 
 ROUTER_HOME = "/home/pdserve"
 ROUTER_ROLE_RULES: list[dict[str, Any]] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
@@ -88,7 +88,7 @@ def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict
                     **({"imagePullSecrets": [{"name": s.name} for s in svc.spec.image_pull_secrets]} if svc.spec.image_pull_secrets else {}),
                     "terminationGracePeriodSeconds": 30,
                     "enableServiceLinks": False,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": PDSERVE_UID, "runAsGroup": PDSERVE_UID, "seccompProfile": {"type": "RuntimeDefault"}},
                 },
             },
         },

@@ -27,6 +27,8 @@ DRAIN_SECONDS = 15
 VLLM_GRACE_SECONDS = 120
 MOCK_GRACE_SECONDS = 30
 RUN_AS_USER = 1000
+# The pdserve image's own user (Dockerfile: useradd --uid 10001, HOME=/tmp): mock workers and routers run as it.
+PDSERVE_UID = 10001
 EPHEMERAL = "ephemeral-storage"
 # An emptyDir cache that only ever holds a tokenizer (mock workers, the router).
 SMALL_CACHE = "2Gi"
@@ -157,13 +159,14 @@ def cache_volume(svc: DisaggregatedService) -> dict[str, Any]:
 
 
 def _security(svc: DisaggregatedService) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(pod, container) security contexts: uid 1000 by default, root only when asked for."""
+    """(pod, container) security contexts: uid 1000 for vLLM (10001, the image's user, for the mock), root only when asked for."""
     spec = svc.spec
     seccomp = {"seccompProfile": {"type": "RuntimeDefault"}}
     if spec.engine.run_as_root:
         pod: dict[str, Any] = {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0, **seccomp}
     else:
-        pod = {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER, "fsGroup": RUN_AS_USER, **seccomp}
+        uid = PDSERVE_UID if spec.engine.kind == "mock" else RUN_AS_USER
+        pod = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, **seccomp}
     caps: dict[str, Any] = {"drop": ["ALL"]}
     if spec.rdma.enabled:
         # RDMA registers (pins) GPU and host memory: needs IPC_LOCK past the memlock limit.
