@@ -254,3 +254,79 @@ def test_leader_killed_mid_reconcile_the_follower_takes_over_with_one_writer(
         spec_values = [s[pool] for s in series]
         assert seen == sorted(seen) and set(seen) <= set(spec_values), (role, seen, series)
     assert "leading as replica-b" in b.log_path.read_text() and "leading as replica-b" not in a.log_path.read_text()
+
+
+def _lease_watch(admin: client.ApiClient, lease: str) -> tuple[Audit, threading.Event, threading.Thread]:
+    audit, stop = Audit(), threading.Event()
+    t = threading.Thread(target=_watch, args=(stop, audit, "lease", client.CoordinationV1Api(admin).list_namespaced_lease, LEASE_NAMESPACE),
+                         kwargs={"field_selector": f"metadata.name={lease}"}, daemon=True)
+    t.start()
+    return audit, stop, t
+
+
+def _log_time(path: Path, needle: str) -> float:
+    """When the operator logged ``needle`` (its asctime, wall clock of this machine)."""
+    from datetime import datetime
+
+    line = next(line for line in path.read_text().splitlines() if needle in line)
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_a_clean_stop_hands_the_lease_over_at_once(operator_kubeconfig: Path, admin: client.ApiClient, namespace: str, tmp_path: Path) -> None:
+    lease = f"handover-{namespace}"
+    a, b = (OperatorProcess(operator_kubeconfig, tmp_path / f"{who}.log", namespaces=[namespace], lease=lease,
+                            identity=f"replica-{who}", lease_timings=LEASE_TIMINGS) for who in ("a", "b"))
+    audit, stop, watcher = _lease_watch(admin, lease)
+    try:
+        a.start()
+        eventually("replica a leads", lambda: audit.holders and audit.holders[-1][1] == "replica-a", 30)
+        b.start()
+        a.stop(signal.SIGTERM)  # a rollout or a drained node: kopf stops, the Lease is released
+        stopped = time.monotonic()
+        eventually("replica b leads", lambda: audit.holders[-1][1] == "replica-b", 30)
+    finally:
+        stop.set()
+        a.stop()
+        b.stop()
+        watcher.join(10)
+    assert a.proc is not None and a.proc.returncode == 0, a.log_tail()
+    assert "released the Lease" in a.log_path.read_text()
+    # Released, not expired: b starts within a retry or two, well inside the lease duration.
+    assert audit.holders[-1][0] - stopped < LEASE_TIMINGS[0] - 1.0, audit.holders
+    assert [h for _, h, _ in audit.holders] == ["replica-a", "", "replica-b"], audit.holders
+
+
+def test_a_leader_that_cannot_renew_stops_before_the_follower_takes_over(admin: client.ApiClient, kube_cluster: Any, namespace: str, tmp_path: Path) -> None:
+    from operator_harness import CLUSTER_ROLE, bind_lease_role
+
+    rbac = client.RbacAuthorizationV1Api(admin)
+    users = {who: f"pdserve-operator-{who}-{namespace}" for who in ("a", "b")}
+    for user in users.values():
+        rbac.create_cluster_role_binding({"metadata": {"name": user}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
+                                          "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+        bind_lease_role(admin, user)
+    lease = f"lost-{namespace}"
+    a, b = (OperatorProcess(Path(kube_cluster.kubeconfig_for(users[who])), tmp_path / f"{who}.log", namespaces=[namespace], lease=lease,
+                            identity=f"replica-{who}", lease_timings=LEASE_TIMINGS) for who in ("a", "b"))
+    audit, stop, watcher = _lease_watch(admin, lease)
+    try:
+        a.start()
+        eventually("replica a leads", lambda: audit.holders and audit.holders[-1][1] == "replica-a", 30)
+        b.start()
+        # The leader can no longer renew (as if cut off from the API server); the follower can.
+        rbac.delete_namespaced_role_binding(f"{users['a']}-leader-election", LEASE_NAMESPACE)
+        eventually("replica a exits", lambda: a.proc is not None and a.proc.poll() is not None, 30)
+        eventually("replica b leads", lambda: audit.holders[-1][1] == "replica-b", 30)
+    finally:
+        stop.set()
+        a.stop()
+        b.stop()
+        watcher.join(10)
+        for user in users.values():
+            rbac.delete_cluster_role_binding(user)
+    assert a.proc is not None and a.proc.returncode == 1, a.log_tail()  # restart and re-enter the election
+    lost, led = _log_time(a.log_path, "lost the Lease"), _log_time(b.log_path, "leading as replica-b")
+    # a stopped leading (and stopped kopf) before b could start: the renew deadline (4 s) is
+    # below the lease duration (6 s), so there is never a moment with two writers.
+    assert lost < led, (lost, led)
+    assert [h for _, h, _ in audit.holders] == ["replica-a", "replica-b"], audit.holders
