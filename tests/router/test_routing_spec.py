@@ -70,3 +70,24 @@ def test_default_sim_prefill_pool_kv_aware_has_no_kv_charge() -> None:
     assert sim.scheduler.policies.prefill.name == "kv_aware"
     assert sim.scheduler.policies.prefill.weights.kv_tokens == 0.0  # type: ignore[attr-defined]
     assert sim.scheduler.policies.pd_decode.name == "least_loaded"
+
+
+def test_the_live_state_decides_on_its_injected_clock() -> None:
+    from pdserve.common.clock import VirtualClock
+    from pdserve.router.discovery import Endpoint, Endpoints
+    from pdserve.router.policies import RouteRequest
+
+    clock = VirtualClock(1000.0)
+    st = RouterState(RouterConfig(decode=["http://d:1"], routing=RoutingSpec(policy=PolicyName.LEAST_LOADED),
+                                  tokenizer_mode="mock"), clock=clock)
+    st.apply_endpoints(Endpoints(decode=(Endpoint("http://d:1"),), source="test"))
+    req = RouteRequest("r1", (), (), 100)
+    choice = st.choose("decode", st.decode_policy, req, set())
+    assert choice is not None
+    st.scheduler.on_routed(st.decode_policy, choice.decision, req, clock.monotonic())
+    assert st.decode_policy.ledger.requests("http://d:1") == 1
+    # The ledger forgets a request never reported finished after its TTL (600 s) on the
+    # router's clock: only the injected clock moved, not the wall clock.
+    clock.advance(601.0)
+    st.choose("decode", st.decode_policy, RouteRequest("r2", (), (), 100), set())
+    assert st.decode_policy.ledger.requests("http://d:1") == 0

@@ -167,7 +167,7 @@ class CompletionHandler:
         if auth:  # workers started with --api-key check it, as vLLM's proxy forwards it
             headers["Authorization"] = auth
         t0 = time.perf_counter()
-        plan = st.scheduler.plan(flow.route, st.pool_views(), time.monotonic())
+        plan = st.scheduler.plan(flow.route, st.pool_views(), st.clock.monotonic())
         st.metrics.decision_for("prefill" if plan.prefill else "decode").observe(time.perf_counter() - t0)
         flow.mode = plan.mode.value
         flow.notes += plan.notes
@@ -177,7 +177,8 @@ class CompletionHandler:
             resp = await self._serve_pd(flow, request, plan, headers)
             if resp is not None:
                 return resp
-            plan = st.scheduler.plan_local(flow.route, st.pool.views("decode"), time.monotonic())
+            now = st.clock.monotonic()
+            plan = st.scheduler.plan_local(flow.route, st.pool.views("decode", now), now)
             flow.mode = plan.mode.value
         return await self._serve_local(flow, request, plan, headers)
 
@@ -260,7 +261,7 @@ class CompletionHandler:
             flow.notes.append(f"prefill response lost: {type(e).__name__}")
         finally:
             att.resp.release()
-            st.scheduler.on_finished(policy, flow.route.request_id, att.url, time.monotonic())
+            st.scheduler.on_finished(policy, flow.route.request_id, att.url, st.clock.monotonic())
         if status != 200:
             if 400 <= status < 500:
                 raise _passthrough_error(status, raw)
@@ -328,7 +329,7 @@ class CompletionHandler:
                                     content_type=att.resp.content_type or "application/json")
             finally:
                 att.resp.release()
-                st.scheduler.on_finished(policy, flow.route.request_id, att.url, time.monotonic())
+                st.scheduler.on_finished(policy, flow.route.request_id, att.url, st.clock.monotonic())
 
 
 def _passthrough_error(status: int, raw: bytes) -> RequestError:

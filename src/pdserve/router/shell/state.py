@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from pdserve.common.clock import WALL, Clock
 from pdserve.router.block_hasher import BlockHasher
 from pdserve.router.core.scheduler import PoolViews, Scheduler
 from pdserve.router.http1 import Http1Pool
@@ -30,8 +31,10 @@ class Choice:
 
 
 class RouterState:
-    def __init__(self, cfg: RouterConfig) -> None:
+    def __init__(self, cfg: RouterConfig, clock: Clock = WALL) -> None:
         self.cfg = cfg
+        # Every time the scheduler sees comes from here (wall in service, virtual in tests).
+        self.clock = clock
         self.pool = WorkerPool(cooldown_s=cfg.worker_cooldown_s)
         self.hasher = BlockHasher(cfg.routing.block_size)
         self.index = KvIndex(self.hasher)
@@ -78,20 +81,22 @@ class RouterState:
 
     def pool_views(self) -> PoolViews:
         """The healthy workers per pool, as the scheduler takes them."""
-        return PoolViews(decode=self.pool.views("decode"),
-                         prefill=self.pool.views("prefill") if self.disaggregated else None)
+        now = self.clock.monotonic()
+        return PoolViews(decode=self.pool.views("decode", now),
+                         prefill=self.pool.views("prefill", now) if self.disaggregated else None)
 
     def choose(self, pool: str, policy: Policy, req: RouteRequest, exclude: set[str]) -> Choice | None:
         """A (re-)placement on ``pool`` avoiding ``exclude`` (retries, migration)."""
         t0 = time.perf_counter()
-        d = self.scheduler.select(policy, req, self.pool.views(pool, exclude=exclude), time.monotonic())
+        now = self.clock.monotonic()
+        d = self.scheduler.select(policy, req, self.pool.views(pool, now, exclude=exclude), now)
         if d is None:
             return None
         self.metrics.decision_for(pool).observe(time.perf_counter() - t0)
         return Choice(d, pool)
 
     def refresh_gauges(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         m = self.metrics
         for url, w in self.pool.workers.items():
             m.worker_running.labels(url, w.role).set(w.running)

@@ -96,7 +96,7 @@ async def send_with_retries(
         if order:
             state.metrics.retries.labels(stage).inc()
         order.append(url)
-        state.scheduler.on_routed(policy, choice.decision, req, time.monotonic())
+        state.scheduler.on_routed(policy, choice.decision, req, state.clock.monotonic())
         if on_attempt is not None:
             r = on_attempt(choice)
             if r is not None:
@@ -120,7 +120,7 @@ async def send_with_retries(
             resp.release()
             last = f"{url}: HTTP {resp.status}: {text}"
             spent = consumable  # e.g. vLLM's 500 for a failed KV load: a READ may have happened
-        state.scheduler.on_finished(policy, req.request_id, url, time.monotonic())
+        state.scheduler.on_finished(policy, req.request_id, url, state.clock.monotonic())
         state.pool.mark_failed(url)
         tried.add(url)
         if spent:
