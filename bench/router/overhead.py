@@ -572,7 +572,7 @@ def main() -> int:
             return not args.only or name in args.only
 
         router = [sys.executable, "-m", "pdserve.cli", "router", "--decode", w.url, "--policy", "kv_aware",
-                  "--log-level", "WARNING", "--tokenizer-mode", "mock"]
+                  "--log-level", "WARNING", "--tokenizer-mode", "mock", "--processes", "1"]  # variants may override
         variants: list[tuple[str, list[str], dict[str, str] | None]] = [
             ("pdserve", [], None),
             ("pdserve-asyncio", ["--event-loop", "asyncio"], None),

@@ -40,7 +40,8 @@ def start_router(prefill: list[str], decode: list[str], policy: str) -> tuple[su
     port = _free_port()
     cmd = [sys.executable, "-m", "pdserve.cli", "router", "--host", "127.0.0.1", "--port", str(port),
            "--policy", policy, "--decode-policy", "least_loaded", "--log-level", "WARNING",
-           "--tokenizer-mode", "mock"]  # mock workers: pdserve's hash-word tokenizer
+           "--tokenizer-mode", "mock",  # mock workers: pdserve's hash-word tokenizer
+           "--processes", "1"]  # one routing state, as the simulator's
     if prefill:
         cmd += ["--prefill", *prefill]
     cmd += ["--decode", *decode]

@@ -170,6 +170,7 @@ def test_router_deployment_service_and_rbac() -> None:
         "--k8s-service", "llama-8b", "--k8s-namespace", "llm", "--worker-port", "8000",
         "--policy", "kv_aware", "--block-size", "16", "--kv-events", "--kv-events-port", "5557",
         "--tokenizer", "meta-llama/Llama-3.1-8B-Instruct", "--tokenizer-mode", "auto", "--vllm-version", "0.33.0",
+        "--processes", "1",  # the default 250m CPU request
     ]  # fmt: skip
     assert c["env"] == [
         {"name": "HOME", "value": "/home/pdserve"},
@@ -208,3 +209,13 @@ def test_render_is_pure_and_deterministic() -> None:
 def test_rendered_objects_validate_against_kubernetes_schema(example: str) -> None:
     for manifest in render(_svc(example)):
         kubernetes_validate.validate(manifest, "1.33", strict=True)
+
+
+@pytest.mark.parametrize(("cpu", "processes"), [(None, 1), ("500m", 1), ("2", 2), (4, 4), ("2500m", 2)])
+def test_router_processes_follow_its_cpu_request(cpu: str | int | None, processes: int) -> None:
+    router = {"resources": {"requests": {"cpu": cpu}}} if cpu is not None else {}
+    c = _engine(render(_svc(router=router)), "llama-8b-router")
+    args = router_cli.build_parser().parse_args(c["args"])
+    assert args.processes == processes
+    assert c["resources"]["requests"]["cpu"] == (cpu if cpu is not None else "250m")
+    assert c["resources"]["requests"]["memory"] == "256Mi" and c["resources"]["limits"]["memory"] == "1Gi"

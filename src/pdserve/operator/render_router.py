@@ -6,6 +6,7 @@ from typing import Any
 
 from pdserve.api import DisaggregatedService
 from pdserve.router.config import routing_flags
+from pdserve.router.cpus import processes_for_cpu
 from pdserve.operator.names import HTTP_PORT, KV_EVENTS_PORT, RenderOptions, child_name, labels, owner_reference, selector_labels, service_name
 from pdserve.operator.render_workers import HF_HOME, PDSERVE_UID, SMALL_CACHE, cache_volume, hf_env, tokenizer_args
 
@@ -32,7 +33,15 @@ def router_command(svc: DisaggregatedService) -> list[str]:
         # and preprocesses chats as the workers' vLLM release does.
         *tokenizer_args(svc),
         "--vllm-version", svc.spec.engine.vllm_version,
+        # One event loop per whole CPU requested: a pod with a request but no limit has no cgroup
+        # quota, and the router's own default would take every core of the node.
+        "--processes", str(processes_for_cpu(router_resources(svc)["requests"].get("cpu"))),
     ]  # fmt: skip
+
+
+def router_resources(svc: DisaggregatedService) -> dict[str, dict[str, int | str]]:
+    spec = svc.spec.router.resources
+    return {"requests": {"cpu": "250m", "memory": "256Mi", **spec.requests}, "limits": {"memory": "1Gi", **spec.limits}}
 
 
 def router_env(svc: DisaggregatedService) -> list[dict[str, Any]]:
@@ -63,7 +72,7 @@ def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict
         "args": command[2:],
         "env": router_env(svc),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "resources": router_resources(svc),
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from pdserve.api.vllm_versions import DEFAULT_VERSION
 from pdserve.api.vllm_versions import VERSIONS as VLLM_VERSIONS
+from pdserve.router.cpus import default_processes
 from pdserve.router.config import RouterConfig, add_routing_args, routing_from_args
 
 
@@ -60,9 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream-client", choices=["http1", "aiohttp"], default="http1",
                    help="client for completions sent to workers: the router's lean HTTP/1.1 client (plain http:// "
                         "workers; https:// ones always use aiohttp) or aiohttp's")
-    p.add_argument("--processes", type=int, default=1,
+    p.add_argument("--processes", type=int, default=None,
                    help="serve from N router processes sharing the port (SO_REUSEPORT); each has its own routing "
-                        "state, /metrics is summed over all (see router/supervisor.py)")
+                        "state, /metrics is summed over all (see router/supervisor.py). Default: one per whole CPU "
+                        "of the container's cgroup quota, else per usable CPU (router/cpus.py)")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each of --processes N
     p.add_argument("--no-debug-header", action="store_true", help="omit the x-pdserve-route header")
     p.add_argument("--log-level", default="INFO")
@@ -92,12 +94,22 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.processes is None:
+        args.processes, why = default_processes()
+        print(f"pdserve router: --processes {args.processes} ({why})", file=sys.stderr, flush=True)
     if args.processes < 1:
         print(f"pdserve router: --processes must be at least 1, got {args.processes}", file=sys.stderr)
         return 2
     if args.processes > 1:
         try:
-            config_from_args(args).validate()  # refuse bad flags once, not N times
+            # Refuse bad flags and an unloadable tokenizer once, not N times.
+            from prometheus_client import CollectorRegistry
+
+            from pdserve.router.tokenizing import load_router_tokenizer
+
+            cfg = config_from_args(args)
+            cfg.validate()
+            load_router_tokenizer(cfg, CollectorRegistry())
         except ValueError as e:
             print(f"pdserve router: {e}", file=sys.stderr)
             return 2
