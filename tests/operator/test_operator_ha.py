@@ -13,6 +13,7 @@ the spec, and exactly one Lease hand-over.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import signal
@@ -256,12 +257,25 @@ def test_leader_killed_mid_reconcile_the_follower_takes_over_with_one_writer(
     assert "leading as replica-b" in b.log_path.read_text() and "leading as replica-b" not in a.log_path.read_text()
 
 
-def _lease_watch(admin: client.ApiClient, lease: str) -> tuple[Audit, threading.Event, threading.Thread]:
+@contextlib.contextmanager
+def _two_replicas(admin: client.ApiClient, kubeconfigs: tuple[Path, Path], namespace: str, lease: str, logs: Path) -> Iterator[tuple[OperatorProcess, OperatorProcess, Audit]]:
+    """Replicas a and b on one Lease, a leading and b waiting, with a watch on the Lease's holders."""
+    a, b = (OperatorProcess(cfg, logs / f"{who}.log", namespaces=[namespace], lease=lease, identity=f"replica-{who}",
+                            lease_timings=LEASE_TIMINGS) for who, cfg in zip(("a", "b"), kubeconfigs))
     audit, stop = Audit(), threading.Event()
-    t = threading.Thread(target=_watch, args=(stop, audit, "lease", client.CoordinationV1Api(admin).list_namespaced_lease, LEASE_NAMESPACE),
-                         kwargs={"field_selector": f"metadata.name={lease}"}, daemon=True)
-    t.start()
-    return audit, stop, t
+    watcher = threading.Thread(target=_watch, args=(stop, audit, "lease", client.CoordinationV1Api(admin).list_namespaced_lease, LEASE_NAMESPACE),
+                               kwargs={"field_selector": f"metadata.name={lease}"}, daemon=True)
+    watcher.start()
+    try:
+        a.start()
+        eventually("replica a leads", lambda: audit.holders and audit.holders[-1][1] == "replica-a", 30)
+        b.start()
+        yield a, b, audit
+    finally:
+        stop.set()
+        a.stop()
+        b.stop()
+        watcher.join(10)
 
 
 def _log_time(path: Path, needle: str) -> float:
@@ -273,22 +287,10 @@ def _log_time(path: Path, needle: str) -> float:
 
 
 def test_a_clean_stop_hands_the_lease_over_at_once(operator_kubeconfig: Path, admin: client.ApiClient, namespace: str, tmp_path: Path) -> None:
-    lease = f"handover-{namespace}"
-    a, b = (OperatorProcess(operator_kubeconfig, tmp_path / f"{who}.log", namespaces=[namespace], lease=lease,
-                            identity=f"replica-{who}", lease_timings=LEASE_TIMINGS) for who in ("a", "b"))
-    audit, stop, watcher = _lease_watch(admin, lease)
-    try:
-        a.start()
-        eventually("replica a leads", lambda: audit.holders and audit.holders[-1][1] == "replica-a", 30)
-        b.start()
+    with _two_replicas(admin, (operator_kubeconfig, operator_kubeconfig), namespace, f"handover-{namespace}", tmp_path) as (a, _, audit):
         a.stop(signal.SIGTERM)  # a rollout or a drained node: kopf stops, the Lease is released
         stopped = time.monotonic()
         eventually("replica b leads", lambda: audit.holders[-1][1] == "replica-b", 30)
-    finally:
-        stop.set()
-        a.stop()
-        b.stop()
-        watcher.join(10)
     assert a.proc is not None and a.proc.returncode == 0, a.log_tail()
     assert "released the Lease" in a.log_path.read_text()
     # Released, not expired: b starts within a retry or two, well inside the lease duration.
@@ -305,23 +307,14 @@ def test_a_leader_that_cannot_renew_stops_before_the_follower_takes_over(admin: 
         rbac.create_cluster_role_binding({"metadata": {"name": user}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
                                           "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
         bind_lease_role(admin, user)
-    lease = f"lost-{namespace}"
-    a, b = (OperatorProcess(Path(kube_cluster.kubeconfig_for(users[who])), tmp_path / f"{who}.log", namespaces=[namespace], lease=lease,
-                            identity=f"replica-{who}", lease_timings=LEASE_TIMINGS) for who in ("a", "b"))
-    audit, stop, watcher = _lease_watch(admin, lease)
+    kubeconfigs = (Path(kube_cluster.kubeconfig_for(users["a"])), Path(kube_cluster.kubeconfig_for(users["b"])))
     try:
-        a.start()
-        eventually("replica a leads", lambda: audit.holders and audit.holders[-1][1] == "replica-a", 30)
-        b.start()
-        # The leader can no longer renew (as if cut off from the API server); the follower can.
-        rbac.delete_namespaced_role_binding(f"{users['a']}-leader-election", LEASE_NAMESPACE)
-        eventually("replica a exits", lambda: a.proc is not None and a.proc.poll() is not None, 30)
-        eventually("replica b leads", lambda: audit.holders[-1][1] == "replica-b", 30)
+        with _two_replicas(admin, kubeconfigs, namespace, f"lost-{namespace}", tmp_path) as (a, b, audit):
+            # The leader can no longer renew (as if cut off from the API server); the follower can.
+            rbac.delete_namespaced_role_binding(f"{users['a']}-leader-election", LEASE_NAMESPACE)
+            eventually("replica a exits", lambda: a.proc is not None and a.proc.poll() is not None, 30)
+            eventually("replica b leads", lambda: audit.holders[-1][1] == "replica-b", 30)
     finally:
-        stop.set()
-        a.stop()
-        b.stop()
-        watcher.join(10)
         for user in users.values():
             rbac.delete_cluster_role_binding(user)
     assert a.proc is not None and a.proc.returncode == 1, a.log_tail()  # restart and re-enter the election
