@@ -6,9 +6,11 @@ from ``conformance/requirements/vllm-<ver>.txt``: a complete pinned list install
 flashinfer, triton, ray, ...) that nothing here imports; the list holds the ``vllm`` and
 ``torch`` wheels from PyPI, the CUDA runtime libraries torch's shared objects link
 against (``import torch`` fails without them even on a CPU-only machine), and the pure
-packages the imported vLLM modules need. The wheels are downloaded once into
-``.cache/conformance/wheels`` (pip's own HTTP cache does not keep them here: the index
-answers ``no-store``) and installed from there offline; a venv whose requirements did
+packages the imported vLLM modules need. The wheels are downloaded once into the user's
+cache, ``~/.cache/pdserve/conformance-wheels`` (``$XDG_CACHE_HOME``, or
+``$PDSERVE_WHEEL_CACHE``; pip's own HTTP cache does not keep them here: the index answers
+``no-store``), so another checkout on the machine reuses them, and installed from there
+offline; a venv whose requirements did
 not change is kept (its stamp holds the list's SHA-256), so a warm run only checks stamps.
 
 Each venv is smoke-tested by importing what the probes use; the times go to
@@ -31,6 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "conformance" / "requirements"
 CACHE = ROOT / ".cache" / "conformance"
+# The downloaded wheels (~2 GB) live in the user's cache, not the checkout's: a fresh clone
+# on the same machine (CI, a second worktree) reuses them instead of fetching them again;
+# the venvs stay per checkout under .cache/ (git-ignored). PDSERVE_WHEEL_CACHE overrides.
+WHEELS = Path(os.environ.get("PDSERVE_WHEEL_CACHE")
+              or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pdserve" / "conformance-wheels")
 SMOKE = ROOT / "conformance" / "probes" / "smoke.py"
 
 
@@ -65,7 +72,7 @@ def build(version: str, python: str, force: bool) -> dict[str, object]:
     _run([python, "-m", "venv", str(target)])
     pip = [str(target / "bin" / "python"), "-m", "pip"]
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    wheels = CACHE / "wheels"
+    wheels = WHEELS
     # `pip download` skips files already in the folder: only missing wheels are fetched.
     _run([*pip, "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(wheels), "-r", str(req)], env=env)
     t_download = time.monotonic() - t0
