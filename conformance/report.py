@@ -34,6 +34,9 @@ JUDGES = {
     "responses, SSE chunks, errors and worker requests validated by vLLM's protocol models":
         "0.11 `entrypoints/openai/protocol.py`; 0.33 `entrypoints/openai/{completion,chat_completion}/protocol.py`, "
         "`entrypoints/serve/engine/protocol.py` (undeclared fields count as failures)",
+    "supported-version table (connectors, tokenizer modes, block sizes, NIXL version, env vars) matches vLLM":
+        "`distributed/kv_transfer/kv_connector/factory.py` KVConnectorFactory._registry, `config/model.py` TokenizerMode, "
+        "`config/cache.py` BlockSize, NIXL_CONNECTOR_VERSION, `envs.py` environment_variables",
     "kv_transfer_params (mock prefill -> router -> decode) read by vLLM's NixlConnector":
         "0.11 `distributed/kv_transfer/kv_connector/v1/nixl_connector.py` NixlConnectorMetadata.add_new_req; "
         "0.33 `.../v1/nixl/metadata.py` add_new_req_to_recv",
