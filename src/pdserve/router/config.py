@@ -44,6 +44,7 @@ class RouterConfig:
     chat_template: str | None = None
     chat_template_content_format: str = "auto"
     tokenizer_fallback: str = "none"  # none | approx (see router/tokenizing.py)
+    api_keys: list[str] = field(default_factory=list)  # --api-key / VLLM_API_KEY (router/auth.py)
     vllm_version: str | None = None  # the workers' release: its chat preprocessing rules (tokenization/rules.py)
 
 

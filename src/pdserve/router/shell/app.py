@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from pdserve.router.config import RouterConfig
+from pdserve.router.auth import ApiKeys
 from pdserve.router.discovery import Endpoints, FileWatcher, KubernetesWatcher, parse_discovery
 from pdserve.router.shell.handler import CompletionHandler, error_response
 from pdserve.router.http1 import Http1Pool
@@ -31,7 +32,8 @@ def build_app(cfg: RouterConfig) -> web.Application:
         static_endpoints(cfg)  # fail now, with the bad URL named, not at start-up
     state = RouterState(cfg)
     # Our own body limit check gives an OpenAI-style 413; aiohttp's must not fire first.
-    app = web.Application(client_max_size=cfg.max_body_bytes + 1024)
+    app = web.Application(client_max_size=cfg.max_body_bytes + 1024,
+                          middlewares=[ApiKeys(cfg.api_keys).middleware()] if cfg.api_keys else [])
     app[STATE_KEY] = state
     handler = CompletionHandler(state)
 
