@@ -117,6 +117,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.session.close()
         if state.http is not None:
             state.http.close()
+        if state.tracing is not None:
+            state.tracing.shutdown()  # flush the spans still batched
 
 
 async def _scrape_loop(state: RouterState) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -20,6 +21,9 @@ from pdserve.router.metrics import RouterMetrics
 from pdserve.router.tokenizing import load_router_tokenizer
 from pdserve.router.policies import Decision, Policy, RouteRequest
 from pdserve.router.workers import WorkerPool
+
+if TYPE_CHECKING:
+    from pdserve.router.shell.tracing import Tracing
 
 log = logging.getLogger("pdserve.router")
 
@@ -49,6 +53,11 @@ class RouterState:
         self.kv_sub: KvEventSubscriber | None = None
         self.active = 0
         self.models_cache: tuple[float, list[dict]] = (0.0, [])
+        self.tracing: Tracing | None = None
+        if cfg.otlp_traces_endpoint:  # the SDK is imported only then: off costs nothing
+            from pdserve.router.shell.tracing import Tracing, provider_for
+
+            self.tracing = Tracing(provider_for(cfg.otlp_traces_endpoint, cfg.otlp_traces_sample_ratio))
         policies = self.scheduler.policies
         self.prefill_policy = policies.prefill
         self.decode_policy = policies.local_decode  # the decode worker prefills too (colocated, local, migration)
