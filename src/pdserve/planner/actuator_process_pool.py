@@ -91,6 +91,7 @@ class ProcessPool:
                         w.ready = httpx.get(w.url + "/health", timeout=0.5).status_code == 200
                         changed |= w.ready
                     except httpx.HTTPError:
+                        # Wall time, not the planner's clock: real processes start on real time.
                         if time.monotonic() - w.started > self.startup_timeout_s:
                             self._stop(w)
                             changed = True

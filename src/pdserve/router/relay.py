@@ -63,7 +63,8 @@ class _Clock:
                 self.flow.trace.first_token()
             if self.policy is not None:
                 # The prompt is computed: its tokens no longer weigh on that worker's queue.
-                self.policy.on_prefill_done(self.flow.route.request_id, time.monotonic())
+                self.state.scheduler.on_prefill_done(self.policy, self.flow.route.request_id,
+                                                     self.state.clock.monotonic())
         else:
             self._itl.observe(now - self.last)
         if n > 1:
@@ -278,7 +279,7 @@ async def _resume(state: RouterState, flow: Flow, resp: web.StreamResponse, pass
                     lost = "stream ended without [DONE]"
         finally:
             att.resp.release()
-            policy.on_finished(flow.route.request_id, att.url, time.monotonic())
+            state.scheduler.on_finished(policy, flow.route.request_id, att.url, state.clock.monotonic())
         if lost is None:
             m.migrations.labels("ok").inc()
             if flow.parsed.include_usage and cont.usage:

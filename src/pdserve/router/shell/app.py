@@ -45,6 +45,7 @@ def build_app(cfg: RouterConfig) -> web.Application:
 
     async def models(request: web.Request) -> web.Response:
         ts, cached = state.models_cache
+        # Wall time paces how often workers are asked (I/O), not a routing decision.
         if time.monotonic() - ts > 2.0 or not cached:
             assert state.session is not None
             cached = await state.pool.fetch_models(state.session, cfg.connect_timeout_s)
@@ -52,7 +53,7 @@ def build_app(cfg: RouterConfig) -> web.Application:
         return web.json_response({"object": "list", "data": cached})
 
     async def health(request: web.Request) -> web.Response:
-        now = time.monotonic()
+        now = state.clock.monotonic()  # cool-downs are on the router's clock
         up = {role: len(state.pool.views(role, now, fail_open=False)) for role in ("prefill", "decode")}
         ok = up["decode"] > 0
         body = {"status": "ok" if ok else "no decode worker available", "workers": up,
@@ -127,6 +128,7 @@ async def _scrape_loop(state: RouterState) -> None:
     while True:
         try:
             await state.pool.scrape_once(state.session, max(state.cfg.scrape_interval_s * 2, 1.0))
+            # Refresh cadence of /v1/models: I/O pacing on wall time, like the sleep below.
             if time.monotonic() - last_models > 5.0 or not state.pool.known_models():
                 state.models_cache = (time.monotonic(), await state.pool.fetch_models(state.session, 2.0))
                 last_models = time.monotonic()

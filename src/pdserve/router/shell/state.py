@@ -39,7 +39,7 @@ class RouterState:
         self.cfg = cfg
         # Every time the scheduler sees comes from here (wall in service, virtual in tests).
         self.clock = clock
-        self.pool = WorkerPool(cooldown_s=cfg.worker_cooldown_s)
+        self.pool = WorkerPool(cooldown_s=cfg.worker_cooldown_s, clock=clock)
         self.hasher = BlockHasher(cfg.routing.block_size)
         self.index = KvIndex(self.hasher)
         self.metrics = RouterMetrics()
