@@ -125,6 +125,6 @@ def test_relay_reports_prefill_done_on_the_injected_clock() -> None:
         def on_prefill_done(self, request_id: str, now: float) -> None:
             seen.append((request_id, now))
 
-    flow = SimpleNamespace(mode="local", arrived=0.0, route=SimpleNamespace(request_id="r1"))
+    flow = SimpleNamespace(mode="local", arrived=0.0, trace=None, route=SimpleNamespace(request_id="r1"))
     _Clock(st, flow, Spy()).tokens(3)
     assert seen == [("r1", 1e9)]
