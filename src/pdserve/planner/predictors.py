@@ -20,13 +20,10 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Protocol
 from collections.abc import Sequence
-from typing import Protocol, TypeAlias
 
 import numpy as np
-
-# Callers pass lists of floats; the models pass their cleaned array on to a fallback.
-History: TypeAlias = Sequence[float] | np.ndarray
 
 PREDICTORS = ("constant", "moving-average", "holt-winters", "arima")
 
@@ -46,10 +43,10 @@ class Forecast:
 class Predictor(Protocol):
     name: str
 
-    def predict(self, history: History, steps: int = 1) -> Forecast: ...
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast: ...
 
 
-def clean(history: History) -> np.ndarray:
+def clean(history: Sequence[float]) -> np.ndarray:
     arr = np.asarray(list(history), dtype=float)
     return arr[np.isfinite(arr)]
 
@@ -73,7 +70,7 @@ class ConstantPredictor:
     explode_ratio: float = 4.0
     name: str = "constant"
 
-    def predict(self, history: History, steps: int = 1) -> Forecast:
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
         hist = clean(history)
         if hist.size == 0:
             return Forecast(math.nan, self.name)
@@ -86,7 +83,7 @@ class MovingAveragePredictor:
     explode_ratio: float = 4.0
     name: str = "moving-average"
 
-    def predict(self, history: History, steps: int = 1) -> Forecast:
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
         hist = clean(history)
         if hist.size == 0:
             return Forecast(math.nan, self.name)
@@ -106,7 +103,7 @@ class HoltWintersPredictor:
     explode_ratio: float = 4.0
     name: str = "holt-winters"
 
-    def predict(self, history: History, steps: int = 1) -> Forecast:
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
         hist = clean(history)[-self.max_history :]
         if hist.size < 6 or float(np.ptp(hist)) == 0.0:
             # Too short to fit a trend, or constant: the mean is the best estimate.
@@ -148,7 +145,7 @@ class ArimaPredictor:
     explode_ratio: float = 4.0
     name: str = "arima"
 
-    def predict(self, history: History, steps: int = 1) -> Forecast:
+    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
         hist = clean(history)[-self.max_history :]
         if hist.size < 10 or float(np.ptp(hist)) == 0.0:
             fb = MovingAveragePredictor(explode_ratio=self.explode_ratio).predict(hist)

@@ -107,6 +107,7 @@ class Simulation:
         self.kv_recomputes = 0
         self.rejected = 0
         self.steps = 0
+        self.step_host_s = config.step_host_s
         self.scaling_events: list[ScalingEvent] = []
         self.all_instances: list[Instance] = []
         self.counter = {p: 0 for p in pools}
@@ -258,7 +259,7 @@ class Simulation:
         inst.step_start = now = self.now
         inst.step_out = out
         self.seq += 1
-        heapq.heappush(self.heap, (now + out.duration + self.cfg.step_host_s, self.seq, _STEP_DONE, inst))
+        heapq.heappush(self.heap, (now + out.duration + self.step_host_s, self.seq, _STEP_DONE, inst))
 
     def _on_step_done(self, inst: Instance, out: StepOutput) -> None:
         inst.busy = False
@@ -304,7 +305,8 @@ class Simulation:
                 del states[ev.request_id]
                 self.outstanding -= 1
                 self.windows.completed(rec)
-        if inst.engine.has_work():
+        eng = inst.engine
+        if eng.running or eng.waiting:  # eng.has_work(), without the call on every step
             if not inst.kicked:
                 # Arrivals at this instant were handled before this event, so the
                 # next step can start right away without a separate kick event.
@@ -394,8 +396,7 @@ class Simulation:
                     break
                 self.now = t
                 if kind == _STEP_DONE:
-                    inst = cast(Instance, obj)
-                    on_step_done(inst, cast(StepOutput, inst.step_out))
+                    on_step_done(obj, obj.step_out)  # type: ignore[arg-type,attr-defined]  # a _STEP_DONE carries its Instance
                 elif kind == _KICK:
                     self._on_kick(obj)  # type: ignore[arg-type]
                 elif kind == _KV_DONE:
