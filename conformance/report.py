@@ -37,6 +37,10 @@ JUDGES = {
     "supported-version table (connectors, tokenizer modes, block sizes, NIXL version, env vars) matches vLLM":
         "`distributed/kv_transfer/kv_connector/factory.py` KVConnectorFactory._registry, `config/model.py` TokenizerMode, "
         "`config/cache.py` BlockSize, NIXL_CONNECTOR_VERSION, `envs.py` environment_variables",
+    "prompt token ids (router and mock, completion and chat) equal vLLM's preprocessing":
+        "0.11 `transformers_utils/tokenizer.py` get_tokenizer, `entrypoints/openai/serving_engine.py` "
+        "_preprocess_chat (`entrypoints/chat_utils.py`), `entrypoints/renderer.py` CompletionRenderer; "
+        "0.33 `renderers/online_renderer.py` OnlineRenderer over `renderers/registry.py` renderer_from_config",
     "kv_transfer_params (mock prefill -> router -> decode) read by vLLM's NixlConnector":
         "0.11 `distributed/kv_transfer/kv_connector/v1/nixl_connector.py` NixlConnectorMetadata.add_new_req; "
         "0.33 `.../v1/nixl/metadata.py` add_new_req_to_recv",

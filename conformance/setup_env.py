@@ -66,9 +66,10 @@ def build(version: str, python: str, force: bool) -> dict[str, object]:
     want = _digest(req)
     if not force and stamp.exists() and stamp.read_text().strip() == want:
         return {"version": version, "built": False}
-    t0 = time.monotonic()
+    t_rm = time.monotonic()
     if target.exists():
         shutil.rmtree(target)
+    t0 = time.monotonic()
     _run([python, "-m", "venv", str(target)])
     pip = [str(target / "bin" / "python"), "-m", "pip"]
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -81,7 +82,8 @@ def build(version: str, python: str, force: bool) -> dict[str, object]:
     _run([str(target / "bin" / "python"), str(SMOKE)], env={**os.environ, "PYTHONPATH": ""})
     stamp.write_text(want + "\n")
     return {"version": version, "built": True, "download_s": round(t_download, 1), "install_s": round(t_install - t_download, 1),
-            "total_s": round(time.monotonic() - t0, 1), "venv_bytes": _du(target)}
+            "total_s": round(time.monotonic() - t0, 1),
+            "removed_old_venv_s": round(t0 - t_rm, 1), "venv_bytes": _du(target)}
 
 
 def _du(path: Path) -> int:

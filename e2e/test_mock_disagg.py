@@ -15,9 +15,9 @@ import random
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -142,28 +142,31 @@ def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                 pass
 
 
-def test_chart_installs_and_the_operator_runs_under_its_own_rbac(env: Env) -> None:
-    values = {
-        "planner": {"prometheusUrl": env.prom.url, "intervalSeconds": 5, "metricsPort": env.planner_port},
-        "monitoring": {"podMonitors": False, "prometheusRule": False},
-    }
-    if IMAGE:
-        repository, _, tag = IMAGE.rpartition(":")
-        values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
-    release = env.helm_config.install(str(e2e_env.CHART), e2e_env.RELEASE, values, namespace=e2e_env.SYSTEM_NS, create_namespace=True, timeout=120)
-    assert release["name"] == e2e_env.RELEASE
-    # The CRD came with the chart and is served.
-    crd = client.ApiextensionsV1Api(env.core.api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-    assert any(v.name == VERSION and v.served for v in crd.spec.versions)
-    if env.runner is not None:
-        # One process: the operator hosts the planners (no planner container).
-        env.runner.wait_for(lambda r: {p.subcommand for p in r.processes()} == {"operator"}, 90, "the operator pod's process")
-        op = next(p for p in env.runner.processes("operator"))
-        assert op.service_account == "pdserve", "the operator runs with the chart's ServiceAccount token, not as admin"
-    # Ready means kopf's liveness endpoint (the readiness probe) answered: on kwok through
-    # the check below, on a real cluster through the kubelet.
-    (pod,) = [p for p in env.core.list_namespaced_pod(e2e_env.SYSTEM_NS).items if p.metadata.labels.get("app.kubernetes.io/component") == "operator"]
-    e2e_env.wait_for("kopf liveness", lambda: _ok(f"http://{env.core.read_namespaced_pod(pod.metadata.name, e2e_env.SYSTEM_NS).status.pod_ip}:8080/healthz"), 120, describe=env.diagnostics)
+@dataclass
+class Counts:
+    """Requests a load sent, completed (all the tokens asked for) and failed (with why)."""
+
+    sent: int = 0
+    completed: int = 0
+    failed: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def run(self, fn: Callable[[], Any]) -> None:
+        with self.lock:
+            self.sent += 1
+        try:
+            fn()
+        except Exception as e:  # counted and reported, never silently dropped
+            with self.lock:
+                self.failed.append(f"{type(e).__name__}: {str(e)[:200]}")
+        else:
+            with self.lock:
+                self.completed += 1
+
+    def check(self, what: str, max_failed_fraction: float = 0.01) -> None:
+        print(f"{what}: sent={self.sent} completed={self.completed} failed={len(self.failed)}")
+        assert self.completed + len(self.failed) == self.sent, self
+        assert len(self.failed) <= max_failed_fraction * self.sent, (what, self.sent, self.failed[:10])
 
 
 def _ok(url: str) -> bool:
@@ -173,33 +176,21 @@ def _ok(url: str) -> bool:
         return False
 
 
-def test_the_example_service_is_reconciled_and_serves(env: Env) -> None:
-    try:
-        env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, e2e_env.example_service(NS, env.prom.url))
-    for role in ("prefill", "decode", "router"):
-        e2e_env.wait_for(f"{role} Deployment ready", lambda role=role: env.replicas(role)[1] >= 1, 120, describe=env.diagnostics)
-    for role in ("prefill", "decode", "router"):
-        e2e_env.wait_for(f"{role} serving", lambda role=role: env.serving(role, 1), 90, describe=env.diagnostics)
-    url = env.router_url()
-    oai = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=5)
-    served = env.dsvc()["spec"]["model"]["servedName"]
-    e2e_env.wait_for("a completion", lambda: _complete(oai, served, 8), 60, interval_s=1, describe=env.diagnostics)
-
-
-def _complete(oai: OpenAI, model: str, n: int, prompt_words: int = 20, seed: int = 0) -> bool:
+def _complete(oai: OpenAI, model: str, n: int, prompt_words: int = 20, seed: int = 0) -> str:
+    """One streamed completion of exactly ``n`` tokens; raises on any failure."""
     # Distinct random words per seed: prompts share no prefix, so prefill really works.
     rng = random.Random(seed)
     prompt = tokenizer.decode(rng.choice(tokenizer.WORD_IDS) for _ in range(prompt_words))
-    try:
-        stream = oai.completions.create(model=model, prompt=prompt, max_tokens=n, stream=True, extra_body={"ignore_eos": True})
-        text = "".join(c.choices[0].text for c in stream if c.choices)
-        return bool(text)
-    except Exception:
-        return False
+    stream = oai.completions.create(model=model, prompt=prompt, max_tokens=n, stream=True, stream_options={"include_usage": True},
+                                    extra_body={"ignore_eos": True})
+    text, usage = "", None
+    for c in stream:
+        if c.choices:
+            text += c.choices[0].text
+        if c.usage is not None:
+            usage = c.usage
+    assert text and usage is not None and usage.completion_tokens == n, f"{usage} for {n} tokens asked for"
+    return text
 
 
 def _metric(url: str, name: str) -> float:
@@ -207,42 +198,128 @@ def _metric(url: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name) and not line.startswith("#"))
 
 
-def test_requests_take_the_prefill_decode_handoff(env: Env) -> None:
-    (p_url,), (d_url,) = env.pod_urls("prefill"), env.pod_urls("decode")
-    before_p = _metric(p_url, "vllm:request_success_total")
-    oai = OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused")
+def _client(env: Env, **kw: Any) -> OpenAI:
+    # No client retries: a router failure is counted, not hidden by the SDK's retry.
+    return OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused", max_retries=0, **kw)
+
+
+# Each test sets up what it needs through these fixtures, so any order (or one test alone) works.
+@pytest.fixture(scope="module")
+def installed(env: Env) -> dict[str, Any]:
+    """The chart, installed once; the operator pod up and live."""
+    values = {
+        "planner": {"prometheusUrl": env.prom.url, "intervalSeconds": 5, "metricsPort": env.planner_port},
+        "monitoring": {"podMonitors": False, "prometheusRule": False},
+    }
+    if IMAGE:
+        repository, _, tag = IMAGE.rpartition(":")
+        values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
+    release: dict[str, Any] = env.helm_config.install(str(e2e_env.CHART), e2e_env.RELEASE, values, namespace=e2e_env.SYSTEM_NS, create_namespace=True, timeout=120)
+    if env.runner is not None:
+        # One process: the operator hosts the planners (no planner container).
+        env.runner.wait_for(lambda r: {p.subcommand for p in r.processes()} == {"operator"}, 90, "the operator pod's process")
+    # Ready means kopf's liveness endpoint (the readiness probe) answered: on kwok through
+    # the check below, on a real cluster through the kubelet.
+    (pod,) = [p for p in env.core.list_namespaced_pod(e2e_env.SYSTEM_NS).items if p.metadata.labels.get("app.kubernetes.io/component") == "operator"]
+    e2e_env.wait_for("kopf liveness", lambda: _ok(f"http://{env.core.read_namespaced_pod(pod.metadata.name, e2e_env.SYSTEM_NS).status.pod_ip}:8080/healthz"), 120, describe=env.diagnostics)
+    return release
+
+
+def ensure_service(env: Env) -> None:
+    """The example DisaggregatedService exists and serves a completion through its router."""
+    try:
+        env.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    try:
+        env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, e2e_env.example_service(NS, env.prom.url))
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    for role in ("prefill", "decode", "router"):
+        e2e_env.wait_for(f"{role} Deployment ready", lambda role=role: env.replicas(role)[1] >= 1, 120, describe=env.diagnostics)
+    for role in ("prefill", "decode", "router"):
+        e2e_env.wait_for(f"{role} serving", lambda role=role: env.serving(role, 1), 90, describe=env.diagnostics)
+    oai = OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused", max_retries=5)
     served = env.dsvc()["spec"]["model"]["servedName"]
+    errors: list[str] = []
+
+    def first_completion() -> bool:
+        # Readiness polling: failures while the router learns its workers are expected, and shown on timeout.
+        try:
+            return bool(_complete(oai, served, 8))
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            return False
+
+    e2e_env.wait_for("a completion", first_completion, 60, interval_s=1, describe=lambda: f"{errors[-3:]} {env.diagnostics()}")
+
+
+@pytest.fixture
+def service(env: Env, installed: dict[str, Any]) -> None:
+    ensure_service(env)
+
+
+def test_chart_installs_and_the_operator_runs_under_its_own_rbac(env: Env, installed: dict[str, Any]) -> None:
+    assert installed["name"] == e2e_env.RELEASE
+    # The CRD came with the chart and is served.
+    crd = client.ApiextensionsV1Api(env.core.api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+    assert any(v.name == VERSION and v.served for v in crd.spec.versions)
+    if env.runner is not None:
+        op = next(p for p in env.runner.processes("operator"))
+        assert op.service_account == "pdserve", "the operator runs with the chart's ServiceAccount token, not as admin"
+
+
+def test_the_example_service_is_reconciled_and_serves(env: Env, service: None) -> None:
+    served = env.dsvc()["spec"]["model"]["servedName"]
+    counts = Counts()
+    oai = _client(env)
+    for i in range(5):
+        counts.run(lambda i=i: _complete(oai, served, 8, seed=10 + i))
+    counts.check("serves", max_failed_fraction=0.0)
+
+
+def test_requests_take_the_prefill_decode_handoff(env: Env, service: None) -> None:
+    # Summed over the pool's pods: whatever ran before may have left more than one.
+    p_urls, d_urls = env.pod_urls("prefill"), env.pod_urls("decode")
+    before_p = sum(_metric(u, "vllm:request_success_total") for u in p_urls)
+    before_d = sum(_metric(u, "vllm:generation_tokens_total") for u in d_urls)
+    before_r = _metric(env.router_url(), 'pdserve_router_pd_handoffs_total{outcome="ok"}')
+    oai = _client(env)
+    served = env.dsvc()["spec"]["model"]["servedName"]
+    counts = Counts()
     for i in range(4):
-        assert _complete(oai, served, 16, prompt_words=200, seed=100 + i)
+        counts.run(lambda i=i: _complete(oai, served, 16, prompt_words=200, seed=100 + i))
+    counts.check("handoff", max_failed_fraction=0.0)
     # The prefill worker answered the max_tokens=1 prefill step; the decode worker fetched
     # the KV and produced the tokens: both count the requests.
-    assert _metric(p_url, "vllm:request_success_total") >= before_p + 4
-    assert _metric(d_url, "vllm:generation_tokens_total") >= 4 * 16
-    assert _metric(env.router_url(), 'pdserve_router_pd_handoffs_total{outcome="ok"}') >= 4
+    assert sum(_metric(u, "vllm:request_success_total") for u in p_urls) >= before_p + 4
+    assert sum(_metric(u, "vllm:generation_tokens_total") for u in d_urls) >= before_d + 4 * 16
+    assert _metric(env.router_url(), 'pdserve_router_pd_handoffs_total{outcome="ok"}') >= before_r + 4
 
 
-def _load(env: Env, seconds: float, concurrency: int, max_tokens: int, prompt_words: int) -> int:
-    oai = OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused", max_retries=2, timeout=60)
+def _load(env: Env, seconds: float, concurrency: int, max_tokens: int, prompt_words: int) -> Counts:
+    oai = _client(env, timeout=60)
     served = env.dsvc()["spec"]["model"]["servedName"]
     deadline = time.monotonic() + seconds
-    done = [0]
+    counts = Counts()
 
     def worker(k: int) -> None:
         i = 0
         while time.monotonic() < deadline:
-            if _complete(oai, served, max_tokens, prompt_words, seed=k * 10_000 + i):
-                done[0] += 1
+            counts.run(lambda i=i: _complete(oai, served, max_tokens, prompt_words, seed=k * 10_000 + i))
             i += 1
 
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(worker, range(concurrency)))
-    return done[0]
+    return counts
 
 
-def test_planner_scales_both_pools_up_under_load(env: Env) -> None:
+def _scale_up_under_load(env: Env) -> dict[str, int]:
     start = {role: env.replicas(role)[0] for role in ("prefill", "decode")}
-    result: dict[str, Any] = {}
-    loader = threading.Thread(target=lambda: result.update(n=_load(env, 120, 12, 200, 900)))
+    result: dict[str, Counts] = {}
+    loader = threading.Thread(target=lambda: result.update(load=_load(env, 120, 12, 200, 900)))
     loader.start()
     try:
         e2e_env.wait_for(
@@ -254,7 +331,9 @@ def test_planner_scales_both_pools_up_under_load(env: Env) -> None:
         )
     finally:
         loader.join()
-    assert result.get("n", 0) > 50
+    counts = result["load"]
+    counts.check("scale-up load")
+    assert counts.completed > 50, counts
     planner = env.dsvc().get("status", {}).get("planner", {})
     assert planner.get("reason") and not planner.get("held"), planner
     spec = env.dsvc()["spec"]
@@ -262,9 +341,10 @@ def test_planner_scales_both_pools_up_under_load(env: Env) -> None:
     assert spec["decode"]["replicas"] == env.replicas("decode")[0]
     # The new replicas serve, and the router routes to them.
     e2e_env.wait_for("new workers serving", lambda: env.serving("prefill", 2) and env.serving("decode", 2), 90, describe=env.diagnostics)
+    return {role: env.replicas(role)[0] for role in ("prefill", "decode")}
 
 
-def test_every_dashboard_query_returns_data(env: Env) -> None:
+def _every_dashboard_query_returns_data(env: Env) -> None:
     missing = []
     for q in dashboard_queries.queries(dashboard_queries.load()):
         expr = dashboard_queries.substitute(q.expr, {"namespace": NS, "service": SERVICE})
@@ -278,17 +358,17 @@ def test_every_dashboard_query_returns_data(env: Env) -> None:
     assert not missing, "queries without data:\n" + "\n".join(missing)
 
 
-def test_planner_scales_down_after_the_load(env: Env) -> None:
-    peak = {role: env.replicas(role)[0] for role in ("prefill", "decode")}
+def _scale_down_after_the_load(env: Env, peak: dict[str, int]) -> None:
     # A trickle keeps the metrics flowing: the planner never scales down on missing data.
     stop = threading.Event()
+    counts = Counts()
 
     def trickle() -> None:
-        oai = OpenAI(base_url=f"{env.router_url()}/v1", api_key="unused", max_retries=2, timeout=60)
+        oai = _client(env, timeout=60)
         served = env.dsvc()["spec"]["model"]["servedName"]
         i = 0
         while not stop.is_set():
-            _complete(oai, served, 8, 50, seed=500_000 + i)
+            counts.run(lambda i=i: _complete(oai, served, 8, 50, seed=500_000 + i))
             i += 1
             stop.wait(1.0)
 
@@ -305,11 +385,20 @@ def test_planner_scales_down_after_the_load(env: Env) -> None:
     finally:
         stop.set()
         t.join(timeout=70)
+    counts.check("scale-down trickle")
     spec = env.dsvc()["spec"]
     assert (spec["prefill"]["replicas"], spec["decode"]["replicas"]) == (env.replicas("prefill")[0], env.replicas("decode")[0])
 
 
-def test_deleting_the_service_cleans_up(env: Env) -> None:
+@pytest.mark.timeout(900)  # three stages that were three tests of up to 600 s each
+def test_planner_scales_up_under_load_dashboards_have_data_then_it_scales_down(env: Env, service: None) -> None:
+    """One story in its explicit order: the dashboards need the load's series, the scale-down the peak."""
+    peak = _scale_up_under_load(env)
+    _every_dashboard_query_returns_data(env)
+    _scale_down_after_the_load(env, peak)
+
+
+def test_deleting_the_service_cleans_up(env: Env, service: None) -> None:
     env.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE)
 
     def gone() -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from pdserve.api import DisaggregatedService
 from pdserve.api.vllm_versions import VERSIONS
@@ -25,6 +26,7 @@ from tests.conformance.conftest import Counts
 from tests.conformance.fixtures import build_model_dir
 from tests.conformance.vllm_env import run_probe
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TP_PAIRS = ((1, 1), (1, 2), (2, 1), (2, 2), (2, 4), (4, 2))
 
 
@@ -44,22 +46,37 @@ def _svc(version: str, connector: str, prefill_tp: int, decode_tp: int, mode: st
     return DisaggregatedService.from_body(body)
 
 
+def _examples(version: str) -> list[DisaggregatedService]:
+    """The committed examples that run real vLLM of this version."""
+    out = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "DisaggregatedService" and doc["spec"].get("engine", {}).get("kind") == "vllm":
+                doc["metadata"].update(namespace="llm", uid="u-1")
+                svc = DisaggregatedService.from_body(doc)
+                if svc.spec.engine.vllm_version == version:
+                    out.append(svc)
+    return out
+
+
 def cases(version: str) -> list[tuple[DisaggregatedService, str, list[str]]]:
     """(service, role, argv after `vllm serve`) for every connector, TP pairing and tokenizer
-    mode the version table admits; the CRD refuses the rest (tested in tests/api)."""
+    mode the version table admits (the CRD refuses the rest: tested in tests/api), and the
+    examples/ that run this version."""
     info = VERSIONS[version]
     out = []
     modes = [m for m in info.tokenizer_modes if m != "mistral"]  # mistral needs a mistral model dir
-    for connector, (ptp, dtp), mode in itertools.product(info.connectors, TP_PAIRS, modes):
-        if not info.tp_ok(ptp, dtp):
-            continue
-        svc = _svc(version, connector, ptp, dtp, mode)
+    services = [_svc(version, connector, ptp, dtp, mode)
+                for connector, (ptp, dtp), mode in itertools.product(info.connectors, TP_PAIRS, modes)
+                if info.tp_ok(ptp, dtp)]
+    for svc in services + _examples(version):
+        name = svc.metadata.name
         for m in render(svc):
-            if m["kind"] != "Deployment" or m["metadata"]["name"] not in ("m-prefill", "m-decode"):
+            if m["kind"] != "Deployment" or m["metadata"]["name"] not in (f"{name}-prefill", f"{name}-decode"):
                 continue
             c = m["spec"]["template"]["spec"]["containers"][0]
             assert c["command"] == ["vllm", "serve"], c["command"]
-            out.append((svc, m["metadata"]["name"].removeprefix("m-"), list(c["args"])))
+            out.append((svc, m["metadata"]["name"].removeprefix(f"{name}-"), list(c["args"])))
     return out
 
 

@@ -219,3 +219,11 @@ def test_router_processes_follow_its_cpu_request(cpu: str | int | None, processe
     assert args.processes == processes
     assert c["resources"]["requests"]["cpu"] == (cpu if cpu is not None else "250m")
     assert c["resources"]["requests"]["memory"] == "256Mi" and c["resources"]["limits"]["memory"] == "1Gi"
+
+
+def test_router_api_key_comes_from_the_secret_as_vllm_api_key() -> None:
+    c = _engine(render(_svc(router={"apiKeySecret": {"name": "llm-keys", "key": "router"}})), "llama-8b-router")
+    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "llm-keys", "key": "router"}}} in c["env"]
+    assert not any("key" in a.lower() for a in c["args"])  # never on the command line (visible in ps)
+    plain = _engine(render(_svc()), "llama-8b-router")
+    assert not any(e["name"] == "VLLM_API_KEY" for e in plain["env"])

@@ -129,3 +129,12 @@ def test_router_target_gives_the_wake_up_signal():
     assert "max_over_time((sum(irate(pdserve_router_prompt_tokens_total{namespace=\"ns\"}[1m])))[30s:15s])" \
         in q["router_prompt_tokens_peak"]
     assert 'pdserve_role="prefill"' in q["prefill_waiting"] and 'pdserve_role="decode"' in q["decode_waiting"]
+
+
+def test_promql_keys_are_observation_metric_fields():
+    from pdserve.planner.source_prometheus import METRIC_FIELDS, _metric_fields
+
+    assert set(PromQL("").queries()) <= METRIC_FIELDS
+    # Keys reach Observation(**...) unchecked by the type checker: a non-metric field is refused.
+    with pytest.raises(ValueError, match="not an Observation metric field: error"):
+        _metric_fields({"request_rate": 1.0, "error": 2.0})

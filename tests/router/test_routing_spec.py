@@ -91,3 +91,40 @@ def test_the_live_state_decides_on_its_injected_clock() -> None:
     clock.advance(601.0)
     st.choose("decode", st.decode_policy, RouteRequest("r2", (), (), 100), set())
     assert st.decode_policy.ledger.requests("http://d:1") == 0
+
+
+def test_worker_cooldowns_follow_the_injected_clock() -> None:
+    from pdserve.common.clock import VirtualClock
+    from pdserve.router.discovery import Endpoint, Endpoints
+
+    # Far from the machine's monotonic reading: a cool-down set on the wall clock would
+    # already be over (or never end) at this virtual time.
+    clock = VirtualClock(1e9)
+    st = RouterState(RouterConfig(decode=["http://d:1"], routing=RoutingSpec(policy=PolicyName.LEAST_LOADED),
+                                  tokenizer_mode="mock", worker_cooldown_s=2.0), clock=clock)
+    st.apply_endpoints(Endpoints(decode=(Endpoint("http://d:1"),), source="test"))
+    st.pool.mark_failed("http://d:1")  # as the relay does on a lost stream: no explicit time
+    assert st.pool.views("decode", fail_open=False) == []
+    assert st.pool.views("decode", clock.monotonic(), fail_open=False) == []
+    clock.advance(2.5)
+    assert [v.worker_id for v in st.pool.views("decode", clock.monotonic(), fail_open=False)] == ["http://d:1"]
+
+
+def test_relay_reports_prefill_done_on_the_injected_clock() -> None:
+    from types import SimpleNamespace
+
+    from pdserve.common.clock import VirtualClock
+    from pdserve.router.relay import _Clock
+
+    clock = VirtualClock(1e9)
+    st = RouterState(RouterConfig(decode=["http://d:1"], routing=RoutingSpec(policy=PolicyName.LEAST_LOADED),
+                                  tokenizer_mode="mock"), clock=clock)
+    seen: list[tuple[str, float]] = []
+
+    class Spy:
+        def on_prefill_done(self, request_id: str, now: float) -> None:
+            seen.append((request_id, now))
+
+    flow = SimpleNamespace(mode="local", arrived=0.0, trace=None, route=SimpleNamespace(request_id="r1"))
+    _Clock(st, flow, Spy()).tokens(3)
+    assert seen == [("r1", 1e9)]

@@ -190,6 +190,7 @@ class RouterSpec(ApiModel):
     disagg_threshold_tokens: int = Field(0, ge=0, le=10_000_000, description="Prompts with fewer uncached tokens skip the prefill pool: the decode worker prefills them (`--disagg-threshold-tokens`).")
     weights: RouterWeights = Field(default_factory=RouterWeights, description="Scoring weights for the prefix-aware policies.")
     image: str | None = Field(None, min_length=1, description="Router image; defaults to the pdserve image.")
+    api_key_secret: SecretKey | None = Field(None, description="Secret key holding the API key clients must send as `Authorization: Bearer <key>` on /v1/* (vLLM's --api-key semantics; set as VLLM_API_KEY in the router). /health and /metrics stay open; the NetworkPolicy limits who reaches them.")
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="CPU / memory requests and limits of the router container (defaults: requests cpu 250m, memory 256Mi; limits memory 1Gi). The router runs one process per whole CPU of its cpu request (`--processes`, at least 1).")
 
     def routing(self, block_size: int) -> RoutingSpec:

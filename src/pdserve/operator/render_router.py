@@ -46,7 +46,11 @@ def router_resources(svc: DisaggregatedService) -> dict[str, dict[str, int | str
 
 def router_env(svc: DisaggregatedService) -> list[dict[str, Any]]:
     # The router loads the workers' tokenizer: same token Secret, HF cache layout under a writable HOME.
-    return [{"name": "HOME", "value": ROUTER_HOME}, *hf_env(svc)]
+    env = [{"name": "HOME", "value": ROUTER_HOME}, *hf_env(svc)]
+    ref = svc.spec.router.api_key_secret
+    if ref is not None:  # read by the router as vLLM reads it (router/auth.py): never on the command line
+        env.append({"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    return env
 
 
 def _router_volumes(svc: DisaggregatedService) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

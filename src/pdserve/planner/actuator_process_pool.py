@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -90,6 +91,7 @@ class ProcessPool:
                         w.ready = httpx.get(w.url + "/health", timeout=0.5).status_code == 200
                         changed |= w.ready
                     except httpx.HTTPError:
+                        # Wall time, not the planner's clock: real processes start on real time.
                         if time.monotonic() - w.started > self.startup_timeout_s:
                             self._stop(w)
                             changed = True
@@ -110,11 +112,12 @@ class ProcessPool:
         ws = self.workers[role]
         while len(ws) < n:
             port = free_port()
-            log = open(self.log_dir / f"{role}-{port}.log", "wb") if self.log_dir else subprocess.DEVNULL
-            proc = subprocess.Popen(self.command(role, port), stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env=os.environ.copy())
-            if log is not subprocess.DEVNULL:
-                log.close()
+            if self.log_dir:
+                # The child inherits its own descriptor; ours closes when the block ends.
+                with open(self.log_dir / f"{role}-{port}.log", "wb") as log:
+                    proc = self._spawn(role, port, log)
+            else:
+                proc = self._spawn(role, port, subprocess.DEVNULL)
             ws.append(Worker(role, port, proc, time.monotonic()))
         if len(ws) > n:
             victims = ws[n:]
@@ -146,6 +149,10 @@ class ProcessPool:
         tmp = self.discovery_file.with_suffix(self.discovery_file.suffix + ".tmp")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
         os.replace(tmp, self.discovery_file)  # atomic: the router never reads half a file
+
+    def _spawn(self, role: str, port: int, stdout: IO[bytes] | int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.command(role, port), stdout=stdout, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=os.environ.copy())
 
     def _stop(self, w: Worker) -> None:
         if w.proc.poll() is not None:

@@ -143,7 +143,7 @@ async def _run(args, parser) -> int:
 async def _run_local(args, stopped, log) -> int:
     from pdserve.planner.actuator_process_pool import ProcessPool
     from pdserve.planner.actuator_static import RecordingActuator
-    from pdserve.planner.loop import run_loop
+    from pdserve.planner.loop import Actuator, MetricSource, run_loop
     from pdserve.planner.metrics import PlannerMetrics
     from pdserve.planner.policy import PlannerPolicy, PolicyConfig
     from pdserve.planner.profile import CapacityProfile
@@ -173,6 +173,7 @@ async def _run_local(args, stopped, log) -> int:
         raise ValueError(bad)
     service, ns = args.service or "local", args.namespace or "default"
     pool = None
+    actuator: Actuator
     if args.actuator == "process-pool":
         pool = ProcessPool(model=args.worker_model, worker_args=args.worker_arg,
                            discovery_file=args.discovery_file, log_dir=args.log_dir)
@@ -181,6 +182,7 @@ async def _run_local(args, stopped, log) -> int:
         actuator = pool
     else:
         actuator = RecordingActuator(args.initial_prefill, args.initial_decode)
+    source: MetricSource
     if args.prometheus:
         selector = args.selector if args.selector is not None else f'namespace="{ns}",pdserve_service="{service}"'
         source = PrometheusSource(args.prometheus, PromQL(selector, window=rate_window(cfg.interval_s, 5.0)))

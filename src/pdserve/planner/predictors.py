@@ -20,10 +20,13 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Protocol
 from collections.abc import Sequence
+from typing import Protocol, TypeAlias
 
 import numpy as np
+
+# Callers pass lists of floats; the models pass their cleaned array on to a fallback.
+History: TypeAlias = Sequence[float] | np.ndarray
 
 PREDICTORS = ("constant", "moving-average", "holt-winters", "arima")
 
@@ -43,10 +46,10 @@ class Forecast:
 class Predictor(Protocol):
     name: str
 
-    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast: ...
+    def predict(self, history: History, steps: int = 1) -> Forecast: ...
 
 
-def clean(history: Sequence[float]) -> np.ndarray:
+def clean(history: History) -> np.ndarray:
     arr = np.asarray(list(history), dtype=float)
     return arr[np.isfinite(arr)]
 
@@ -70,7 +73,7 @@ class ConstantPredictor:
     explode_ratio: float = 4.0
     name: str = "constant"
 
-    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
+    def predict(self, history: History, steps: int = 1) -> Forecast:
         hist = clean(history)
         if hist.size == 0:
             return Forecast(math.nan, self.name)
@@ -83,7 +86,7 @@ class MovingAveragePredictor:
     explode_ratio: float = 4.0
     name: str = "moving-average"
 
-    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
+    def predict(self, history: History, steps: int = 1) -> Forecast:
         hist = clean(history)
         if hist.size == 0:
             return Forecast(math.nan, self.name)
@@ -103,7 +106,7 @@ class HoltWintersPredictor:
     explode_ratio: float = 4.0
     name: str = "holt-winters"
 
-    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
+    def predict(self, history: History, steps: int = 1) -> Forecast:
         hist = clean(history)[-self.max_history :]
         if hist.size < 6 or float(np.ptp(hist)) == 0.0:
             # Too short to fit a trend, or constant: the mean is the best estimate.
@@ -145,7 +148,7 @@ class ArimaPredictor:
     explode_ratio: float = 4.0
     name: str = "arima"
 
-    def predict(self, history: Sequence[float], steps: int = 1) -> Forecast:
+    def predict(self, history: History, steps: int = 1) -> Forecast:
         hist = clean(history)[-self.max_history :]
         if hist.size < 10 or float(np.ptp(hist)) == 0.0:
             fb = MovingAveragePredictor(explode_ratio=self.explode_ratio).predict(hist)

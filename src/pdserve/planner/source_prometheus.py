@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, get_type_hints
 
 from pdserve.planner.observation import Observation, PoolState
 
@@ -125,7 +126,22 @@ class PrometheusSource:
                 values[key] = _scalar(self._prom.custom_query(query=q))
         except Exception as exc:  # network errors, HTTP 5xx, bad JSON: all mean "no data"
             return Observation.failed(now, prefill, decode, f"prometheus {self.url}: {type(exc).__name__}: {exc}")
-        return Observation(timestamp=now, prefill=prefill, decode=decode, **values)
+        return Observation(timestamp=now, prefill=prefill, decode=decode, **_metric_fields(values))
+
+
+# Observation's float fields: the names PromQL.queries() may use as keys.
+METRIC_FIELDS = frozenset(k for k, t in get_type_hints(Observation).items() if t is float and k != "timestamp")
+
+
+def _metric_fields(values: dict[str, float]) -> dict[str, Any]:
+    """The query table's values as Observation keyword arguments.
+
+    The keys are only known at run time, so the type checker cannot tie them to fields;
+    this check does: a key naming ``error``, ``extra`` or a pool would be a bug.
+    """
+    if unknown := sorted(set(values) - METRIC_FIELDS):
+        raise ValueError(f"not an Observation metric field: {', '.join(unknown)}")
+    return dict(values)
 
 
 def _scalar(result: list) -> float:

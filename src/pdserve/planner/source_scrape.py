@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypedDict
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -79,6 +80,15 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float:
     return lo_edge
 
 
+class _RouterMetrics(TypedDict):
+    """The router's own series, as Observation fields (typed so ``**`` unpacking is checked)."""
+
+    router_request_rate: float
+    router_inflight: float
+    router_prompt_tokens_rate: float
+    router_prompt_tokens_peak: float
+
+
 class ScrapeSource:
     def __init__(self, targets: Iterable[Target] | Callable[[], Iterable[Target]], *, quantile: float = 0.9,
                  timeout_s: float = 2.0, names: Names = Names()) -> None:
@@ -121,13 +131,14 @@ class ScrapeSource:
         if len(errors) == len(targets):
             return Observation.failed(now, prefill, decode, "scrape failed: " + "; ".join(errors))
         n = self.names
-        router = {
+        prompt_rate = _first(rates.get("router", {}), n.router_prompt_tokens)
+        router: _RouterMetrics = {
             "router_request_rate": _first(rates.get("router", {}), n.router_requests),
             "router_inflight": _first(gauges.get("router", {}), n.router_inflight),
-            "router_prompt_tokens_rate": _first(rates.get("router", {}), n.router_prompt_tokens),
+            "router_prompt_tokens_rate": prompt_rate,
+            # One scrape per tick: the peak since the last tick is that tick's own rate.
+            "router_prompt_tokens_peak": prompt_rate,
         }
-        # One scrape per tick: the peak since the last tick is that tick's own rate.
-        router["router_prompt_tokens_peak"] = router["router_prompt_tokens_rate"]
         rates.pop("router", None)
         gauges.pop("router", None)
         if not have_rates:

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from pdserve.api.vllm_versions import DEFAULT_VERSION
 from pdserve.api.vllm_versions import VERSIONS as VLLM_VERSIONS
+from pdserve.router.auth import api_keys
 from pdserve.router.cpus import default_processes
 from pdserve.router.config import RouterConfig, add_routing_args, routing_from_args
 
@@ -66,7 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "state, /metrics is summed over all (see router/supervisor.py). Default: one per whole CPU "
                         "of the container's cgroup quota, else per usable CPU (router/cpus.py)")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each of --processes N
+    p.add_argument("--api-key", nargs="+", default=None,
+                   help="require 'Authorization: Bearer <one of these keys>' on /v1/* (vLLM's --api-key; default: "
+                        "$VLLM_API_KEY); /health and /metrics stay open, as on vLLM")
     p.add_argument("--no-debug-header", action="store_true", help="omit the x-pdserve-route header")
+    o = p.add_argument_group("tracing (OpenTelemetry)")
+    o.add_argument("--otlp-traces-endpoint", metavar="URL",
+                   help="as vLLM's flag: export one trace per request (route, prefill, KV hand-off, decode, "
+                        "migration) over OTLP/HTTP protobuf, e.g. http://collector:4318 (/v1/traces is added); "
+                        "workers get W3C traceparent so their spans join. Off when not given")
+    o.add_argument("--otlp-traces-sample-ratio", type=float, default=1.0, metavar="R",
+                   help="fraction of new traces kept (a client's traceparent sampled flag is followed)")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                    help="auto = uvloop when installed")
@@ -88,7 +99,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         tokenizer=args.tokenizer, tokenizer_mode=args.tokenizer_mode, tokenizer_revision=args.tokenizer_revision,
         trust_remote_code=args.trust_remote_code, chat_template=args.chat_template,
         chat_template_content_format=args.chat_template_content_format, tokenizer_fallback=args.tokenizer_fallback,
-        vllm_version=args.vllm_version,
+        vllm_version=args.vllm_version, api_keys=api_keys(args.api_key),
+        otlp_traces_endpoint=args.otlp_traces_endpoint, otlp_traces_sample_ratio=args.otlp_traces_sample_ratio,
     )
 
 

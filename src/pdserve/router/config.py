@@ -44,7 +44,10 @@ class RouterConfig:
     chat_template: str | None = None
     chat_template_content_format: str = "auto"
     tokenizer_fallback: str = "none"  # none | approx (see router/tokenizing.py)
+    api_keys: list[str] = field(default_factory=list)  # --api-key / VLLM_API_KEY (router/auth.py)
     vllm_version: str | None = None  # the workers' release: its chat preprocessing rules (tokenization/rules.py)
+    otlp_traces_endpoint: str | None = None  # OTLP/HTTP collector; None: tracing off (router/shell/tracing.py)
+    otlp_traces_sample_ratio: float = 1.0  # new traces kept; a client's sampled flag is always followed
 
 
     def validate(self) -> None:
@@ -63,6 +66,15 @@ class RouterConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.upstream_client not in ("http1", "aiohttp"):
             raise ValueError(f"--upstream-client must be http1 or aiohttp, got {self.upstream_client!r}")
+        if not 0.0 <= self.otlp_traces_sample_ratio <= 1.0:
+            raise ValueError(f"--otlp-traces-sample-ratio must be in [0, 1], got {self.otlp_traces_sample_ratio}")
+        if self.otlp_traces_endpoint:
+            from urllib.parse import urlsplit
+
+            u = urlsplit(self.otlp_traces_endpoint)
+            if u.scheme not in ("http", "https") or not u.netloc:
+                raise ValueError(f"--otlp-traces-endpoint must be an http(s):// URL (OTLP/HTTP), "
+                                 f"got {self.otlp_traces_endpoint!r}")
         if self.max_retries < 0:
             raise ValueError(f"--max-retries must be >= 0, got {self.max_retries}")
         from pdserve.tokenization import TOKENIZER_MODES

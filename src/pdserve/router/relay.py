@@ -59,9 +59,12 @@ class _Clock:
         now = time.perf_counter()
         if self.last is None:
             self.state.metrics.ttft_by_mode(self.flow.mode).observe(now - self.flow.arrived)
+            if self.flow.trace is not None:
+                self.flow.trace.first_token()
             if self.policy is not None:
                 # The prompt is computed: its tokens no longer weigh on that worker's queue.
-                self.policy.on_prefill_done(self.flow.route.request_id, time.monotonic())
+                self.state.scheduler.on_prefill_done(self.policy, self.flow.route.request_id,
+                                                     self.state.clock.monotonic())
         else:
             self._itl.observe(now - self.last)
         if n > 1:
@@ -209,6 +212,19 @@ async def _write(resp: web.StreamResponse, data: bytes) -> None:
 
 async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, passthrough: sse.PassThroughTracker,
                    clock: _Clock, failed: str, why: str) -> None:
+    if flow.trace is None:
+        return await _resume(state, flow, resp, passthrough, clock, failed, why)
+    span = flow.trace.migration(failed, why)
+    try:
+        await _resume(state, flow, resp, passthrough, clock, failed, why)
+    finally:
+        span.set_attribute("pdserve.migration.notes", [n for n in flow.notes if n.startswith("migrated")])
+        span.end()
+        flow.trace.migrating = None
+
+
+async def _resume(state: RouterState, flow: Flow, resp: web.StreamResponse, passthrough: sse.PassThroughTracker,
+                  clock: _Clock, failed: str, why: str) -> None:
     m = state.metrics
     state.pool.mark_failed(failed)
     if not state.cfg.migrate or flow.parsed.n != 1:
@@ -235,7 +251,7 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, pas
         try:
             att = await send_with_retries(state, stage="migration", pool="decode", policy=policy, req=flow.route,
                                           first=None, path="/v1/completions", body=body,
-                                          headers={"X-Request-Id": f"{flow.request_id}-m{len(tried)}"},
+                                          headers=_traced({"X-Request-Id": f"{flow.request_id}-m{len(tried)}"}, flow),
                                           timeout=timeout, exclude=tried)
         except UpstreamFailed as e:
             m.migrations.labels("failed").inc()
@@ -263,7 +279,7 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, pas
                     lost = "stream ended without [DONE]"
         finally:
             att.resp.release()
-            policy.on_finished(flow.route.request_id, att.url, time.monotonic())
+            state.scheduler.on_finished(policy, flow.route.request_id, att.url, state.clock.monotonic())
         if lost is None:
             m.migrations.labels("ok").inc()
             if flow.parsed.include_usage and cont.usage:
@@ -282,6 +298,10 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, pas
             m.migrations.labels("failed").inc()
             await _fail(resp, f"stream could not be resumed after {len(tried)} workers failed (last: {why})")
             return
+
+
+def _traced(headers: dict[str, str], flow: Flow) -> dict[str, str]:
+    return headers if flow.trace is None else flow.trace.inject(headers)
 
 
 def _generated_ids(tracker: sse.StreamTracker, tok: ModelTokenizer) -> list[int]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from pdserve.common.clock import WALL, Clock
 from pdserve.router.discovery import Endpoint, Endpoints
 from pdserve.router.policies import WorkerView
 
@@ -66,9 +66,11 @@ class WorkerState:
 
 
 class WorkerPool:
-    def __init__(self, cooldown_s: float = 2.0) -> None:
+    def __init__(self, cooldown_s: float = 2.0, clock: Clock = WALL) -> None:
         self.workers: dict[str, WorkerState] = {}  # url -> state (a URL serves one role)
         self.cooldown_s = cooldown_s
+        # The router's clock: cool-downs are set and judged on the time routing decides by.
+        self.clock = clock
         self.version = 0
 
     def update(self, eps: Endpoints) -> tuple[set[str], set[str]]:
@@ -100,7 +102,7 @@ class WorkerPool:
               fail_open: bool = True) -> list[WorkerView]:
         """Healthy workers of ``role``. With ``fail_open``, when every one is cooling
         down after a failure, all of them (a try beats a certain 503)."""
-        now = time.monotonic() if now is None else now
+        now = self.clock.monotonic() if now is None else now
         skip = set(exclude)
         pool = [(u, w) for u, w in self.workers.items() if w.role == role and u not in skip]
         healthy = [(u, w) for u, w in pool if w.healthy(now)]
@@ -111,7 +113,7 @@ class WorkerPool:
         w = self.workers.get(url)
         if w is not None:
             w.failures += 1
-            w.down_until = (time.monotonic() if now is None else now) + self.cooldown_s
+            w.down_until = (self.clock.monotonic() if now is None else now) + self.cooldown_s
 
     def mark_ok(self, url: str) -> None:
         w = self.workers.get(url)
@@ -136,7 +138,7 @@ class WorkerPool:
             w.running = int(load.get("running", 0))
             w.waiting = int(load.get("waiting", 0))
             w.kv_usage = float(load.get("kv_usage", 0.0))
-            w.scraped_at = time.monotonic()
+            w.scraped_at = self.clock.monotonic()
             self.mark_ok(w.url)
 
         await asyncio.gather(*(one(w) for w in list(self.workers.values())))

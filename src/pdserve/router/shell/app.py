@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from pdserve.router.config import RouterConfig
+from pdserve.router.auth import ApiKeys
 from pdserve.router.discovery import Endpoints, FileWatcher, KubernetesWatcher, parse_discovery
 from pdserve.router.shell.handler import CompletionHandler, error_response
 from pdserve.router.http1 import Http1Pool
@@ -31,7 +32,8 @@ def build_app(cfg: RouterConfig) -> web.Application:
         static_endpoints(cfg)  # fail now, with the bad URL named, not at start-up
     state = RouterState(cfg)
     # Our own body limit check gives an OpenAI-style 413; aiohttp's must not fire first.
-    app = web.Application(client_max_size=cfg.max_body_bytes + 1024)
+    app = web.Application(client_max_size=cfg.max_body_bytes + 1024,
+                          middlewares=[ApiKeys(cfg.api_keys).middleware()] if cfg.api_keys else [])
     app[STATE_KEY] = state
     handler = CompletionHandler(state)
 
@@ -43,6 +45,7 @@ def build_app(cfg: RouterConfig) -> web.Application:
 
     async def models(request: web.Request) -> web.Response:
         ts, cached = state.models_cache
+        # Wall time paces how often workers are asked (I/O), not a routing decision.
         if time.monotonic() - ts > 2.0 or not cached:
             assert state.session is not None
             cached = await state.pool.fetch_models(state.session, cfg.connect_timeout_s)
@@ -50,7 +53,7 @@ def build_app(cfg: RouterConfig) -> web.Application:
         return web.json_response({"object": "list", "data": cached})
 
     async def health(request: web.Request) -> web.Response:
-        now = time.monotonic()
+        now = state.clock.monotonic()  # cool-downs are on the router's clock
         up = {role: len(state.pool.views(role, now, fail_open=False)) for role in ("prefill", "decode")}
         ok = up["decode"] > 0
         body = {"status": "ok" if ok else "no decode worker available", "workers": up,
@@ -115,6 +118,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await state.session.close()
         if state.http is not None:
             state.http.close()
+        if state.tracing is not None:
+            state.tracing.shutdown()  # flush the spans still batched
 
 
 async def _scrape_loop(state: RouterState) -> None:
@@ -123,6 +128,7 @@ async def _scrape_loop(state: RouterState) -> None:
     while True:
         try:
             await state.pool.scrape_once(state.session, max(state.cfg.scrape_interval_s * 2, 1.0))
+            # Refresh cadence of /v1/models: I/O pacing on wall time, like the sleep below.
             if time.monotonic() - last_models > 5.0 or not state.pool.known_models():
                 state.models_cache = (time.monotonic(), await state.pool.fetch_models(state.session, 2.0))
                 last_models = time.monotonic()

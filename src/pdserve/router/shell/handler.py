@@ -12,7 +12,8 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -24,6 +25,9 @@ from pdserve.router.relay import relay_stream
 from pdserve.router.requests import Kind, ParsedRequest, RequestError, parse_request
 from pdserve.router.shell.state import Choice, RouterState
 from pdserve.router.shell.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
+
+if TYPE_CHECKING:  # the OpenTelemetry SDK is imported only when tracing is on
+    from pdserve.router.shell.tracing import RequestTrace
 
 ROUTE_HEADER = "x-pdserve-route"
 log = logging.getLogger("pdserve.router")
@@ -56,6 +60,7 @@ class Flow:
     arrived: float = field(default_factory=time.perf_counter)  # perf_counter() at the handler's entry
     overhead_seen: bool = False  # the arrival -> first upstream write time is recorded
     attempts: int = 0
+    trace: RequestTrace | None = None  # None unless --otlp-traces-endpoint (shell/tracing.py)
 
     def attempt_id(self) -> str:
         self.attempts += 1
@@ -114,6 +119,7 @@ class CompletionHandler:
         st.active += 1
         st.metrics.inflight.inc()
         mode = "-"
+        flow: Flow | None = None
         try:
             try:
                 flow = self._prepare(await read_body(request, st.cfg.max_body_bytes), kind, request, arrived)
@@ -132,6 +138,8 @@ class CompletionHandler:
                 log.exception("request failed")
                 resp = error_response(500, f"internal router error: {type(e).__name__}: {e}", "InternalServerError")
             st.metrics.request_done(route, mode, resp.status)
+            if flow is not None and flow.trace is not None:
+                flow.trace.finish(resp.status, mode)
             return resp
         finally:
             st.active -= 1
@@ -150,8 +158,12 @@ class CompletionHandler:
         hashes = (st.index.request_keys(parsed.prompt_ids, cache_salt=parsed.cache_salt, model=parsed.model)
                   if st.uses_prefixes else [])
         rreq = RouteRequest(rid, parsed.prompt_ids, hashes, len(parsed.prompt_ids))
-        return Flow(rid, client_rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions",
+        flow = Flow(rid, client_rid, parsed, rreq, "/v1/chat/completions" if kind == "chat" else "/v1/completions",
                     arrived=arrived)
+        if st.tracing is not None:
+            flow.trace = st.tracing.start(request.headers, request.path, rid)
+            flow.trace.parsed(parsed.model, len(parsed.prompt_ids), parsed.stream)
+        return flow
 
     def _sent(self, flow: Flow, att: Attempt) -> None:
         """Record the router's own time before the first upstream request went out."""
@@ -166,11 +178,14 @@ class CompletionHandler:
         auth = request.headers.get("Authorization")
         if auth:  # workers started with --api-key check it, as vLLM's proxy forwards it
             headers["Authorization"] = auth
+        t0_ns = time.time_ns() if flow.trace is not None else 0
         t0 = time.perf_counter()
         plan = st.scheduler.plan(flow.route, st.pool_views(), st.clock.monotonic())
         st.metrics.decision_for("prefill" if plan.prefill else "decode").observe(time.perf_counter() - t0)
         flow.mode = plan.mode.value
         flow.notes += plan.notes
+        if flow.trace is not None:
+            flow.trace.routed(t0_ns, time.time_ns(), flow.mode, plan.prefill, plan.decode, plan.notes)
         if plan.mode is Mode.PD:
             assert plan.prefill is not None
             self._admit(plan, flow)
@@ -192,11 +207,17 @@ class CompletionHandler:
         spent_on: set[str] = set()
         for _round in range(st.cfg.max_retries + 1):
             attempt = {**headers, "X-Request-Id": flow.attempt_id()}
-            kv = await self._prefill(flow, prefill, attempt)
+            kv = await (self._prefill(flow, prefill, attempt) if flow.trace is None else flow.trace.prefill(
+                partial(self._prefill, flow, prefill), attempt, lambda: flow.prefill))
             if kv is None:
                 return None
+            body = pd.decode_request(flow.parsed.body, kv)
             try:
-                return await self._decode(flow, request, plan.decode_policy, None, pd.decode_request(flow.parsed.body, kv),
+                if flow.trace is not None:
+                    return await flow.trace.decode_call(partial(
+                        self._decode, flow, request, plan.decode_policy, None, body, exclude=spent_on,
+                        consumable=bool(kv)), attempt, lambda: flow.decode)
+                return await self._decode(flow, request, plan.decode_policy, None, body,
                                           attempt, exclude=spent_on, consumable=bool(kv))
             except UpstreamFailed as e:
                 if not e.spent:
@@ -218,8 +239,11 @@ class CompletionHandler:
                                       flow.route.prompt_tokens - plan.decode.new_prefill_tokens)
         # The client's body goes upstream byte for byte.
         body: dict[str, Any] | bytes = flow.parsed.raw or flow.parsed.body
-        return await self._decode(flow, request, plan.decode_policy, first, body,
-                                  {**headers, "X-Request-Id": flow.attempt_id()})
+        attempt = {**headers, "X-Request-Id": flow.attempt_id()}
+        if flow.trace is not None:
+            return await flow.trace.decode_call(partial(self._decode, flow, request, plan.decode_policy, first, body),
+                                                attempt, lambda: flow.decode)
+        return await self._decode(flow, request, plan.decode_policy, first, body, attempt)
 
     def _admit(self, plan: RoutePlan, flow: Flow) -> None:
         verdict = plan.verdict

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -21,6 +22,9 @@ from pdserve.router.tokenizing import load_router_tokenizer
 from pdserve.router.policies import Decision, Policy, RouteRequest
 from pdserve.router.workers import WorkerPool
 
+if TYPE_CHECKING:
+    from pdserve.router.shell.tracing import Tracing
+
 log = logging.getLogger("pdserve.router")
 
 
@@ -35,7 +39,7 @@ class RouterState:
         self.cfg = cfg
         # Every time the scheduler sees comes from here (wall in service, virtual in tests).
         self.clock = clock
-        self.pool = WorkerPool(cooldown_s=cfg.worker_cooldown_s)
+        self.pool = WorkerPool(cooldown_s=cfg.worker_cooldown_s, clock=clock)
         self.hasher = BlockHasher(cfg.routing.block_size)
         self.index = KvIndex(self.hasher)
         self.metrics = RouterMetrics()
@@ -49,6 +53,11 @@ class RouterState:
         self.kv_sub: KvEventSubscriber | None = None
         self.active = 0
         self.models_cache: tuple[float, list[dict]] = (0.0, [])
+        self.tracing: Tracing | None = None
+        if cfg.otlp_traces_endpoint:  # the SDK is imported only then: off costs nothing
+            from pdserve.router.shell.tracing import Tracing, provider_for
+
+            self.tracing = Tracing(provider_for(cfg.otlp_traces_endpoint, cfg.otlp_traces_sample_ratio))
         policies = self.scheduler.policies
         self.prefill_policy = policies.prefill
         self.decode_policy = policies.local_decode  # the decode worker prefills too (colocated, local, migration)

@@ -1,0 +1,139 @@
+"""Prompt token ids: the router's and the mock worker's, for completion and chat requests, equal
+what vLLM's own OpenAI front end computes for the same tokenizer, per supported version.
+
+Tokenizer: a real byte-level BPE ``tokenizer.json`` with Llama 3's chat template built
+locally (``pdserve.tokenization.testing``). Judge: 0.11 ``vllm/transformers_utils/
+tokenizer.py`` + ``OpenAIServing._preprocess_chat`` (``vllm/entrypoints/chat_utils.py``) and
+``CompletionRenderer``; 0.33 ``vllm/renderers/online_renderer.py`` ``OnlineRenderer``.
+The router's ids come from its request parser; the mock's from a running worker: its usage
+count and the token ids of the blocks it reports in its KV events.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgpack
+import pytest
+import zmq
+
+from pdserve.api.vllm_versions import VERSIONS
+from pdserve.router.requests import parse_request
+from pdserve.tokenization import load_tokenizer
+from pdserve.worker.testing import start_worker
+from tests.conformance.conftest import Counts
+from tests.conformance.fixtures import build_model_dir
+from tests.conformance.vllm_env import run_probe
+
+BLOCK = 16
+LONG = "Explain how the prefill and decode pools share the KV cache of a long prompt, step by step. "
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("completion", {"prompt": LONG * 3}),
+    ("completion", {"prompt": LONG * 2, "add_special_tokens": False}),
+    ("completion", {"prompt": "Ünïcödé ☃ text\n\twith tabs, digits 12345 and an emoji 🚀. " * 3}),
+    ("completion", {"prompt": "A literal <|eot_id|> inside the text, then more words. " * 3}),
+    ("chat", {"messages": [{"role": "system", "content": "You are brief."}, {"role": "user", "content": LONG * 2}]}),
+    ("chat", {"messages": [{"role": "user", "content": LONG}, {"role": "assistant", "content": "Sure, here it is."},
+                           {"role": "user", "content": "  And again, with trailing spaces.  " * 4}]}),
+    ("chat", {"messages": [{"role": "user", "content": LONG * 2}], "add_generation_prompt": False}),
+    ("chat", {"messages": [{"role": "user", "content": LONG * 2}, {"role": "assistant", "content": "The answer starts"}],
+              "add_generation_prompt": False, "continue_final_message": True}),
+    ("chat", {"messages": [{"role": "user", "content": [{"type": "text", "text": LONG}, {"type": "text", "text": LONG}]}]}),
+]
+# Chat with add_special_tokens=True: vLLM tokenizes the rendered template *with* special
+# tokens, so a template that writes BOS gets a second one (Llama 3 templates do).
+DOUBLE_BOS = [("chat", {"messages": [{"role": "user", "content": LONG * 2}], "add_special_tokens": True})]
+
+
+def _body(kind: str, case: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "m", "max_tokens": 1, **case} if kind == "completion" else {"model": "m", "max_completion_tokens": 1, **case}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_model_dir(tmp_path_factory.mktemp("bpe-model"))
+
+
+def _mock_ids(model_dir: Path, bodies: list[tuple[str, dict[str, Any]]]) -> list[tuple[int, set[tuple[int, ...]]]]:
+    """Per request: the mock's prompt token count, and every full-block token sequence (root to
+    block) its KV events reported so far."""
+    events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:*"}
+    args = ["--kv-events-config", json.dumps(events), "--block-size", str(BLOCK), "--served-model-name", "m"]
+    blocks: dict[int, tuple[int | None, tuple[int, ...]]] = {}
+    out = []
+    with start_worker("m", args=args, speedup=50.0, tokenizer=str(model_dir), env={"PYTHONHASHSEED": "0"}) as w:
+        assert w.kv_events_endpoint
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(w.kv_events_endpoint)
+        try:
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                sub.poll(20)
+            for kind, body in bodies:
+                path = "/v1/completions" if kind == "completion" else "/v1/chat/completions"
+                r = httpx.post(w.url + path, json=body, timeout=30)
+                assert r.status_code == 200, r.text
+                while sub.poll(300):
+                    for ev in msgpack.unpackb(sub.recv_multipart()[2])[1]:
+                        ev = ev if isinstance(ev, dict) else dict(zip(("type", "block_hashes", "parent_block_hash", "token_ids"), ev))
+                        if ev["type"] != "BlockStored":
+                            continue
+                        parent = ev["parent_block_hash"]
+                        for i, h in enumerate(ev["block_hashes"]):
+                            blocks[h] = (parent, tuple(ev["token_ids"][i * BLOCK:(i + 1) * BLOCK]))
+                            parent = h
+                out.append((r.json()["usage"]["prompt_tokens"], {_chain(blocks, h) for h in blocks}))
+        finally:
+            sub.close(0)
+            ctx.term()
+    return out
+
+
+def _chain(blocks: dict[int, tuple[int | None, tuple[int, ...]]], h: int | None) -> tuple[int, ...]:
+    seq: tuple[int, ...] = ()
+    while h is not None and h in blocks:
+        parent, toks = blocks[h]
+        seq = toks + seq
+        h = parent
+    return seq
+
+
+def _check(version: str, model_dir: Path, counts: Counts, cases: list[tuple[str, dict[str, Any]]]) -> None:
+    bodies = [(kind, _body(kind, case)) for kind, case in cases]
+    answer = run_probe(version, "tokens.py", {"model_dir": str(model_dir), "tokenizer_mode": "auto",
+                                              "cases": [{"kind": k, "body": b} for k, b in bodies]})
+    tok = load_tokenizer(str(model_dir), "auto")
+    mock = _mock_ids(model_dir, bodies)
+    problems = []
+    for (kind, body), res, (n_mock, chains) in zip(bodies, answer["results"], mock, strict=True):
+        assert "error" not in res, f"vLLM {version} refused {body}: {res['error']}"
+        want = res["ids"]
+        router = parse_request(json.dumps(body).encode(), "chat" if kind == "chat" else "completion", tok).prompt_ids
+        if router != want:
+            problems.append(f"router {kind} {body}:\n  vLLM   {want}\n  router {router}")
+        full = tuple(want[: len(want) // BLOCK * BLOCK])
+        if n_mock != len(want) or (full and full not in chains):
+            problems.append(f"mock {kind} {body}: {n_mock} prompt tokens (vLLM {len(want)}), blocks match: {full in chains}")
+    counts.add("prompt token ids (router and mock, completion and chat) equal vLLM's preprocessing", version,
+               2 * len(bodies), len(problems))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_router_and_mock_token_ids_equal_vllms(version: str, model_dir: Path, counts: Counts) -> None:
+    _check(version, model_dir, counts, CASES)
+
+
+# Found by this test: pdserve.tokenization's chat_ids drops the tokenizer's BOS when the
+# template already wrote one; vLLM (both versions) does not. Owner: engineer "tok"
+# (src/pdserve/tokenization/hf.py); remove the mark with the fix.
+@pytest.mark.xfail(strict=True, reason="chat add_special_tokens=True: vLLM gives BOS twice, router/mock once")
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_chat_add_special_tokens_like_vllm(version: str, model_dir: Path, counts: Counts) -> None:
+    _check(version, model_dir, counts, DOUBLE_BOS)
