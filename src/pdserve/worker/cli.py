@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-events-config", type=_json_arg(KVEventsConfig, "--kv-events-config"), default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--disable-log-requests", action="store_true", help="accepted for vllm compatibility")
+    p.add_argument("--otlp-traces-endpoint", default=None,
+                   help="as vLLM: export an llm_request span per finished request (parent: the request's W3C "
+                        "traceparent) to this OTLP endpoint; the mock speaks http/protobuf only (full /v1/traces URL)")
     p.add_argument("--disable-log-stats", action="store_true", help="accepted for vllm compatibility")
     m = p.add_argument_group("mock-only")
     m.add_argument("--mock-vllm-version", choices=sorted(VERSIONS), default=CURRENT_VERSION,
@@ -237,6 +240,10 @@ async def serve(args: argparse.Namespace, perf: PerfModel, tok: ModelTokenizer) 
     publisher = (ZmqEventPublisher(ev_cfg, encoding=vllm.event_encoding)
                  if ev_cfg and ev_cfg.enable_kv_cache_events and ev_cfg.publisher != "null" else None)
     runner = EngineRunner(Engine(cfg, perf), metrics, args.mock_speedup, publisher)
+    if args.otlp_traces_endpoint:
+        from pdserve.worker.tracing import WorkerTracer, provider_for
+
+        runner.tracer = WorkerTracer(provider_for(args.otlp_traces_endpoint))
     runner.start()
     kvt: KVTransferConfig = args.kv_transfer_config or KVTransferConfig()
     settings = ServerSettings(
@@ -283,6 +290,8 @@ async def serve(args: argparse.Namespace, perf: PerfModel, tok: ModelTokenizer) 
     if side is not None:
         await side.stop()
     await runner.stop()
+    if runner.tracer is not None:
+        runner.tracer.shutdown()  # flush the batched spans
 
 
 def _side_channel_bind_host(advertised: str) -> str:

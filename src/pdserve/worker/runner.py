@@ -22,10 +22,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pdserve.worker.engine import FINISH_ABORT, Engine, EngineRequest, StepOutput, TokenEvent
 from pdserve.worker.kv_events import ZmqEventPublisher, encode_events
 from pdserve.worker.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from pdserve.worker.tracing import WorkerTracer
 
 
 # Wake-up error the model clock absorbs: timer rounding (<= 1 ms) plus a wake-up's latency.
@@ -45,6 +49,9 @@ class Tracked:
     done: bool = False
     external_tokens: int = 0  # prompt tokens whose KV came by transfer
     held_block_ids: list[int] = field(default_factory=list)
+    # --otlp-traces-endpoint only: the request's W3C trace headers and sampling parameters
+    trace_headers: dict[str, str] | None = None
+    trace_params: dict[str, float | int | None] | None = None
 
 
 class EngineRunner:
@@ -76,6 +83,7 @@ class EngineRunner:
         self._step_start = 0.0  # simulated time the current step started at
         self._prev_end: float | None = None  # simulated end of the last step, while steps run back to back
         self._last_submit = 0.0  # simulated time of the latest submit (a step never starts before it)
+        self.tracer: WorkerTracer | None = None  # --otlp-traces-endpoint (worker/tracing.py)
 
     # --- clock ---------------------------------------------------------------
     def sim_now(self) -> float:
@@ -272,5 +280,12 @@ class EngineRunner:
         m.request_generation_tokens.observe(t.n_out)
         if t.max_tokens_param is not None:
             m.request_max_tokens.observe(t.max_tokens_param)
+        if self.tracer is not None:
+            queued = max(0.0, scheduled - t.arrival - self._frontend_wall)
+            self.tracer.request_done(
+                headers=t.trace_headers, arrival_ns=time.time_ns() - int((self._clock() - t.arrival) * 1e9),
+                request_id=t.req.request_id, prompt_tokens=len(t.req.prompt_token_ids), completion_tokens=t.n_out,
+                ttft_s=first - t.arrival, e2e_s=now - t.arrival, queued_s=queued, prefill_s=first - scheduled,
+                decode_s=now - first, inference_s=now - scheduled, params=t.trace_params or {})
         if notify:
             t.queue.put_nowait(TokenEvent(t.req.request_id, -1, t.n_out, True, reason))

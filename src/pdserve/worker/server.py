@@ -247,6 +247,12 @@ class WorkerServer:
             tracked = self.runner.submit(ereq, max_tokens_param, external)
         except ValueError as err:
             raise bad_request(str(err)) from None
+        if self.runner.tracer is not None:  # vLLM's llm_request span joins the caller's trace
+            from pdserve.worker.tracing import trace_headers
+
+            tracked.trace_headers = trace_headers(request.headers)
+            tracked.trace_params = {"top_p": req.top_p, "max_tokens": max_tokens_param,
+                                    "temperature": req.temperature, "n": req.n}
         self.active += 1
         try:
             gen = _TextStream(self.runner, tracked, req.stop_strings(), req.include_stop_str_in_output, self._piece)
