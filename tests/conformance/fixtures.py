@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pdserve.tokenization.testing import build_bpe_tokenizer
+import shutil
+
+from pdserve.tokenization.testing import build_bpe_tokenizer, shipped_mistral_tokenizer
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -33,5 +35,14 @@ def build_model_dir(directory: Path) -> Path:
     vocab = json.loads((tok / "tokenizer.json").read_text())
     size = len(vocab["model"]["vocab"]) + len(vocab["added_tokens"])
     config = {**TINY_LLAMA, "vocab_size": size, "bos_token_id": 0, "eos_token_id": 1}
+    (directory / "config.json").write_text(json.dumps(config, indent=1))
+    return directory
+
+
+def build_mistral_model_dir(directory: Path) -> Path:
+    """mistral-common's shipped Tekken tokenizer as ``tekken.json`` and a tiny Mistral config.json."""
+    shutil.copy(shipped_mistral_tokenizer("tekken"), directory / "tekken.json")
+    config = {**TINY_LLAMA, "architectures": ["MistralForCausalLM"], "model_type": "mistral", "vocab_size": 131072,
+              "bos_token_id": 1, "eos_token_id": 2}
     (directory / "config.json").write_text(json.dumps(config, indent=1))
     return directory

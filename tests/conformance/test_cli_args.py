@@ -84,8 +84,12 @@ def cases(version: str) -> list[tuple[DisaggregatedService, str, list[str]]]:
 def test_rendered_serve_args_parse_with_vllm(version: str, tmp_path: Path, counts: Counts) -> None:
     rendered = cases(version)
     model_dir = build_model_dir(tmp_path / "model")
-    answer = run_probe(version, "cli_args.py", {"argvs": [a for _, _, a in rendered], "model_dir": str(model_dir)})
+    # Negative control: a command line vLLM must refuse (the judge can fail).
+    control = [a.replace('"kv_role":"kv_both"', '"kv_role":"kv_sideways"') for a in rendered[0][2]]
+    assert control != rendered[0][2]
+    answer = run_probe(version, "cli_args.py", {"argvs": [a for _, _, a in rendered] + [control], "model_dir": str(model_dir)})
     assert answer["platform"] == "CpuPlatform"
+    assert answer["results"].pop()["stage"] != "done", "vLLM accepted kv_role kv_sideways"
     failures = []
     for (svc, role, argv), res in zip(rendered, answer["results"], strict=True):
         spec = svc.spec
