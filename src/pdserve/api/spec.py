@@ -199,6 +199,19 @@ class RouterSpec(ApiModel):
                            block_size=block_size, disagg_threshold_tokens=self.disagg_threshold_tokens)
 
 
+class TracingSpec(ApiModel):
+    otlp_traces_endpoint: str | None = Field(None, max_length=2048, pattern=r"^https?://[^/\s]+(/\S*)?$", description="OTLP/HTTP (protobuf) collector, e.g. `http://otel-collector.observability:4318`: the router (`--otlp-traces-endpoint`) traces each request and the workers (vLLM's `--otlp-traces-endpoint`, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) join its traces. `/v1/traces` is added to a bare address. vLLM images need the opentelemetry-sdk and opentelemetry-exporter-otlp packages (vLLM refuses to start without them). Unset: no tracing.")
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="Fraction of new traces kept (the router's `--otlp-traces-sample-ratio`; workers follow the router's decision, and use it for requests sent to them directly).")
+
+    @property
+    def traces_url(self) -> str | None:
+        """The full OTLP/HTTP traces URL (vLLM's http/protobuf exporter takes it as is)."""
+        url = self.otlp_traces_endpoint
+        if not url:
+            return None
+        return url if url.split("://", 1)[1].strip("/").count("/") else url.rstrip("/") + "/v1/traces"
+
+
 class SloSpec(ApiModel):
     ttft_ms: float = Field(2000.0, gt=0, description="Time-to-first-token objective in milliseconds.")
     itl_ms: float = Field(50.0, gt=0, description="Inter-token latency objective in milliseconds.")
@@ -348,6 +361,7 @@ class DisaggregatedServiceSpec(ApiModel):
     decode: PoolSpec = Field(default_factory=PoolSpec, description="Decode pool.")
     router: RouterSpec = Field(default_factory=RouterSpec, description="The OpenAI-compatible router in front of both pools.")
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives the planner sizes the pools for.")
+    tracing: TracingSpec = Field(default_factory=TracingSpec, description="OpenTelemetry tracing of requests across the router and both pools.")
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="Forecasting planner settings.")
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Hugging Face cache volume of both pools (mounted at HF_HOME).")
     rdma: RdmaSpec = Field(default_factory=RdmaSpec, description="RDMA devices and UCX settings for the KV transfer.")

@@ -36,7 +36,15 @@ def router_command(svc: DisaggregatedService) -> list[str]:
         # One event loop per whole CPU requested: a pod with a request but no limit has no cgroup
         # quota, and the router's own default would take every core of the node.
         "--processes", str(processes_for_cpu(router_resources(svc)["requests"].get("cpu"))),
+        *tracing_args(svc),
     ]  # fmt: skip
+
+
+def tracing_args(svc: DisaggregatedService) -> list[str]:
+    t = svc.spec.tracing
+    if not t.traces_url:
+        return []
+    return ["--otlp-traces-endpoint", t.traces_url, "--otlp-traces-sample-ratio", repr(t.sample_ratio)]
 
 
 def router_resources(svc: DisaggregatedService) -> dict[str, dict[str, int | str]]:

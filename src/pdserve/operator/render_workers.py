@@ -68,6 +68,8 @@ def engine_command(svc: DisaggregatedService, role: Role, pool: PoolSpec) -> lis
         "--kv-events-config", kv_events_config(),
         *version.extra_args,
     ]  # fmt: skip
+    if spec.tracing.traces_url:
+        args += ["--otlp-traces-endpoint", spec.tracing.traces_url]
     if mock:
         # The mock follows the defaults (hashing, events, P/D pairing) of the release it stands in for;
         # it tokenizes as model.tokenizerMode says (`mock`: the hash-word tokenizer, nothing to download).
@@ -132,6 +134,13 @@ def _env(svc: DisaggregatedService, role: Role) -> list[dict[str, Any]]:
         *hf_env(svc),
         *({"name": k, "value": v} for k, v in sorted(version.extra_env.items())),
     ]
+    if spec.tracing.traces_url:
+        # vLLM's exporter defaults to gRPC; one OTLP/HTTP endpoint serves the router and both pools.
+        # Parent-based sampling: the router's decision holds, the ratio applies to direct requests.
+        env += [{"name": "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "value": "http/protobuf"},
+                {"name": "OTEL_SERVICE_NAME", "value": f"{svc.metadata.name}-{role}"},
+                {"name": "OTEL_TRACES_SAMPLER", "value": "parentbased_traceidratio"},
+                {"name": "OTEL_TRACES_SAMPLER_ARG", "value": repr(spec.tracing.sample_ratio)}]
     if spec.rdma.enabled:
         if spec.rdma.ucx_tls:
             env.append({"name": "UCX_TLS", "value": spec.rdma.ucx_tls})
