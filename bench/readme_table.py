@@ -211,6 +211,14 @@ def worker_load(d: dict[str, Any]) -> str:
             f"{b['tokens_per_cpu_s'] / 1000:.0f}k streamed tokens per CPU-second (load {b['load_average_1m']:.2f})")
 
 
+def tracing_cost(d: dict[str, Any]) -> str:
+    cpu, ratio = d["router_cpu_us_per_request"], d["ratio_to_off"]
+    parts = [f"{name} {_spread(ratio[name], '.2f')}x" for name in ("off-baseline", "on-ratio0", "on") if name in ratio]
+    return (f"router CPU per streamed P/D request, tracing off {_spread(cpu['off'], '.0f')} µs; ratio to off, median "
+            f"[range] over {cpu['off']['n']} side-by-side rounds: " + ", ".join(parts)
+            + f"; {d['exported']['traces']} of {d['exported']['expected_traces_on']} traces received (5 spans each)")
+
+
 def operator(d: dict[str, Any]) -> str:
     s = d["sequential"]
     return (f"{d['resources']} resources: spec change -> Deployment updated p50 {s['p50_ms']:.0f} ms / p99 "
@@ -234,6 +242,8 @@ ROWS: list[Row] = [
     Row("Routing decision time", "< 200 µs p99 (CPU)", "bench/router/results/decision_time.json", decision),
     Row("Router overhead vs direct, side by side with vllm-router and sglang-router", "<= 2 ms TTFT p99 at 256 streams",
         "bench/router/results/overhead_pinned_256x7.json", overhead),
+    Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
+        "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",
         "bench/worker/calibration_results.json", calibration),
     Row("Mock worker under load", "loop lag p99 < 10 ms", "bench/worker/load_results.json", worker_load),

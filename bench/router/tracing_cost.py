@@ -11,9 +11,10 @@ warm burst of streaming P/D completions through each router in rotating order an
 the router's CPU time from /proc; the ratio to ``off`` within a round is what to read,
 over several rounds (the machine is shared).
 
-    mkdir -p /tmp/pdserve-base && git archive d6cbb55 src | tar -x -C /tmp/pdserve-base
-    flock /tmp/pdserve-bench.lock .venv/bin/python bench/router/tracing_cost.py \\
-        --baseline-src /tmp/pdserve-base/src --out bench/router/results/tracing_cost.json
+    mkdir -p /tmp/pdserve-base2 && git archive HEAD src | tar -x -C /tmp/pdserve-base2
+    git diff 906f017 906f017^ -- src/pdserve/router | (cd /tmp/pdserve-base2 && patch -p1)  # no hooks
+    flock /tmp/pdserve-bench.lock .venv/bin/python bench/router/tracing_cost.py --requests 400 --rounds 9 \\
+        --baseline-src /tmp/pdserve-base2/src --out bench/router/results/tracing_cost.json
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--baseline-src", type=Path,
-                    help="a src/ tree from before tracing (git archive <commit> src | tar -x -C DIR): adds "
+                    help="a src/ tree without the tracing hooks (see above): adds "
                          "'off-baseline', the same router without the tracing hooks, to show what 'off' costs")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -85,8 +86,9 @@ def main() -> int:
                                              cold=False))
                 this[name] = cpu * 1e6 / args.requests
                 cpu_us[name].append(this[name])
-            for name in ratios:
-                ratios[name].append(this[name] / this["off"])
+            if this["off"] > 0:  # a tiny run can use less than one 10 ms CPU tick
+                for name in ratios:
+                    ratios[name].append(this[name] / this["off"])
             print(f"round {rnd + 1}: " + ", ".join(f"{n} {this[n]:.0f} µs/request" for n in names), flush=True)
         time.sleep(6)  # the batch processor exports every 5 s: let the last spans arrive
         spans = sink.snapshot()
@@ -96,7 +98,7 @@ def main() -> int:
         "setup": {"baseline_src": str(args.baseline_src) if args.baseline_src else None, "workers": "1 prefill + 1 decode mock, speedup 1e9", "requests_per_round": args.requests,
                   "concurrency": args.concurrency, "max_tokens": args.max_tokens, "stream": True},
         "router_cpu_us_per_request": {n: spread(v) for n, v in cpu_us.items()},
-        "ratio_to_off": {n: spread(v) for n, v in ratios.items()},
+        "ratio_to_off": {n: spread(v) for n, v in ratios.items() if v},
         "exported": {"traces": len(traced), "spans": len(spans), "expected_traces_on": expected},
     }
     print(json.dumps({k: doc[k] for k in ("ratio_to_off", "exported")}, indent=1))
