@@ -227,3 +227,13 @@ def test_router_api_key_comes_from_the_secret_as_vllm_api_key() -> None:
     assert not any("key" in a.lower() for a in c["args"])  # never on the command line (visible in ps)
     plain = _engine(render(_svc()), "llama-8b-router")
     assert not any(e["name"] == "VLLM_API_KEY" for e in plain["env"])
+
+
+def test_network_policy_is_opt_in_and_valid() -> None:
+    assert not [m for m in render(_svc()) if m["kind"] == "NetworkPolicy"]
+    out = render(_svc(networkPolicy={"enabled": True}))
+    pol = _by(out, "NetworkPolicy", "llama-8b-workers")
+    kubernetes_validate.validate(pol, "1.33", strict=True)
+    assert out[-1] is pol  # after the pods it protects: applying it never blocks their start
+    scrapers = pol["spec"]["ingress"][2]["from"][0]
+    assert scrapers == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}, "namespaceSelector": {"matchLabels": {}}}

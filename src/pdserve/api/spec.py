@@ -351,6 +351,14 @@ def version_problems(spec: DisaggregatedServiceSpec) -> list[str]:
     return out
 
 
+class NetworkPolicySpec(ApiModel):
+    """Who may reach the worker pods (a NetworkPolicy rendered by the operator; off by default)."""
+
+    enabled: bool = Field(False, description="Render a NetworkPolicy that admits to the prefill and decode pods only this service's router (HTTP, KV events), the other workers of this service (NIXL side channel and UCX transfers, whose TCP ports are ephemeral: all TCP ports) and the metrics scrapers below (HTTP port).")
+    metrics_pod_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}, description="Labels of the pods allowed to scrape the workers' /metrics (default: Prometheus as the Prometheus Operator labels it).")
+    metrics_namespace_labels: dict[str, str] = Field(default_factory=dict, description="Labels of the namespaces those scrapers may run in; empty: any namespace.")
+
+
 class DisaggregatedServiceSpec(ApiModel):
     """Desired state: the model, the engine, the KV connector, both worker pools, the router, SLOs and autoscaling."""
 
@@ -366,6 +374,7 @@ class DisaggregatedServiceSpec(ApiModel):
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Hugging Face cache volume of both pools (mounted at HF_HOME).")
     rdma: RdmaSpec = Field(default_factory=RdmaSpec, description="RDMA devices and UCX settings for the KV transfer.")
     image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, max_length=16, description="Registry credentials for the worker and router images.")
+    network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec, description="Restrict who may connect to the workers.")
 
     __cel__ = (
         _within("prefill"),

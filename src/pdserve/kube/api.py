@@ -32,6 +32,7 @@ _PLURALS = {
     "RoleBinding": "rolebindings",
     "Pod": "pods",
     "Lease": "leases",
+    "NetworkPolicy": "networkpolicies",
 }
 
 

@@ -19,6 +19,8 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "create", "patch"]},
     {"apiGroups": [""], "resources": ["services", "serviceaccounts"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["get", "create", "patch"]},
+    # The workers' NetworkPolicy (spec.networkPolicy), applied like the other children.
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create", "patch"]},
     # Pending pods explain ScalingLimited; also, the router Role grants pods get/list/watch,
     # and RBAC only lets the operator grant what it holds itself.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},

@@ -6,6 +6,7 @@ from typing import Any
 
 from pdserve.api import DisaggregatedService
 from pdserve.operator.names import RenderOptions
+from pdserve.operator.render_network import worker_network_policy
 from pdserve.operator.render_router import router_deployment, router_rbac, router_service
 from pdserve.operator.render_workers import worker_deployment
 
@@ -19,4 +20,5 @@ def render(service: DisaggregatedService, options: RenderOptions | None = None) 
         worker_deployment(service, "decode", opts),
         router_deployment(service, opts),
         router_service(service),
+        *worker_network_policy(service),
     ]
