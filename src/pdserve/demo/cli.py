@@ -15,9 +15,10 @@ import httpx
 from rich.console import Console
 from rich.live import Live
 
-from pdserve.demo import live, observe, report, timeline, workload
+from pdserve.demo import live, report, timeline, workload
 from pdserve.demo.replay import RequestResult, replay
 from pdserve.demo.stack import Stack, StackConfig
+from pdserve.demo.target import EndpointTarget, LocalTarget, Target
 from pdserve.sim.traces import TraceError
 
 WINDOW_S = 10.0
@@ -45,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--planner-interval", type=float, default=5.0, help="seconds between planner decisions")
     p.add_argument("--max-replicas", type=int, default=4, help="upper bound per pool")
     p.add_argument("--policy", default="kv_aware", help="router policy")
+    p.add_argument("--endpoint", metavar="URL",
+                   help="drive an already running pdserve router (e.g. a cluster's router Service) instead of "
+                   "starting the local stack; the same replay and report")
+    p.add_argument("--model", help="with --endpoint: the served model name (default: the first it lists)")
+    p.add_argument("--planner-metrics", metavar="URL",
+                   help="with --endpoint: the planner's /metrics base URL, to show its forecast")
     return p
 
 
@@ -53,6 +60,10 @@ def _validate(args: argparse.Namespace) -> str | None:
         return f"--duration must be between 5 and 1800 seconds, got {args.duration:g}"
     if args.trace is not None and not args.trace.is_file():
         return f"--trace {args.trace}: no such file"
+    if args.endpoint is not None and not args.endpoint.startswith(("http://", "https://")):
+        return f"--endpoint must be an http:// or https:// URL, got {args.endpoint!r}"
+    if args.endpoint is None and (args.model or args.planner_metrics):
+        return "--model and --planner-metrics only apply with --endpoint"
     if not args.max_replicas >= 1:
         return "--max-replicas must be at least 1"
     for name in ("ttft_slo_ms", "itl_slo_ms", "mock_speedup", "planner_interval"):
@@ -64,8 +75,8 @@ def _validate(args: argparse.Namespace) -> str | None:
 class Run:
     """The replay's live state, shared by the request callbacks and the sampler."""
 
-    def __init__(self, stack: Stack, slo: timeline.Slo) -> None:
-        self.stack = stack
+    def __init__(self, target: Target, slo: timeline.Slo) -> None:
+        self.target = target
         self.slo = slo
         self.t0 = time.monotonic()
         self.sent_times: list[float] = []
@@ -83,16 +94,15 @@ class Run:
         self.finished.append((self.now(), res))
 
     async def sample(self, client: httpx.AsyncClient) -> timeline.Sample:
-        pools = observe.read_pools(self.stack.discovery_file)
-        counters = await observe.prefix_counters(client, pools["prefill"])
+        pools = await self.target.pools(client)
+        counters = await self.target.prefix_counters(client)
         ratio = timeline.hit_ratio(self._last_counters, counters)
         self._last_counters = counters
-        planner = await observe.scrape(client, self.stack.planner_metrics_url)
-        predicted = planner.get("pdserve_planner_predicted_request_rate") if planner else None
+        predicted = await self.target.predicted_rps(client)
         s = timeline.sample(
             self.now(), WINDOW_S, self.sent_times, self.finished,
             inflight=len(self.sent_times) - len(self.finished),
-            pools=(len(pools["prefill"]), len(pools["decode"])),
+            pools=pools,
             slo=self.slo, ratio=ratio, predicted_rps=predicted,
         )  # fmt: skip
         self.samples.append(s)
@@ -100,8 +110,8 @@ class Run:
 
 
 async def _drive(run: Run, requests: list[workload.DemoRequest], duration: float, show_live: bool, console: Console) -> list[RequestResult]:
-    model = run.stack.config.model
-    replay_task = asyncio.create_task(replay(run.stack.router_url, model, requests, run.on_result, run.on_sent))
+    replay_task = asyncio.create_task(replay(run.target.router_url, run.target.model, requests, run.on_result,
+                                             run.on_sent))
     async with httpx.AsyncClient() as client:
         live_view = Live(live.render(None, run.slo, 0, duration, 0, len(requests)), console=console, refresh_per_second=4) if show_live else None
         if live_view:
@@ -116,7 +126,7 @@ async def _drive(run: Run, requests: list[workload.DemoRequest], duration: float
                     live_view.update(live.render(s, run.slo, run.now(), duration, len(run.sent_times), len(requests)))
                 elif int(s.t) % 10 == 0:
                     console.print(_line(s, run.slo, duration))
-                run.stack.check_alive()
+                run.target.check_alive()
         finally:
             if live_view:
                 live_view.stop()
@@ -183,20 +193,30 @@ def main(argv: list[str]) -> int:
         prefill_max=args.max_replicas, decode_max=args.max_replicas, policy=args.policy,
     )  # fmt: skip
     slo = timeline.Slo(args.ttft_slo_ms / 1000, args.itl_slo_ms / 1000)
+    where = f"against {args.endpoint}" if args.endpoint else f"workers simulate {args.mock_profile}"
     console.print(
         f"[bold]pdserve demo[/]: {len(requests)} requests from {Path(trace.source).name} "
-        f"({trace.duration_s / 60:.0f} min of trace in {args.duration:.0f} s), workers simulate {args.mock_profile}"
+        f"({trace.duration_s / 60:.0f} min of trace in {args.duration:.0f} s), {where}"
     )
     t_start = time.monotonic()
+    stack: Stack | None = None
+    target: Target
     try:
-        with console.status("starting the planner, its worker pool and the router..."):
-            stack = Stack(stack_config)
-            stack.start()
+        if args.endpoint:
+            target = asyncio.run(EndpointTarget.connect(args.endpoint, args.model, args.planner_metrics))
+        else:
+            with console.status("starting the planner, its worker pool and the router..."):
+                stack = Stack(stack_config)
+                stack.start()
+            target = LocalTarget(stack)
+    except ValueError as e:
+        _error(str(e))
+        return 2
     except (RuntimeError, TimeoutError) as e:
         _error(str(e))
         return 1
     try:
-        run = Run(stack, slo)
+        run = Run(target, slo)
         results = asyncio.run(_drive(run, requests, args.duration, not args.no_live and console.is_terminal, console))
     except KeyboardInterrupt:
         console.print("interrupted; stopping", style="yellow")
@@ -205,8 +225,9 @@ def main(argv: list[str]) -> int:
         _error(str(e))
         return 1
     finally:
-        with console.status("stopping the router, planner and workers..."):
-            stack.stop()
+        if stack is not None:
+            with console.status("stopping the router, planner and workers..."):
+                stack.stop()
     summary = timeline.summarize(results, run.samples, slo)
     settings = {
         "trace": f"{Path(trace.source).name} (sha256 {trace.sha256[:12]})",
@@ -215,9 +236,11 @@ def main(argv: list[str]) -> int:
         "max_output_tokens": args.max_output_tokens, "mock_profile": args.mock_profile,
         "mock_speedup": args.mock_speedup, "planner_interval_s": args.planner_interval,
         "max_replicas_per_pool": args.max_replicas, "router_policy": args.policy,
+        "endpoint": args.endpoint or "local stack", "model": target.model,
         "wall_time_s": round(time.monotonic() - t_start, 1),
     }  # fmt: skip
-    files = report.write(out, summary, run.samples, results, slo, settings, _planner_stats(run_dir / "decisions.jsonl"))
+    planner = _planner_stats(run_dir / "decisions.jsonl") if stack is not None else None
+    files = report.write(out, summary, run.samples, results, slo, settings, planner)
     console.print(f"[bold green]done[/]: {summary.succeeded}/{summary.requests} requests succeeded; report in {out}/")
     for key, value in asdict(summary).items():
         console.print(f"  {key}: {value}")

@@ -87,12 +87,17 @@ def write(
             mean_itl = sum(r.gaps_s) / len(r.gaps_s) if r.gaps_s else None
             w.writerow([r.index, f"{r.sent_at:.3f}", r.prompt_tokens, r.output_tokens, r.ttft_s, mean_itl, r.e2e_s, r.error or ""])
     s = summary
+    endpoint = settings.get("endpoint")
+    what = ([f"An already running pdserve router at {endpoint}, replaying a trace in compressed time.",
+             "Latencies are measured by the client; pool sizes come from the router's /health."]
+            if endpoint and endpoint != "local stack" else
+            ["Mock vLLM prefill and decode workers (processes) behind the pdserve router, sized by the",
+             "planner's local process-pool actuator, replaying an excerpt of the Azure LLM inference",
+             "trace 2023 (conversation) in compressed time. Latencies are measured by the client."])
     lines = [
         "# pdserve demo report",
         "",
-        "Mock vLLM prefill and decode workers (processes) behind the pdserve router, sized by the",
-        "planner's local process-pool actuator, replaying an excerpt of the Azure LLM inference",
-        "trace 2023 (conversation) in compressed time. Latencies are measured by the client.",
+        *what,
         "",
         "## Settings",
         "",

@@ -1,0 +1,86 @@
+"""`pdserve demo --endpoint URL` drives an already running router (here: a router in
+front of two mock workers, all on loopback) and writes the same report as the local demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pdserve.common.procs import stop_group
+from pdserve.worker.testing import start_worker
+
+MODEL = "mock-llama"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def running_router(tmp_path: Path):
+    with ExitStack() as stack:
+        workers = [stack.enter_context(start_worker(MODEL, speedup=50.0)) for _ in range(2)]
+        port = _free_port()
+        log = open(tmp_path / "router.log", "w")
+        stack.callback(log.close)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pdserve.cli", "router", "--host", "127.0.0.1", "--port", str(port),
+             "--tokenizer-mode", "mock", "--decode", *[w.url for w in workers]],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        stack.callback(stop_group, proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200 and \
+                        httpx.get(f"{url}/v1/models", timeout=1).json()["data"]:
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError((tmp_path / "router.log").read_text()[-2000:])
+            time.sleep(0.2)
+        yield url
+
+
+@pytest.mark.timeout(180)
+def test_demo_against_a_running_router_writes_the_same_report(running_router: str, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdserve.cli", "demo", "--endpoint", running_router, "--duration", "8",
+         "--rate", "3", "--max-output-tokens", "20", "--no-live", "--out", str(out)],
+        capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"against {running_router}" in proc.stdout and "requests succeeded" in proc.stdout
+    for name in ("summary.md", "load_replicas.png", "latency.png", "timeline.json", "requests.csv"):
+        assert (out / name).stat().st_size > 0, name
+    data = json.loads((out / "timeline.json").read_text())
+    summary, samples = data["summary"], data["samples"]
+    assert summary["requests"] >= 10 and summary["failed"] == 0 and summary["ttft_p50"] > 0
+    # Pools from the router's /health; prefix counters from the workers it names.
+    assert samples and all(s["decode_replicas"] == 2 and s["prefill_replicas"] == 0 for s in samples)
+    assert any(s["hit_ratio"] is not None for s in samples), "prefix counters read from the router's workers"
+    md = (out / "summary.md").read_text()
+    assert running_router in md and "## Planner" not in md
+    assert not (out / "run" / "decisions.jsonl").exists(), "no local stack was started"
+
+
+def test_endpoint_that_does_not_answer_is_a_clear_error(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdserve.cli", "demo", "--endpoint", f"http://127.0.0.1:{_free_port()}",
+         "--duration", "5", "--no-live", "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "GET /v1/models failed" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "pdserve.cli", "demo", "--endpoint", "localhost:8000"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--endpoint must be an http" in proc.stderr
