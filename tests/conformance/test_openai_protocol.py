@@ -68,10 +68,9 @@ def _worker_requests() -> list[tuple[str, str, Any]]:
     return out
 
 
-# Found by this test: the mock's chat message carries 0.11's `reasoning_content`; 0.33's
-# ChatMessage names it `reasoning` (vllm/entrypoints/openai/chat_completion/protocol.py).
-# Owner: engineer "mock" (src/pdserve/worker/protocol.py); remove the mark with the fix.
-KNOWN = {"0.33.0": pytest.mark.xfail(strict=True, reason="mock sends reasoning_content; vLLM 0.33 ChatMessage has `reasoning`")}
+# Found by this test (fixed): the mock's chat message carried 0.11's `reasoning_content` for
+# every version; 0.33's ChatMessage names it `reasoning` (vllm_emulation.chat_reasoning_field).
+KNOWN: dict[str, pytest.MarkDecorator] = {}
 
 
 @pytest.mark.parametrize("version", [pytest.param(v, marks=KNOWN[v]) if v in KNOWN else v for v in sorted(VERSIONS)])

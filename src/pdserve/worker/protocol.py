@@ -168,6 +168,7 @@ def completion_response(
 def chat_response(
     rid: str, model: str, created: int, text: str, finish: str | None, stop_reason: str | int | None,
     n_prompt: int, n_out: int, kv_transfer_params: dict[str, Any] | None,
+    reasoning_field: str = "reasoning",
 ) -> dict[str, Any]:
     return {
         "id": rid,
@@ -178,7 +179,7 @@ def chat_response(
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None,
-                            "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None},
+                            "audio": None, "function_call": None, "tool_calls": [], reasoning_field: None},
                 "logprobs": None,
                 "finish_reason": finish,
                 "stop_reason": stop_reason,

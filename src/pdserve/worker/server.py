@@ -261,9 +261,11 @@ class WorkerServer:
             async for _ in gen.pieces():
                 pass
             kv_out = self._kv_params(rid, tracked) if hold else None
-            make = protocol.chat_response if chat else protocol.completion_response
-            return web.json_response(make(resp_id, model, int(time.time()), gen.text, gen.finish, gen.stop_reason,
-                                          len(ids), tracked.n_out, kv_out))
+            fields = (resp_id, model, int(time.time()), gen.text, gen.finish, gen.stop_reason, len(ids), tracked.n_out,
+                      kv_out)
+            body = (protocol.chat_response(*fields, reasoning_field=self.s.vllm.chat_reasoning_field) if chat
+                    else protocol.completion_response(*fields))
+            return web.json_response(body)
         finally:
             self.active -= 1
             if not tracked.done:  # client went away or the handler failed: free the engine's resources

@@ -61,6 +61,10 @@ class VllmBehaviour:
     kv_lease_source: Literal["env:VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "extra_config:kv_lease_duration"]
     side_channel_port: int
     default_hash_algo: str = "sha256"
+    # The chat message's reasoning field: `reasoning_content` in 0.11
+    # (entrypoints/openai/protocol.py ChatMessage), `reasoning` in 0.33
+    # (entrypoints/openai/chat_completion/protocol.py ChatMessage); found by the conformance tier.
+    chat_reasoning_field: Literal["reasoning_content", "reasoning"] = "reasoning"
 
 
 # Fixed NONE_HASH seed of 0.33 for cryptographic algorithms (kv_cache_utils.DEFAULT_NONE_HASH_SEED).
@@ -72,13 +76,15 @@ VERSIONS: dict[str, VllmBehaviour] = {
         version="0.11.0", hash_algos=("sha256", "sha256_cbor"), none_hash_rule="seed_env_else_random",
         lora_extra_key="int_id", cache_salt_extra_key="bare", event_encoding="array_tagged",
         nixl_remote_request_id=False, internal_request_id_suffix=False,
-        kv_lease_s=120.0, kv_lease_source="env:VLLM_NIXL_ABORT_REQUEST_TIMEOUT", side_channel_port=5557),
+        kv_lease_s=120.0, kv_lease_source="env:VLLM_NIXL_ABORT_REQUEST_TIMEOUT", side_channel_port=5557,
+        chat_reasoning_field="reasoning_content"),
     "0.33.0": VllmBehaviour(
         version="0.33.0", hash_algos=("sha256", "sha256_cbor", "xxhash", "xxhash_cbor"),
         none_hash_rule="seed_env_else_fixed_for_crypto", lora_extra_key="tagged_name_path",
         cache_salt_extra_key="tagged", event_encoding="map_tagged",
         nixl_remote_request_id=True, internal_request_id_suffix=True,
-        kv_lease_s=30.0, kv_lease_source="extra_config:kv_lease_duration", side_channel_port=5600),
+        kv_lease_s=30.0, kv_lease_source="extra_config:kv_lease_duration", side_channel_port=5600,
+        chat_reasoning_field="reasoning"),
 }
 # The supported list and the default come from the operator's version table (pdserve.api.vllm_versions);
 # this table adds the engine behaviour the mock emulates and must cover every supported version.
