@@ -182,3 +182,31 @@ async def test_clients_reusing_one_request_id_are_paired_apart() -> None:
     assert len(set(ledger.prefill_ids)) == n and "shared-id" not in ledger.prefill_ids, ledger.prefill_ids
     assert len(ledger.reads) == n
     _assert_read_once(ledger)
+
+
+async def test_vllm_0_11_workers_pair_clients_sharing_one_request_id(worker_stack) -> None:
+    """Real mock workers emulating vLLM 0.11, whose decode side notifies the prefill side with its
+    own request id (from X-Request-Id). With the client's id sent upstream, concurrent clients
+    sharing one collide (before this change: the worker's 400 "duplicate request id
+    'cmpl-shared-id-0'"; otherwise a notification naming the wrong request strands or frees
+    blocks). With router ids per attempt every pair matches and no block is left unrecognized."""
+    from pdserve.worker.testing import start_worker
+
+    def kv(role: str) -> list[str]:
+        return ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": role}),
+                "--mock-side-channel-port", "0", "--mock-side-channel-host", "127.0.0.1", "--mock-vllm-version", "0.11.0"]
+
+    p = worker_stack.enter_context(start_worker(MODEL, speedup=50.0, args=kv("kv_producer")))
+    d = worker_stack.enter_context(start_worker(MODEL, speedup=50.0, args=kv("kv_consumer")))
+    cfg = router_config(prefill=[p.url], decode=[d.url], scrape_interval_s=60)
+    async with run_router(cfg) as r:
+        async def one(i: int) -> None:
+            resp = await r.post("/v1/completions", {"model": MODEL, "prompt": f"client {i} " + PROMPT, "max_tokens": 8,
+                                                    "ignore_eos": True}, headers={"X-Request-Id": "shared-id"})
+            body = await resp.json()
+            assert resp.status == 200, body
+            assert resp.headers["X-Request-Id"] == "shared-id" and body["usage"]["completion_tokens"] == 8
+            assert "mode=pd" in resp.headers["x-pdserve-route"]
+
+        await asyncio.gather(*(one(i) for i in range(4)))
+    assert "unrecognized request" not in p.logs(), p.logs()[-2000:]
