@@ -155,10 +155,8 @@ def test_router_and_mock_token_ids_equal_vllms(version: str, model_dir: Path, co
     _check(version, model_dir, counts, CASES)
 
 
-# Found by this test: pdserve.tokenization's chat_ids drops the tokenizer's BOS when the
-# template already wrote one; vLLM (both versions) does not. Owner: engineer "tok"
-# (src/pdserve/tokenization/hf.py); remove the mark with the fix.
-@pytest.mark.xfail(strict=True, reason="chat add_special_tokens=True: vLLM gives BOS twice, router/mock once")
+# Found by this test (fixed): the router and the mock gave one BOS where vLLM gives two for a
+# chat with add_special_tokens=true (pdserve.tokenization.rules assumed 0.33 ignores it).
 @pytest.mark.parametrize("version", sorted(VERSIONS))
 def test_chat_add_special_tokens_like_vllm(version: str, model_dir: Path, counts: Counts) -> None:
     _check(version, model_dir, counts, DOUBLE_BOS)

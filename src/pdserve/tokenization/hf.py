@@ -7,9 +7,9 @@ format (``chat_messages``, ``content_format``), the template is resolved (an exp
 are filtered to what the template or ``apply_chat_template`` accepts
 (``resolve_chat_template_kwargs``), the template is rendered to text and the text is
 encoded with the request's ``add_special_tokens`` (default False: the template writes
-BOS itself). That is vLLM 0.11's order; 0.33 tokenizes inside ``apply_chat_template``
-(always without special tokens), which gives the same ids unless a chat request sets
-``add_special_tokens: true``. Those and the other release differences follow the
+BOS itself; a request asking for true gets BOS twice, as vLLM gives it). Both releases
+do this (checked by vLLM's own renderers in tests/conformance/test_token_ids.py). The other
+release differences follow the
 ``vllm_version`` the tokenizer was loaded for (``rules.py``).
 
 Importing ``transformers`` is paid once at start-up; encoding goes through the Rust

@@ -10,8 +10,8 @@
   are joined with a blank line, ``add_generation_prompt``/``continue_final_message``
   are ignored.
 - 0.33 (``vllm/renderers/hf.py``, ``renderers/chat_utils/chat_message.py``,
-  ``tokenizers/mistral.py``): ``apply_chat_template`` tokenizes (special tokens are not
-  added again, whatever the request says); developer messages become system when the
+  ``tokenizers/mistral.py``): the rendered chat is encoded with the request's
+  ``add_special_tokens`` (default False), as in 0.11; developer messages become system when the
   template never names "developer"; Claude Code's billing header line is dropped from
   system text; a tool message's text parts become one string; malformed tool-call
   arguments become ``{}``; an empty ``tool_calls`` is dropped; assistant ``reasoning`` is
@@ -51,7 +51,11 @@ def rules_for(version: str | None) -> ChatRules:
     legacy = (major, minor) < (0, 33)
     return ChatRules(
         version=v,
-        chat_add_special_tokens=legacy,
+        # Both releases: the request's add_special_tokens reaches the encode of the rendered
+        # chat (0.33: renderers/params.py TokenizeParams takes it from the request's
+        # tokenization kwargs over the chat default False). Judged by vLLM's own renderer in
+        # tests/conformance/test_token_ids.py, which found a single BOS here before.
+        chat_add_special_tokens=True,
         developer_to_system=not legacy,
         strip_billing_header=not legacy,
         flatten_tool_content=not legacy,
