@@ -64,10 +64,11 @@ conformance-env:
 	$(PY_SYS) conformance/setup_env.py
 
 # The conformance tier alone; a missing venv or a check that compared nothing fails.
+# Counts go to a file of this run only (worktrees may share .cache/).
 conformance: venv conformance-env
-	rm -f .cache/conformance/counts.json
-	PDSERVE_CONFORMANCE_REQUIRED=1 $(PY) -m pytest -ra $(PYTEST_ARGS) tests/conformance
-	$(PY) conformance/report.py
+	counts=$$(mktemp .cache/conformance/counts.XXXXXX) && \
+	PDSERVE_CONFORMANCE_COUNTS=$$counts PDSERVE_CONFORMANCE_REQUIRED=1 $(PY) -m pytest -ra $(PYTEST_ARGS) tests/conformance && \
+	$(PY) conformance/report.py --counts $$counts
 
 unit: venv
 	$(PY) -m pytest -ra -m "not controlplane and not prometheus" $(PYTEST_ARGS) tests

@@ -8,6 +8,7 @@ that silently skipped cannot produce a green summary.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -98,8 +99,11 @@ def render(counts: dict[str, dict[str, dict[str, int]]], setup: dict[str, object
 
 
 def main() -> int:
-    counts_file = CACHE / "counts.json"
-    if not counts_file.exists():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--counts", type=Path, default=CACHE / "counts.json",
+                    help="counts written by tests/conformance (PDSERVE_CONFORMANCE_COUNTS)")
+    counts_file = ap.parse_args().counts
+    if not counts_file.exists() or not counts_file.read_text().strip():
         print(f"{counts_file} missing: did the conformance tests run?", file=sys.stderr)
         return 1
     counts: dict[str, dict[str, dict[str, int]]] = json.loads(counts_file.read_text())

@@ -34,7 +34,8 @@ def counts() -> Iterator[Counts]:
     yield c
     if c.data:
         COUNTS_FILE.parent.mkdir(parents=True, exist_ok=True)
-        old = json.loads(COUNTS_FILE.read_text()) if COUNTS_FILE.exists() else {}
+        text = COUNTS_FILE.read_text() if COUNTS_FILE.exists() else ""
+        old = json.loads(text) if text.strip() else {}
         for check, per in c.data.items():
             old.setdefault(check, {}).update(per)
         COUNTS_FILE.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
