@@ -64,12 +64,14 @@ def mistral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_mistral_model_dir(tmp_path_factory.mktemp("mistral-model"))
 
 
-def _mock_ids(model_dir: Path, bodies: list[tuple[str, dict[str, Any]]], mode: str = "auto"
+def _mock_ids(model_dir: Path, bodies: list[tuple[str, dict[str, Any]]], mode: str = "auto", version: str | None = None
               ) -> list[tuple[int | None, set[tuple[int, ...]]]]:
     """Per request: the mock's prompt token count, and every full-block token sequence (root to
     block) its KV events reported so far."""
     events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:*"}
     args = ["--kv-events-config", json.dumps(events), "--block-size", str(BLOCK), "--served-model-name", "m"]
+    if version is not None:  # the mock emulating the release it is compared with
+        args += ["--mock-vllm-version", version]
     blocks: dict[int, tuple[int | None, tuple[int, ...]]] = {}
     out = []
     with start_worker("m", args=args, speedup=50.0, tokenizer=str(model_dir), tokenizer_mode=mode,
@@ -120,8 +122,10 @@ def _check(version: str, model_dir: Path, counts: Counts, cases: list[tuple[str,
     bodies = [(kind, _body(kind, case)) for kind, case in cases]
     answer = run_probe(version, "tokens.py", {"model_dir": str(model_dir), "tokenizer_mode": mode,
                                               "cases": [{"kind": k, "body": b} for k, b in bodies]})
-    tok = load_tokenizer(str(model_dir), mode)
-    mock = _mock_ids(model_dir, bodies, mode)
+    # pdserve configured for the release vLLM's code is run from (router --vllm-version,
+    # mock --mock-vllm-version), as the operator renders them from the resource.
+    tok = load_tokenizer(str(model_dir), mode, vllm_version=version)
+    mock = _mock_ids(model_dir, bodies, mode, version)
     problems = []
     for (kind, body), res, (n_mock, chains) in zip(bodies, answer["results"], mock, strict=True):
         raw = json.dumps(body).encode()
@@ -172,10 +176,9 @@ def test_mistral_tokenizer_ids_equal_vllms(version: str, mistral_dir: Path, coun
     _check(version, mistral_dir, counts, [c for c in CASES if c not in NO_SPECIAL] + DOUBLE_BOS, mode="mistral")
 
 
-# Found by this test: vLLM 0.11's MistralTokenizer adds BOS to a completion prompt even with
-# add_special_tokens=false (0.33 honours it); router and mock follow 0.33 whatever the version.
-# Owner: engineer "tok" (pdserve.tokenization.mistral, per-version rules); remove the mark with the fix.
-MISTRAL_KNOWN = {"0.11.0": pytest.mark.xfail(strict=True, reason="vLLM 0.11 mistral completion keeps BOS with add_special_tokens=false")}
+# Found by this test (fixed): vLLM 0.11's MistralTokenizer adds BOS to a completion prompt even
+# with add_special_tokens=false (0.33 honours it); router and mock followed 0.33 for every version.
+MISTRAL_KNOWN: dict[str, pytest.MarkDecorator] = {}
 
 
 @pytest.mark.parametrize("version", [pytest.param(v, marks=MISTRAL_KNOWN[v]) if v in MISTRAL_KNOWN else v

@@ -93,7 +93,7 @@ def parse_request(raw: bytes, kind: Kind, tokenizer: ModelTokenizer) -> ParsedRe
             # A batch of prompts stays together on one worker; match on the first.
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = tokenizer.encode(prompt, add_special_tokens=parsed.add_special_tokens)
+            ids = tokenizer.completion_ids(prompt, add_special_tokens=parsed.add_special_tokens)
         else:
             # The worker judges ids: vLLM accepts up to the model's vocab size, which can exceed
             # the tokenizer's (padded embeddings), so the router must not be stricter.

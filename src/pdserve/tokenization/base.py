@@ -38,6 +38,11 @@ class ModelTokenizer(ABC):
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Ids of a completion prompt (``add_special_tokens`` as in the request)."""
 
+    def completion_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Ids of a completion request's text prompt as the emulated vLLM release builds them
+        (``encode`` with the request's flag, unless a release ignores it)."""
+        return self.encode(text, add_special_tokens=add_special_tokens)
+
     @abstractmethod
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``."""

@@ -68,6 +68,14 @@ class MistralTokenizer(ModelTokenizer):
             raise TypeError(f"encode expects str, got {type(text).__name__}")
         return list(self._tok.encode(text, bos=add_special_tokens, eos=False))
 
+    def completion_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if not self.rules.mistral_from_openai:
+            # 0.11 tokenizes a completion through MistralTokenizer.__call__ -> encode_one ->
+            # encode(text) with add_special_tokens=None, i.e. bos=True whatever the request says
+            # (transformers_utils/tokenizers/mistral.py); found by tests/conformance/test_token_ids.py.
+            return list(self._tok.encode(text, bos=True, eos=False))
+        return self.encode(text, add_special_tokens=add_special_tokens)
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 

@@ -161,7 +161,7 @@ class WorkerServer:
 
     def _prompt_ids(self, prompt: str | list[int] | list[str] | list[list[int]], add_special_tokens: bool) -> list[int]:
         if isinstance(prompt, str):
-            return self.tok.encode(prompt, add_special_tokens=add_special_tokens)
+            return self.tok.completion_ids(prompt, add_special_tokens=add_special_tokens)
         if prompt and all(isinstance(p, int) for p in prompt):
             ids = [int(p) for p in prompt]  # type: ignore[arg-type]
             self._check_vocab(ids)
