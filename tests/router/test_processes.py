@@ -65,17 +65,20 @@ def router(worker) -> Iterator[tuple[subprocess.Popen, str]]:
                 proc.wait(5)
 
 
-async def _health_pids(url: str, tries: int = 200) -> set[int]:
-    """Process ids answering /health over fresh connections (the kernel picks one per connection)."""
+async def _health_pids(url: str, timeout_s: float = 30.0) -> set[int]:
+    """Process ids answering /health over fresh connections (the kernel picks one per connection).
+
+    Bounded by time, not by a number of answers: the processes start one after the other
+    (each loads the tokenizer), so the first can answer hundreds of times before the second
+    listens on a loaded machine."""
     pids: set[int] = set()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(pids) < 2 and tries:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and len(pids) < 2:
         try:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
                     s.get(url + "/health") as r:
                 if r.status == 200:
                     pids.add((await r.json())["pid"])
-                    tries -= 1
         except aiohttp.ClientConnectionError:
             await __import__("asyncio").sleep(0.1)  # still starting
     return pids
