@@ -9,17 +9,15 @@ Judge: ``vllm/distributed/kv_events.py`` (``BlockStored``/``BlockRemoved``/``All
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
 import pytest
-import zmq
 
 from pdserve.api.vllm_versions import VERSIONS
 from pdserve.router import kv_events as router_events
 from pdserve.router.kv_index import AllBlocksCleared, BlockRemoved, BlockStored
-from pdserve.worker.testing import start_worker
+from pdserve.worker.testing import kv_event_subscriber, start_worker
 from tests.conformance.conftest import Counts
 from tests.conformance.vllm_env import run_probe
 
@@ -125,14 +123,7 @@ def _collect_mock_events(version: str) -> list[list[bytes]]:
     frames: list[list[bytes]] = []
     with start_worker("llama", speedup=50.0, args=args, env={"PYTHONHASHSEED": "0"}) as w:
         assert w.kv_events_endpoint
-        ctx = zmq.Context()
-        sub = ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(w.kv_events_endpoint)
-        try:
-            end = time.monotonic() + 0.5
-            while time.monotonic() < end:
-                sub.poll(20)  # let the subscription reach the worker's PUB
+        with kv_event_subscriber(w.kv_events_endpoint) as sub:
             for i in range(6):  # 6 distinct ~150-token prompts on 24 blocks: stores, then evictions
                 prompt = f"request {i} for vLLM {version}: " + f"the model token cache {i} and the river city music " * 12
                 r = httpx.post(f"{w.url}/v1/completions", json={"model": "llama", "prompt": prompt, "max_tokens": 4},
@@ -140,9 +131,6 @@ def _collect_mock_events(version: str) -> list[list[bytes]]:
                 assert r.status_code == 200, r.text
             while sub.poll(500):
                 frames.append(sub.recv_multipart())
-        finally:
-            sub.close(0)
-            ctx.term()
     return frames
 
 

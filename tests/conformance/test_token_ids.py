@@ -12,20 +12,18 @@ count and the token ids of the blocks it reports in its KV events.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import msgpack
 import pytest
-import zmq
 
 from pdserve.api.vllm_versions import VERSIONS
 from pdserve.router.errors import RequestError
 from pdserve.router.requests import parse_request
 from pdserve.tokenization import load_tokenizer
-from pdserve.worker.testing import start_worker
+from pdserve.worker.testing import kv_event_subscriber, start_worker
 from tests.conformance.conftest import Counts
 from tests.conformance.fixtures import build_mistral_model_dir, build_model_dir
 from tests.conformance.vllm_env import run_probe
@@ -77,14 +75,7 @@ def _mock_ids(model_dir: Path, bodies: list[tuple[str, dict[str, Any]]], mode: s
     with start_worker("m", args=args, speedup=50.0, tokenizer=str(model_dir), tokenizer_mode=mode,
                       env={"PYTHONHASHSEED": "0"}) as w:
         assert w.kv_events_endpoint
-        ctx = zmq.Context()
-        sub = ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(w.kv_events_endpoint)
-        try:
-            end = time.monotonic() + 0.5
-            while time.monotonic() < end:
-                sub.poll(20)
+        with kv_event_subscriber(w.kv_events_endpoint) as sub:
             for kind, body in bodies:
                 path = "/v1/completions" if kind == "completion" else "/v1/chat/completions"
                 r = httpx.post(w.url + path, json=body, timeout=30)
@@ -102,9 +93,6 @@ def _mock_ids(model_dir: Path, bodies: list[tuple[str, dict[str, Any]]], mode: s
                             blocks[h] = (parent, tuple(ev["token_ids"][i * BLOCK:(i + 1) * BLOCK]))
                             parent = h
                 out.append((r.json()["usage"]["prompt_tokens"], {_chain(blocks, h) for h in blocks}))
-        finally:
-            sub.close(0)
-            ctx.term()
     return out
 
 

@@ -18,11 +18,10 @@ from contextlib import ExitStack
 import httpx
 import msgpack
 import pytest
-import zmq
 from test_pd import decode, metric, prefill
 
 from pdserve.tokenization import mock as mock_tokenizer
-from pdserve.worker.testing import WorkerHandle, start_worker
+from pdserve.worker.testing import WorkerHandle, kv_event_subscriber, start_worker
 from pdserve.worker.vllm_hash import block_hashes, to_external
 
 
@@ -125,22 +124,12 @@ def test_out_of_vocabulary_ids_are_refused_like_vllm(workers: dict[str, WorkerHa
 def test_kv_events_are_encoded_and_hashed_as_the_version_does(workers: dict[str, WorkerHandle], version: str) -> None:
     w = workers[f"{version}/kv_consumer"]
     assert w.kv_events_endpoint
-    ctx = zmq.Context()
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(w.kv_events_endpoint)
-    try:
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            sub.poll(20)  # let the subscription reach the worker's PUB
+    with kv_event_subscriber(w.kv_events_endpoint) as sub:
         prompt = f"events for vLLM {version}: " + "the model token cache and the river city music " * 6
         r = httpx.post(f"{w.url}/v1/completions", json={"model": "llama", "prompt": prompt, "max_tokens": 1})
         assert r.status_code == 200
         assert sub.poll(5000), "no KV events"
         events = msgpack.unpackb(sub.recv_multipart()[2])[1]
-    finally:
-        sub.close(0)
-        ctx.term()
     ids = mock_tokenizer.encode(prompt)
     n = len(ids) // 16
     expected = [to_external(h) for h in block_hashes(ids, 16, "sha256", version, seed_env="0")]

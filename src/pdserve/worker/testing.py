@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -135,3 +136,24 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -
             pass
         time.sleep(0.05)
     raise TimeoutError(f"pdserve worker {url} never answered /health:\n{log_path.read_text(errors='replace')}")
+
+
+@contextmanager
+def kv_event_subscriber(endpoint: str, settle_s: float = 0.5) -> Iterator[Any]:
+    """A ZMQ SUB socket on a worker's KV-event endpoint, subscribed to everything, held open
+    ``settle_s`` first so the subscription has reached the worker's PUB (ZMQ drops what a
+    publisher sends before it sees the subscriber)."""
+    import zmq
+
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    try:
+        end = time.monotonic() + settle_s
+        while time.monotonic() < end:
+            sub.poll(20)
+        yield sub
+    finally:
+        sub.close(0)
+        ctx.term()
