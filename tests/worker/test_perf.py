@@ -67,11 +67,3 @@ def test_tensor_parallel_speeds_up_and_adds_comm() -> None:
     assert p4.breakdown([(2048, 0)]).comm_s > 0
     with pytest.raises(ValueError, match="tensor-parallel"):
         load_profile("llama-3.1-8b-h100", tp=0)
-
-
-def test_kv_transfer_time() -> None:
-    m = PerfModel(load_profile("llama-3.1-8b-h100"))
-    # 1000 tokens * 128 KiB = 131 MB = 1.05 Gbit -> ~10.5 ms at 100 Gbit/s
-    assert m.kv_transfer_time(1000, 100) == pytest.approx(1000 * 131072 * 8 / 100e9)
-    with pytest.raises(ValueError, match="bandwidth"):
-        m.kv_transfer_time(10, 0)

@@ -6,7 +6,7 @@ same terms. Each term is a fractional replica count:
 * prefill compute: prompt tokens/s to prefill (after prefix-cache hits) over what one
   replica sustains within the TTFT SLO (the profile, derated by headroom);
 * KV link, both ends: every prefilled token's KV crosses one prefill instance's link
-  and one decode instance's link (``pdserve.sim.kvlink``: a transfer holds both), so
+  and one decode instance's link (``pdserve.common.kvlink``: a transfer holds both), so
   *each* pool needs enough instances that its links carry the KV stream;
 * decode compute + KV memory: generated tokens/s over what one decode replica
   sustains within the ITL SLO (the profile's decode points stop where the KV cache

@@ -14,7 +14,7 @@ from typing import cast
 
 from pdserve.router.policies import WorkerView
 from pdserve.sim.config import SimConfig, SimConfigError
-from pdserve.sim.kvlink import Link
+from pdserve.common.kvlink import Link
 from pdserve.worker.engine import Engine, EngineConfig, EngineRequest, StepOutput
 from pdserve.worker.perf import PerfModel, PerfProfile, load_profile
 

@@ -44,7 +44,7 @@ from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.autoscale import Autoscaler, ScalingEvent
 from pdserve.sim.config import SimConfig, SimConfigError
 from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
-from pdserve.sim.kvlink import schedule_transfer
+from pdserve.common.kvlink import schedule_transfer
 from pdserve.sim.metrics import RequestRecord, summarize
 from pdserve.sim.outcome import SimResult, instance_report
 from pdserve.sim.prompts import block_keys

@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--mock-startup-delay", type=float, default=0.0,
                    help="seconds before the port listens (model load time)")
     m.add_argument("--mock-kv-link-gbps", type=_positive(float), default=100.0,
-                   help="prefill->decode KV link bandwidth in Gbit/s")
+                   help="this worker's KV link in Gbit/s (a transfer holds the sender's and the receiver's link: "
+                        "pdserve.common.kvlink, the simulator's model)")
     m.add_argument("--mock-side-channel-host", default=None,
                    help="advertised side-channel host (default: $VLLM_NIXL_SIDE_CHANNEL_HOST or localhost)")
     m.add_argument("--mock-side-channel-port", type=int, default=None,
@@ -250,7 +251,7 @@ async def serve(args: argparse.Namespace, perf: PerfModel, tok: ModelTokenizer) 
         model=args.model, served_model_names=names, max_model_len=max_len,
         engine_id=kvt.engine_id or str(uuid.uuid4()), tp_size=perf.tp,
         side_channel_host=args.mock_side_channel_host or os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
-        kv_transfer=kvt, mean_output_tokens=args.mock_mean_output_tokens, vllm=vllm)
+        kv_transfer=kvt, kv_link_gbps=args.mock_kv_link_gbps, mean_output_tokens=args.mock_mean_output_tokens, vllm=vllm)
     side: SideChannelServer | None = None
     if kvt.kv_connector:
         port = args.mock_side_channel_port

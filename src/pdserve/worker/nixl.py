@@ -7,8 +7,10 @@ protocol v2), 0.11 sends none. The decode worker then really pulls over TCP: an 
 ``POST /kv/pull`` to that side channel, which
 
 1. reads the blocks by their ids, as a NIXL READ does (any version): the prefill side
-   checks engine id and block ids against the blocks it still holds and waits the
-   modelled transfer time (KV bytes / link bandwidth);
+   checks engine id and block ids against the blocks it still holds and waits until the
+   transfer has crossed both links, booked with the simulator's link model
+   (``pdserve.common.kvlink``: a transfer holds the sender's and the receiver's link, so
+   pulls through one worker queue behind each other);
 2. notifies the prefill side with a request id, as vLLM does after the READ
    (``notif_id = f"{request_id}:{tp_ratio}"``): in 0.33 the ``remote_request_id`` it was
    given, in 0.11 the decode worker's *own* request id
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pdserve.common.kvlink import Link, serve_pull
 from pdserve.worker.perf import PerfModel
 from pdserve.worker.runner import EngineRunner
 
@@ -64,13 +68,18 @@ class PullRequest(BaseModel):
     block_ids: list[int]
     notif_request_id: str
     tp_ratio: int = 1
+    # The receiver's link (pdserve.common.kvlink): how fast, and how long until it is free. A puller that
+    # sends neither is taken to have a link like the sender's, free now.
+    receiver_gbps: float | None = Field(default=None, gt=0)
+    receiver_free_in_s: float = Field(default=0.0, ge=0)
 
 
 @dataclass
 class PullResult:
     num_tokens: int
     kv_bytes: int
-    transfer_s: float
+    queued_s: float  # model seconds the transfer waited for a busy link (either end)
+    transfer_s: float  # model seconds the bytes took to cross
     released: bool  # the prefill side recognised the notification and freed its blocks
 
 
@@ -87,7 +96,7 @@ class SideChannelServer:
         self.runner = runner
         self.engine_id = engine_id
         self.perf = perf
-        self.link_gbps = link_gbps
+        self.link = Link(link_gbps)  # in the runner's model seconds
         self.speedup = speedup
         self._web: web.AppRunner | None = None
         self.port = 0
@@ -126,8 +135,11 @@ class SideChannelServer:
                 {"reason": "not_found", "detail": "no KV held in those blocks (lease expired or never prefilled)"},
                 status=404)
         n_tokens = len(held.prompt_token_ids)
-        transfer_s = self.perf.kv_transfer_time(n_tokens, self.link_gbps)
-        await asyncio.sleep(transfer_s / self.speedup)
+        nbytes = int(n_tokens * self.perf.kv_bytes_per_token)
+        now = self.runner.sim_now()
+        tr = serve_pull(self.link, nbytes, now, receiver_gbps=body.receiver_gbps or self.link.gbps,
+                        receiver_free_in_s=body.receiver_free_in_s)
+        await asyncio.sleep((tr.end_s - now) / self.speedup)
         if engine.get_held(held.request_id) is not held:
             return web.json_response({"reason": "not_found", "detail": "lease expired during the transfer"}, status=404)
         digest = prompt_digest(held.prompt_token_ids)
@@ -141,8 +153,9 @@ class SideChannelServer:
         return web.json_response({
             "num_tokens": n_tokens,
             "prompt_digest": digest,
-            "kv_bytes": int(n_tokens * self.perf.kv_bytes_per_token),
-            "transfer_s": transfer_s,
+            "kv_bytes": nbytes,
+            "queued_s": tr.start_s - now,
+            "transfer_s": tr.end_s - tr.start_s,
             "released": released,
         })
 
@@ -160,10 +173,36 @@ def notif_request_id(params: dict[str, Any], own_request_id: str, with_remote_re
     return str(params["remote_request_id"]) if with_remote_request_id else own_request_id
 
 
+class KvReceiver:
+    """The decode side of the hand-off: pulls KV over this worker's link.
+
+    The link model holds the receiver's link from a transfer's start to its end, but here that end is known
+    only when the sender answers (its own link may be busy). So pulls through one receiver go one at a time,
+    in arrival order (asyncio.Lock is FIFO): the queue the simulator's receiver link forms. Times are the
+    runner's model seconds (``now``), as on the sending side."""
+
+    def __init__(self, link_gbps: float, now: Callable[[], float]) -> None:
+        self.link = Link(link_gbps)
+        self._now = now
+        self._turn = asyncio.Lock()
+
+    async def pull(self, session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int],
+                   notif_id: str, timeout_s: float) -> PullResult:
+        async with self._turn:
+            sent = self._now()
+            result = await pull_kv(session, params, prompt_ids, notif_id, timeout_s, receiver=self.link,
+                                   free_in_s=max(0.0, self.link.free_at - sent))
+            self.link.book(sent + result.queued_s + result.transfer_s, result.kv_bytes, result.transfer_s)
+            return result
+
+
 async def pull_kv(
-    session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int], notif_id: str, timeout_s: float
+    session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int], notif_id: str, timeout_s: float,
+    *, receiver: Link, free_in_s: float,
 ) -> PullResult:
-    """Fetch a prompt's KV from the prefill worker named in ``kv_transfer_params``, then notify it."""
+    """Fetch a prompt's KV from the prefill worker named in ``kv_transfer_params``, then notify it.
+
+    ``receiver`` is this side's link, free in ``free_in_s`` model seconds (``KvReceiver`` keeps both)."""
     try:
         host = str(params["remote_host"])
         port = int(params["remote_port"])
@@ -171,6 +210,8 @@ async def pull_kv(
             "engine_id": str(params["remote_engine_id"]),
             "block_ids": [int(b) for b in params["remote_block_ids"]],
             "notif_request_id": notif_id,
+            "receiver_gbps": receiver.gbps,
+            "receiver_free_in_s": free_in_s,
         }
     except (KeyError, TypeError, ValueError) as err:
         raise KvLoadError("bad_params", f"kv_transfer_params incomplete or malformed: {err!r}") from None
@@ -184,5 +225,5 @@ async def pull_kv(
         raise KvLoadError("unreachable", f"side channel {host}:{port}: {err!r}") from None
     if data.get("prompt_digest") != prompt_digest(prompt_ids) or data.get("num_tokens") != len(prompt_ids):
         raise KvLoadError("prompt_mismatch", "the remote KV belongs to a different prompt")
-    return PullResult(int(data["num_tokens"]), int(data["kv_bytes"]), float(data["transfer_s"]),
-                      bool(data.get("released")))
+    return PullResult(int(data["num_tokens"]), int(data["kv_bytes"]), float(data["queued_s"]),
+                      float(data["transfer_s"]), bool(data.get("released")))

@@ -212,9 +212,3 @@ class PerfModel:
             comm = self._allreduces * (self._eff.allreduce_latency_s + ar_bytes / self._ar_bw)
         overhead = self._eff.step_overhead_s + self._eff.per_seq_overhead_s * n_seqs
         return StepBreakdown(flops / self._flops_rate, mem / self._byte_rate, comm, overhead)
-
-    def kv_transfer_time(self, num_tokens: int, link_gbps: float) -> float:
-        """Seconds to move ``num_tokens`` of KV over a link of ``link_gbps`` gigabits/s."""
-        if link_gbps <= 0:
-            raise ValueError(f"link bandwidth must be positive, got {link_gbps} Gbit/s")
-        return num_tokens * self.kv_bytes_per_token * 8 / (link_gbps * 1e9)

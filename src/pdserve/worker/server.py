@@ -25,7 +25,7 @@ from aiohttp import web
 from pdserve.tokenization import ChatTemplateError, ModelTokenizer
 from pdserve.worker import protocol
 from pdserve.worker.engine import FINISH_ABORT, FINISH_STOP, EngineRequest, TokenEvent
-from pdserve.worker.nixl import KvLoadError, KVTransferConfig, notif_request_id, pull_kv
+from pdserve.worker.nixl import KvLoadError, KvReceiver, KVTransferConfig, notif_request_id
 from pdserve.worker.protocol import ApiError, bad_request
 from pdserve.worker.runner import EngineRunner, Tracked
 from pdserve.worker.vllm_emulation import CURRENT_VERSION, VllmBehaviour, behaviour
@@ -46,6 +46,7 @@ class ServerSettings:
     side_channel_port: int = 0  # filled in once the side channel is bound
     kv_transfer: KVTransferConfig = field(default_factory=KVTransferConfig)
     kv_pull_timeout_s: float = 30.0
+    kv_link_gbps: float = 100.0  # --mock-kv-link-gbps: this worker's end of every KV transfer
     mean_output_tokens: int = 256
     vllm: VllmBehaviour = field(default_factory=lambda: behaviour(CURRENT_VERSION))
 
@@ -61,6 +62,7 @@ class WorkerServer:
         self.started = int(time.time())
         self._session: aiohttp.ClientSession | None = None
         self._pacer = _Pacer()
+        self.kv_receiver = KvReceiver(settings.kv_link_gbps, runner.sim_now)
 
     def app(self, max_body_bytes: int) -> web.Application:
         app = web.Application(client_max_size=max_body_bytes, middlewares=[self._errors])
@@ -341,7 +343,7 @@ class WorkerServer:
         t0 = time.monotonic()
         try:
             notif = notif_request_id(kvp, rid, self.s.vllm.nixl_remote_request_id)
-            result = await pull_kv(self._session, kvp, ids, notif, self.s.kv_pull_timeout_s)
+            result = await self.kv_receiver.pull(self._session, kvp, ids, notif, self.s.kv_pull_timeout_s)
         except KvLoadError as err:
             self.runner.metrics.kv_load_failure(err.reason, policy)
             if policy == "fail":

@@ -1,0 +1,98 @@
+"""The same KV transfers end at the same times on live mock workers and in the simulator's link model.
+
+Two prefill and two decode workers (real processes, real HTTP on loopback, the NIXL-shaped pull) get
+three hand-offs that contend: P1->D1 and P1->D2 share the sender, P1->D2 and P2->D2 share the receiver.
+The simulator's ``schedule_transfer`` (``pdserve.common.kvlink``) given the same transfers (bytes, links,
+the moment each decode request was sent) says when each lands; every decode response must arrive then
+(plus one decode step and loopback latency). A hand-off without link contention ends each transfer one
+duration after its request, which misses the second and the third by a whole transfer or two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import httpx
+import pytest
+
+from pdserve.common.kvlink import Link, schedule_transfer
+from pdserve.worker.perf import PerfModel, load_profile
+from pdserve.worker.testing import WorkerHandle, start_worker
+
+PROFILE = "llama-3.1-8b-h100"
+GBPS = 0.25  # slow links so one transfer takes ~0.4 s: far above loopback and step noise
+STAGGER_S = 0.06  # the order in which the decode requests reach their workers
+# One decode step (max_tokens=1, frontend latency off) and the HTTP hops: measured ~10-25 ms on a loaded 2-core box.
+TOLERANCE_S = 0.1
+
+
+def _args(role: str) -> list[str]:
+    cfg = {"kv_connector": "NixlConnector", "kv_role": role}
+    return ["--kv-transfer-config", json.dumps(cfg), "--mock-side-channel-port", "0",
+            "--mock-side-channel-host", "127.0.0.1", "--mock-kv-link-gbps", str(GBPS),
+            "--mock-frontend-latency", "0", "--max-model-len", "4096"]
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[dict[str, WorkerHandle]]:
+    with ExitStack() as stack:
+        yield {name: stack.enter_context(start_worker("llama", profile=PROFILE, args=_args(role)))
+               for name, role in (("p1", "kv_producer"), ("p2", "kv_producer"),
+                                  ("d1", "kv_consumer"), ("d2", "kv_consumer"))}
+
+
+def _prompt(i: int) -> str:
+    return f"request {i} " + "the prefill worker holds this prompt's KV until the decode worker pulls it " * 6
+
+
+def _prefill(w: WorkerHandle, i: int) -> tuple[dict, int]:
+    r = httpx.post(f"{w.url}/v1/completions", headers={"X-Request-Id": f"link-{i}"}, json={
+        "model": "llama", "prompt": _prompt(i), "max_tokens": 1,
+        "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["kv_transfer_params"], r.json()["usage"]["prompt_tokens"]
+
+
+async def _decode_all(plan: list[tuple[WorkerHandle, int, dict]]) -> tuple[list[float], list[float]]:
+    """Send each decode request STAGGER_S after the previous; returns (sent, answered) offsets from the first."""
+    sent: list[float] = []
+    done: list[float] = [0.0] * len(plan)
+    async with httpx.AsyncClient(timeout=30) as client:
+        t0 = time.monotonic()
+
+        async def one(k: int, w: WorkerHandle, i: int, params: dict) -> None:
+            r = await client.post(f"{w.url}/v1/completions", headers={"X-Request-Id": f"link-{i}"}, json={
+                "model": "llama", "prompt": _prompt(i), "max_tokens": 1, "ignore_eos": True,
+                "kv_transfer_params": params})
+            done[k] = time.monotonic() - t0
+            assert r.status_code == 200, r.text
+
+        tasks = []
+        for k, (w, i, params) in enumerate(plan):
+            if k:
+                await asyncio.sleep(max(0.0, t0 + k * STAGGER_S - time.monotonic()))
+            sent.append(time.monotonic() - t0)
+            tasks.append(asyncio.create_task(one(k, w, i, params)))
+        await asyncio.gather(*tasks)
+    return sent, done
+
+
+def test_contending_handoffs_land_when_the_simulator_says(workers: dict[str, WorkerHandle]) -> None:
+    p1, p2, d1, d2 = (workers[n] for n in ("p1", "p2", "d1", "d2"))
+    route = [(p1, d1), (p1, d2), (p2, d2)]
+    prefilled = [_prefill(p, i) for i, (p, _) in enumerate(route)]
+    sent, done = asyncio.run(_decode_all([(d, i, prefilled[i][0]) for i, (_, d) in enumerate(route)]))
+
+    kv_bytes_per_token = PerfModel(load_profile(PROFILE)).kv_bytes_per_token
+    links = {id(w): Link(GBPS) for w in (p1, p2, d1, d2)}
+    expected = [schedule_transfer(links[id(p)], links[id(d)], int(n * kv_bytes_per_token),
+                                  prefill_start_s=t, prefill_end_s=t, num_layers=1, mode="serial").end_s
+                for (p, d), (_, n), t in zip(route, prefilled, sent, strict=True)]
+    duration = expected[0] - sent[0]
+    assert duration > 3 * TOLERANCE_S  # the transfers, not the noise, decide the times
+    for k, (want, got) in enumerate(zip(expected, done, strict=True)):
+        assert want <= got + 0.01 and got - want < TOLERANCE_S, (k, expected, done, sent)
