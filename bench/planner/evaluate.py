@@ -105,7 +105,7 @@ def run_policy(trace: Trace, s: Setup, scaler, start: tuple[int, int], warmup_s:
     return out, res
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", type=Path, help="Azure CSV or Mooncake JSONL trace")
@@ -119,13 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-profile", default="llama-3.1-8b-h100")
     ap.add_argument("--max-replicas", type=int, default=16, help="per pool")
     ap.add_argument("--kv-link-gbps", type=float, default=100.0)
-    ap.add_argument("--interval", type=float, default=30.0)
+    ap.add_argument("--interval", type=float, default=PolicyConfig.interval_s)
     ap.add_argument("--startup", type=float, default=60.0)
     ap.add_argument("--ttft-ms", type=float, default=2000.0)
     ap.add_argument("--itl-ms", type=float, default=50.0, help="TPOT objective, ms")
     ap.add_argument("--warmup", type=float, default=120.0, help="attainment also reported for arrivals after this, s")
-    ap.add_argument("--target-utilization", type=float, default=0.85)
-    ap.add_argument("--stabilization", type=float, default=60.0)
+    ap.add_argument("--target-utilization", type=float, default=PolicyConfig.target_utilization)
+    ap.add_argument("--stabilization", type=float, default=PolicyConfig.scale_down_stabilization_s,
+                    help="planner and reactive scale-down stabilisation, s (default: the shipped one)")
     ap.add_argument("--peak-window", type=float, default=PolicyConfig.peak_window_s,
                     help="planner: keep capacity for the short-window peak this long, s")
     ap.add_argument("--planner-sweep", nargs="*", type=float, metavar="PEAK_WINDOW_S",
@@ -140,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dynamo-python", type=Path,
                     help="python of an environment with Dynamo 1.6.1 (README): also run its SLA planner (policy 'dynamo')")
     ap.add_argument("--out", type=Path, required=True, help="result JSON path (a PNG is written next to it)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
 
     if args.trace is not None:

@@ -18,6 +18,7 @@ from pdserve.api import vllm_versions
 from pdserve.api.cel import CelRule
 from pdserve.api.pods import EnvFromSource, EnvVar, LocalObjectReference, ModelCacheSpec, RdmaSpec, SecretKey
 from pdserve.api.spec_base import QUANTITY_PATTERN, QUANTITY_RE, ApiModel, Quantity
+from pdserve.planner.policy import PolicyConfig
 from pdserve.router.core.spec import PolicyName, RoutingSpec
 from pdserve.router.policies.cost import CostWeights
 from pdserve.api.vllm_versions import DEFAULT_VERSION, OFFERED_CONNECTORS, VERSIONS, VersionName
@@ -234,12 +235,13 @@ class PoolBounds(ApiModel):
 class AutoscalingSpec(ApiModel):
     enabled: bool = Field(False, description="Run the planner for this service.")
     predictor: Literal["constant", "moving_average", "holt_winters", "arima"] = Field("holt_winters", description="Load forecaster for the next interval.")
-    interval_seconds: int = Field(60, ge=5, le=3600, description="Planner interval.")
+    # The shipped defaults are the policy's own, i.e. what bench/planner evaluated.
+    interval_seconds: int = Field(int(PolicyConfig.interval_s), ge=5, le=3600, description="Planner interval.")
     prefill: PoolBounds = Field(default_factory=PoolBounds, description="Prefill pool bounds.")
     decode: PoolBounds = Field(default_factory=PoolBounds, description="Decode pool bounds.")
     gpu_budget: int | None = Field(None, ge=1, description="Most GPUs prefill + decode may use together; unset means no budget.")
     prometheus_url: str = Field("http://prometheus-operated.monitoring.svc:9090", pattern=r"^https?://\S+$", description="Prometheus the planner queries.")
-    scale_down_stabilization_seconds: int = Field(300, ge=0, le=86400, description="A scale-down must be wanted this long before it happens.")
+    scale_down_stabilization_seconds: int = Field(int(PolicyConfig.scale_down_stabilization_s), ge=0, le=86400, description="A scale-down must be wanted this long before it happens.")
     scale_to_zero: bool = Field(False, description="Allow a pool's minimum of 0 (the pool is empty when idle).")
 
     __cel__ = (CelRule("self.scaleToZero || (self.prefill.min >= 1 && self.decode.min >= 1)", "a minimum of 0 needs scaleToZero: true", ".scaleToZero"),)

@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from pdserve.planner.policy import PolicyConfig
 from pdserve.planner.predictors import PREDICTORS
 
 
@@ -51,10 +52,10 @@ def _run_parser(sub) -> None:
     g.add_argument("--prefill-tp", type=int, help="default: the capacity profile's")
     g.add_argument("--decode-tp", type=int, help="default: the capacity profile's")
     g.add_argument("--gpu-budget", type=int)
-    g.add_argument("--stabilization-s", type=float, default=300.0)
-    g.add_argument("--startup-s", type=float, default=60.0, help="replica start-up time the forecast looks past")
+    g.add_argument("--stabilization-s", type=float, default=PolicyConfig.scale_down_stabilization_s)
+    g.add_argument("--startup-s", type=float, default=PolicyConfig.startup_s, help="replica start-up time the forecast looks past")
     g.add_argument("--scale-to-zero", action="store_true")
-    g.add_argument("--target-utilization", type=float, default=0.85)
+    g.add_argument("--target-utilization", type=float, default=PolicyConfig.target_utilization)
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -145,7 +146,7 @@ async def _run_local(args, stopped, log) -> int:
     from pdserve.planner.actuator_static import RecordingActuator
     from pdserve.planner.loop import Actuator, MetricSource, run_loop
     from pdserve.planner.metrics import PlannerMetrics
-    from pdserve.planner.policy import PlannerPolicy, PolicyConfig
+    from pdserve.planner.policy import PlannerPolicy
     from pdserve.planner.profile import CapacityProfile
     from pdserve.planner.profile_model import derive_profile
     from pdserve.planner.source_prometheus import PrometheusSource, PromQL
@@ -160,7 +161,7 @@ async def _run_local(args, stopped, log) -> int:
         if speedup != 1.0:
             profile = profile.time_scaled(speedup)
     cfg = PolicyConfig(
-        ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval or 30.0,
+        ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval or PolicyConfig.interval_s,
         predictor=args.predictor, seasonal_periods=args.seasonal_periods,
         prefill_min=args.prefill_min, prefill_max=args.prefill_max,
         decode_min=args.decode_min, decode_max=args.decode_max,
