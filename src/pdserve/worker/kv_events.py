@@ -197,11 +197,12 @@ class ZmqEventPublisher:
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
         self._thread.start()
 
-    def publish(self, events: list[Any], ts: float | None = None) -> None:
+    def publish(self, events: list[Any], ts: float) -> None:
+        """Queue one batch stamped ``ts`` (epoch seconds from the caller's clock, as vLLM's ``time.time()``)."""
         if not events or not self._running:
             return
         try:
-            self._queue.put_nowait((time.time() if ts is None else ts, events))
+            self._queue.put_nowait((ts, events))
         except queue.Full:
             self.dropped += 1
 

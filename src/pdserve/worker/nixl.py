@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,17 +178,17 @@ class KvReceiver:
     The link model holds the receiver's link from a transfer's start to its end, but here that end is known
     only when the sender answers (its own link may be busy). So pulls through one receiver go one at a time,
     in arrival order (asyncio.Lock is FIFO): the queue the simulator's receiver link forms. Times are the
-    runner's model seconds (``now``), as on the sending side."""
+    runner's model seconds, as on the sending side."""
 
-    def __init__(self, link_gbps: float, now: Callable[[], float]) -> None:
+    def __init__(self, runner: EngineRunner, link_gbps: float) -> None:
+        self.runner = runner
         self.link = Link(link_gbps)
-        self._now = now
         self._turn = asyncio.Lock()
 
     async def pull(self, session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int],
                    notif_id: str, timeout_s: float) -> PullResult:
         async with self._turn:
-            sent = self._now()
+            sent = self.runner.sim_now()
             result = await pull_kv(session, params, prompt_ids, notif_id, timeout_s, receiver=self.link,
                                    free_in_s=max(0.0, self.link.free_at - sent))
             self.link.book(sent + result.queued_s + result.transfer_s, result.kv_bytes, result.transfer_s)

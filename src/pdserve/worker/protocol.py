@@ -8,7 +8,6 @@ that do not change a mock's output (temperature, top_p, ...) are validated and i
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -211,7 +210,3 @@ def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any], finish
 
 def usage_chunk(rid: str, obj: str, model: str, created: int, n_prompt: int, n_out: int) -> dict[str, Any]:
     return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage(n_prompt, n_out)}
-
-
-def now_s() -> int:
-    return int(time.time())

@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pdserve.common.clock import WALL, Clock
 from pdserve.worker.engine import FINISH_ABORT, Engine, EngineRequest, StepOutput, TokenEvent
 from pdserve.worker.kv_events import ZmqEventPublisher, encode_events
 from pdserve.worker.metrics import WorkerMetrics
@@ -61,7 +61,7 @@ class EngineRunner:
         metrics: WorkerMetrics,
         speedup: float = 1.0,
         publisher: ZmqEventPublisher | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = WALL,
     ) -> None:
         if speedup <= 0:
             raise ValueError(f"speedup must be positive, got {speedup}")
@@ -71,8 +71,9 @@ class EngineRunner:
         # vLLM counts queue time from the engine's receipt of a request, after its API server: leave it out
         self._frontend_wall = engine.config.frontend_latency_s / speedup
         self.publisher = publisher
-        self._clock = clock
-        self._t0 = clock()
+        self.clock = clock  # now(): timestamps (KV events, spans); monotonic(): the model clock and latencies
+        self._clock = clock.monotonic
+        self._t0 = self._clock()
         self._reqs: dict[str, Tracked] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -151,7 +152,7 @@ class EngineRunner:
         events = self.engine.drain_kv_events()
         if self.publisher is not None and (events.cleared or events.removed or events.stored):
             self.publisher.publish(encode_events(events, self.engine.config.block_size, self.publisher.encoding,
-                                                 self.publisher.int_hashes))
+                                                 self.publisher.int_hashes), self.clock.now())
         return ok
 
     def release_kv(self, request_id: str) -> bool:
@@ -222,7 +223,7 @@ class EngineRunner:
             self.metrics.iteration_tokens.observe(out.num_prefill_tokens + out.num_decode_tokens)
         if self.publisher is not None and (out.kv_events.stored or out.kv_events.removed or out.kv_events.cleared):
             self.publisher.publish(encode_events(out.kv_events, self.engine.config.block_size,
-                                                 self.publisher.encoding, self.publisher.int_hashes))
+                                                 self.publisher.encoding, self.publisher.int_hashes), self.clock.now())
         self.metrics.update_engine(self.engine.stats())
         return out
 
@@ -283,7 +284,7 @@ class EngineRunner:
         if self.tracer is not None:
             queued = max(0.0, scheduled - t.arrival - self._frontend_wall)
             self.tracer.request_done(
-                headers=t.trace_headers, arrival_ns=time.time_ns() - int((self._clock() - t.arrival) * 1e9),
+                headers=t.trace_headers, arrival_ns=int((self.clock.now() - (self._clock() - t.arrival)) * 1e9),
                 request_id=t.req.request_id, prompt_tokens=len(t.req.prompt_token_ids), completion_tokens=t.n_out,
                 ttft_s=first - t.arrival, e2e_s=now - t.arrival, queued_s=queued, prefill_s=first - scheduled,
                 decode_s=now - first, inference_s=now - scheduled, params=t.trace_params or {})

@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import json
 import math
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -59,10 +58,10 @@ class WorkerServer:
         self._pieces: dict[int, str] = {}
         self.draining = False
         self.active = 0
-        self.started = int(time.time())
+        self.started = int(runner.clock.now())
         self._session: aiohttp.ClientSession | None = None
         self._pacer = _Pacer()
-        self.kv_receiver = KvReceiver(settings.kv_link_gbps, runner.sim_now)
+        self.kv_receiver = KvReceiver(runner, settings.kv_link_gbps)
 
     def app(self, max_body_bytes: int) -> web.Application:
         app = web.Application(client_max_size=max_body_bytes, middlewares=[self._errors])
@@ -263,7 +262,7 @@ class WorkerServer:
             async for _ in gen.pieces():
                 pass
             kv_out = self._kv_params(rid, tracked) if hold else None
-            fields = (resp_id, model, int(time.time()), gen.text, gen.finish, gen.stop_reason, len(ids), tracked.n_out,
+            fields = (resp_id, model, int(self.runner.clock.now()), gen.text, gen.finish, gen.stop_reason, len(ids), tracked.n_out,
                       kv_out)
             body = (protocol.chat_response(*fields, reasoning_field=self.s.vllm.chat_reasoning_field) if chat
                     else protocol.completion_response(*fields))
@@ -277,7 +276,7 @@ class WorkerServer:
                       opts: protocol.StreamOptions | None, n_prompt: int) -> web.StreamResponse:
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
-        created = int(time.time())
+        created = int(self.runner.clock.now())
         if chat:
             first = protocol.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None, None)
             await resp.write(_sse(first))
@@ -340,7 +339,7 @@ class WorkerServer:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         policy = self.s.kv_transfer.kv_load_failure_policy
-        t0 = time.monotonic()
+        t0 = self.runner.clock.monotonic()
         try:
             notif = notif_request_id(kvp, rid, self.s.vllm.nixl_remote_request_id)
             result = await self.kv_receiver.pull(self._session, kvp, ids, notif, self.s.kv_pull_timeout_s)
@@ -351,8 +350,9 @@ class WorkerServer:
                                "kv_transfer_params", "KVTransferError") from None
             return 0
         self.runner.metrics.kv_transfers.inc()
-        self.runner.metrics.kv_transfer_time.observe(time.monotonic() - t0)
-        self.runner.metrics.nixl_xfer_time.observe(time.monotonic() - t0)
+        took = self.runner.clock.monotonic() - t0  # wall seconds, as vLLM measures it
+        self.runner.metrics.kv_transfer_time.observe(took)
+        self.runner.metrics.nixl_xfer_time.observe(took)
         return result.num_tokens
 
 
