@@ -42,7 +42,17 @@ from typing import cast
 from pdserve.router.core.scheduler import Mode, PoolViews, Scheduler
 from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.autoscale import Autoscaler, ScalingEvent
+from pdserve.sim.coast import coast
 from pdserve.sim.config import SimConfig, SimConfigError
+from pdserve.sim.events import DISPATCH as _DISPATCH
+from pdserve.sim.events import HANDOFF as _HANDOFF
+from pdserve.sim.events import KICK as _KICK
+from pdserve.sim.events import KV_DONE as _KV_DONE
+from pdserve.sim.events import KV_EVENTS as _KV_EVENTS
+from pdserve.sim.events import READY as _READY
+from pdserve.sim.events import SCRAPE as _SCRAPE
+from pdserve.sim.events import STEP_DONE as _STEP_DONE
+from pdserve.sim.events import TICK as _TICK
 from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
 from pdserve.common.kvlink import schedule_transfer
 from pdserve.sim.metrics import RequestRecord, summarize
@@ -52,10 +62,9 @@ from pdserve.sim.router_view import RouterView
 from pdserve.sim.scaling import apply_tick
 from pdserve.sim.traces import Trace
 from pdserve.sim.windows import WindowTracker
+from pdserve.worker.decode_run import plain_steps
 from pdserve.worker.engine import StepOutput
 from pdserve.worker.kvcache import KvEvents
-
-_KICK, _STEP_DONE, _KV_DONE, _READY, _TICK, _SCRAPE, _DISPATCH, _HANDOFF, _KV_EVENTS = range(9)
 
 
 @dataclass(slots=True)
@@ -79,7 +88,10 @@ class Simulation:
         *,
         autoscaler: Autoscaler | None = None,
         progress: Callable[[int, int], None] | None = None,
+        coast_decode: bool = True,
     ) -> None:
+        """``coast_decode=False`` makes every engine step its own event (see pdserve.sim.coast; the results
+        are the same, only slower: tests compare the two)."""
         # Resolved here, not only in run_simulation: Simulation(trace, SimConfig()) must run too,
         # with the engines' blocks (pool_spec) and the prompts' keys on the same block size.
         self.block_size: int = config.block_size if config.block_size is not None else default_block_size(trace)
@@ -108,6 +120,10 @@ class Simulation:
         self.rejected = 0
         self.steps = 0
         self.step_host_s = config.step_host_s
+        self.coast_decode = coast_decode
+        self.next_arrival_s = math.inf  # the run loop's next arrival (coasting must stop before it)
+        self.coasted_until = -math.inf  # end of the last step run inside a coast (the clock's reach)
+        self.coasted_steps = 0  # engine steps run inside coasts (included in steps)
         self.scaling_events: list[ScalingEvent] = []
         self.all_instances: list[Instance] = []
         self.counter = {p: 0 for p in pools}
@@ -245,18 +261,21 @@ class Simulation:
         self._step(inst)
 
     def _step(self, inst: Instance) -> None:
-        out = inst.engine.step(self.now)
+        now = self.now
+        if self.coast_decode and (k := plain_steps(inst.engine)) > 1:
+            now = coast(self, inst, k)  # steps that nobody else can see, run here; the next one starts at `now`
+        out = inst.engine.step(now)
         if out.num_scheduled == 0:
             # Blocked (e.g. KV held by leases or transfers not landed): retry when
             # something changes; a finishing step or a release kicks it again.
-            wake = inst.engine.next_event_time(self.now)
-            if wake is not None and wake > self.now:
+            wake = inst.engine.next_event_time(now)
+            if wake is not None and wake > now:
                 inst.kicked = True
                 self._push(wake, _KICK, inst)
             return
         self.steps += 1
         inst.busy = True
-        inst.step_start = now = self.now
+        inst.step_start = now
         inst.step_out = out
         self.seq += 1
         heapq.heappush(self.heap, (now + out.duration + self.step_host_s, self.seq, _STEP_DONE, inst))
@@ -388,7 +407,7 @@ class Simulation:
         every = max(1, n // 100)
         pop = heapq.heappop
         on_step_done = self._on_step_done
-        t_arr = reqs[0].arrival_s if n else math.inf
+        t_arr = self.next_arrival_s = reqs[0].arrival_s if n else math.inf
         while True:
             if heap and heap[0][0] < t_arr:
                 t, _, kind, obj = pop(heap)
@@ -425,7 +444,7 @@ class Simulation:
                 self.states[str(r.index)] = st
                 self._on_arrival(st)
                 i += 1
-                t_arr = reqs[i].arrival_s if i < n else math.inf
+                t_arr = self.next_arrival_s = reqs[i].arrival_s if i < n else math.inf
                 if self.progress is not None and i % every == 0:
                     self.progress(i, n)
             else:
@@ -435,7 +454,9 @@ class Simulation:
         return self._result()
 
     def _result(self) -> SimResult:
-        end = self.now
+        # A coast's steps are events the loop never popped; the last of them may be the latest step
+        # before max_sim_time_s stopped the clock.
+        end = max(self.now, self.coasted_until)
         for inst in self.all_instances:
             if inst.state is not State.RELEASED:
                 inst.released_at = end

@@ -1,0 +1,98 @@
+"""Runs of *plain* decode steps: many engine steps at once, for the simulator.
+
+A plain step is one that ``Engine.step`` would take on its decode fast path
+(``Engine._decode_step``: nothing waiting, nothing held, every running request
+decoding one token within its blocks) and in which, moreover, no request gets its
+first token or finishes, no block is allocated and no block becomes full (so it is
+neither cached nor reported in a KV event). Such a step changes nothing that anyone
+outside the engine can see (queue lengths, KV usage, the prefix cache, the router's
+index): only its requests' own progress. A run of them can therefore be computed in
+one go, before the discrete-event loop reaches their times, as long as nothing can
+reach the engine in between (the caller bounds the run by the next event that could).
+
+``plan`` gives the end times such steps would have, without touching the engine;
+``advance`` then applies the first ``k`` of them. Together they reproduce ``k`` calls
+of ``Engine.step`` exactly: the same cost arguments in the same order, the same
+sampled tokens, the same float times (each step starts when the previous ended,
+``end = (start + duration) + gap_s``, as the simulator schedules them).
+tests/worker/test_decode_run.py checks this against ``Engine.step`` itself.
+"""
+
+from __future__ import annotations
+
+from pdserve.worker.engine import Engine
+
+
+def plain_steps(engine: Engine) -> int:
+    """How many of the engine's next steps are plain (0 when the next one is not)."""
+    if engine.held or engine.waiting or not engine.running:
+        return 0
+    cfg = engine.config
+    running = engine.running
+    if len(running) > cfg.max_num_batched_tokens or cfg.long_prefill_token_threshold < 0:
+        return 0
+    ev = engine.pool.events
+    if ev.stored or ev.removed or ev.cleared:
+        return 0  # events recorded outside a step come out of the next one
+    bs = cfg.block_size
+    caching = cfg.enable_prefix_caching  # without it a full block is only counted, never cached or reported
+    limit = cfg.max_model_len - 2  # the step that reaches max_model_len finishes its request
+    k = limit
+    for req in running:
+        ctx = req.num_computed
+        if (req.num_tokens - ctx != 1 or ctx < req.num_prompt_tokens or not req.ignore_eos
+                or req.stop_token_ids):
+            return 0  # a prefill chunk, a first token, or a request that may stop on a sampled token
+        k = min(k, len(req.block_ids) * bs - ctx,  # the step that needs a new block
+                req.max_tokens - len(req.output_token_ids) - 1,  # the step of the last token
+                limit - ctx)
+        if caching:
+            k = min(k, (req.num_cached_blocks + 1) * bs - ctx - 1)  # the step that fills a block
+    return max(k, 0)
+
+
+def plan(engine: Engine, now: float, n: int, until: float, gap_s: float = 0.0) -> list[float]:
+    """End times of up to ``n`` plain steps run back to back from ``now``, up to and including the first
+    that does not end before ``until``; the caller has checked ``n <= plain_steps(engine)``."""
+    running = engine.running
+    seqs = len(running)
+    attn_pairs = 0
+    kv_read = 0
+    for req in running:
+        ctx = req.num_computed
+        attn_pairs += ctx + 1
+        kv_read += ctx
+    cost = engine._step_cost
+    ends: list[float] = []
+    t = now
+    for _ in range(n):
+        # Engine._decode_step's arithmetic: an int sum of (context + 1) per request, converted once
+        t = t + cost(seqs, float(attn_pairs), kv_read, seqs) + gap_s
+        ends.append(t)
+        if not t < until:
+            break
+        attn_pairs += seqs
+        kv_read += seqs
+    return ends
+
+
+def advance(engine: Engine, k: int) -> None:
+    """Apply ``k`` plain steps to the engine's requests (the state ``k`` calls of ``step`` leave)."""
+    cfg = engine.config
+    words = cfg.output_token_ids
+    n_words = len(words)
+    bs = cfg.block_size
+    count_full = not cfg.enable_prefix_caching
+    for req in engine.running:
+        out = req.output_token_ids
+        rng = req.rng
+        for _ in range(k):
+            # the sampling of Engine.step for a request that ignores EOS and has no stop tokens
+            rng = (rng * 1664525 + 1013904223) & 0xFFFFFFFF
+            out.append(words[(rng >> 8) % n_words])
+        req.rng = rng
+        req.num_computed += k
+        req.num_tokens += k
+        if count_full and req.num_computed // bs > req.num_cached_blocks:
+            req.num_cached_blocks = req.num_computed // bs  # as Engine._cache_full_blocks without caching
+    engine.generated_tokens += k * len(engine.running)
