@@ -137,6 +137,11 @@ class PodRunner:
     log_dir: Path
     interval_s: float = 0.5
     python: str = sys.executable
+    # The kubelet's restartPolicy: Always: a container whose process exited is started again
+    # (after a back-off of 1 s per earlier restart, at most 10 s). Off: an exit is final and
+    # reported, which is what most tests want to see.
+    restart_exited: bool = False
+    restarts: dict[str, int] = field(default_factory=dict)
     running: dict[str, _Running] = field(default_factory=dict)
     skipped: dict[str, Skipped] = field(default_factory=dict)
     exited: list[tuple[ContainerRun, int, str]] = field(default_factory=list)
@@ -144,6 +149,7 @@ class PodRunner:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _exited_at: dict[str, float] = field(default_factory=dict)
 
     def __enter__(self) -> PodRunner:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -182,8 +188,14 @@ class PodRunner:
                 elif (rc := self.running[key].proc.poll()) is not None:
                     r = self.running.pop(key)
                     self.exited.append((r.run, rc, _tail(r.log)))
+                    self._exited_at[key] = time.monotonic()
             for key, run in wanted.items():
-                if key not in self.running and not any(e[0].key == key for e in self.exited):
+                if key in self.running:
+                    continue
+                if not any(e[0].key == key for e in self.exited):
+                    self._start(run)
+                elif self.restart_exited and time.monotonic() - self._exited_at.get(key, 0.0) >= min(10.0, 1.0 * self.restarts.get(key, 0)):
+                    self.restarts[key] = self.restarts.get(key, 0) + 1
                     self._start(run)
 
     def _start(self, run: ContainerRun) -> None:
@@ -222,6 +234,19 @@ class PodRunner:
                 r.proc.wait()
             except ProcessLookupError:
                 pass
+
+    def kill(self, key: str, sig: signal.Signals = signal.SIGKILL) -> int:
+        """Chaos: send ``sig`` to a container's process group, as an OOM kill or a crash would;
+        returns the pid. The pod stays; with ``restart_exited`` the container comes back."""
+        with self._lock:
+            proc = self.running[key].proc
+        os.killpg(proc.pid, sig)
+        return proc.pid
+
+    def pid(self, key: str) -> int | None:
+        with self._lock:
+            r = self.running.get(key)
+            return r.proc.pid if r is not None and r.proc.poll() is None else None
 
     def processes(self, subcommand: str | None = None) -> list[ContainerRun]:
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -68,27 +69,49 @@ class PrometheusServer:
         last_error = ""
         for _ in range(3):  # another process may grab the port between probe and bind
             self.port = _free_port(self.host)
-            log = open(Path(self._dir.name, "prometheus.log"), "wb")
-            self._proc = subprocess.Popen(
-                [
-                    BINARY,
-                    f"--config.file={self._dir.name}/prometheus.yml",
-                    f"--storage.tsdb.path={self._dir.name}/data",
-                    f"--web.listen-address={self.host}:{self.port}",
-                    "--web.enable-lifecycle",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            log.close()
+            self._spawn()
             if self._wait_ready():
                 return self
-            last_error = Path(self._dir.name, "prometheus.log").read_text(errors="replace")[-2000:]
+            last_error = self._log_tail()
             self._stop()
         self._dir.cleanup()
         raise RuntimeError(f"prometheus did not become ready:\n{last_error}")
+
+    def _spawn(self) -> None:
+        assert self._dir is not None
+        log = open(Path(self._dir.name, "prometheus.log"), "ab")
+        self._proc = subprocess.Popen(
+            [
+                BINARY,
+                f"--config.file={self._dir.name}/prometheus.yml",
+                f"--storage.tsdb.path={self._dir.name}/data",
+                f"--web.listen-address={self.host}:{self.port}",
+                "--web.enable-lifecycle",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def _log_tail(self) -> str:
+        assert self._dir is not None
+        return Path(self._dir.name, "prometheus.log").read_text(errors="replace")[-2000:]
+
+    def kill(self) -> None:
+        """Chaos: SIGKILL the server (no shutdown, as when its node dies); port and TSDB are kept."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(10)
+        self._proc = None
+
+    def restart(self) -> None:
+        """Start again on the same address with the same TSDB (a Prometheus pod back on its volume)."""
+        self.kill()
+        self._spawn()
+        if not self._wait_ready(60.0):
+            raise RuntimeError(f"prometheus did not come back on port {self.port}:\n{self._log_tail()}")
 
     def _wait_ready(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout

@@ -1,4 +1,7 @@
+import http.server
 import math
+import socket
+import threading
 
 import pytest
 
@@ -100,6 +103,39 @@ def test_promql_queries_have_fallbacks():
 def test_prometheus_down_is_an_error_observation():
     o = PrometheusSource("http://127.0.0.1:9", PromQL(""), timeout_s=1).observe(5.0, P, D)
     assert o.error and "prometheus http://127.0.0.1:9" in o.error and o.timestamp == 5.0
+
+
+def test_prometheus_failures_read_as_one_short_line():
+    """status.planner.reason and the PlannerHeld Event carry this: the cause, not requests' kilobyte
+    of URL-encoded query (the chaos e2e saw a 1.2 kB reason for a refused connection)."""
+    refused = PrometheusSource("http://127.0.0.1:9", PromQL('namespace="ns"'), timeout_s=1).observe(5.0, P, D).error
+    assert refused == "prometheus http://127.0.0.1:9: unreachable: ConnectionRefusedError: [Errno 111] Connection refused"
+
+    with socket.socket() as silent:  # accepts connections (backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        hung = PrometheusSource(url, PromQL('namespace="ns"'), timeout_s=0.3).observe(5.0, P, D).error
+    assert hung is not None and hung.startswith(f"prometheus {url}: timed out: ") and "query=" not in hung, hung
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(503)
+            self.end_headers()
+            self.wfile.write(b"overloaded " * 500)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        failed = PrometheusSource(url, PromQL('namespace="ns"'), timeout_s=1).observe(5.0, P, D).error
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert failed is not None and "HTTP Status Code 503" in failed and len(failed) < 300, failed  # not 5.5 kB of body
 
 
 def test_router_target_gives_the_wake_up_signal():

@@ -125,8 +125,42 @@ class PrometheusSource:
             for key, q in self.query.queries().items():
                 values[key] = _scalar(self._prom.custom_query(query=q))
         except Exception as exc:  # network errors, HTTP 5xx, bad JSON: all mean "no data"
-            return Observation.failed(now, prefill, decode, f"prometheus {self.url}: {type(exc).__name__}: {exc}")
+            return Observation.failed(now, prefill, decode, f"prometheus {self.url}: {failure_reason(exc)}")
         return Observation(timestamp=now, prefill=prefill, decode=decode, **_metric_fields(values))
+
+
+# Longest "why" kept from a failed query: it lands in status.planner.reason and a Warning Event.
+REASON_LIMIT = 160
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a query failed, in a line a user reads in ``kubectl describe``.
+
+    requests/urllib3 wrap the socket error in three layers whose messages each repeat the
+    full query URL (kilobytes of URL-encoded PromQL); the innermost cause says what went
+    wrong (``Connection refused``, ``timed out``), so that one is kept, after what kind of
+    failure it was."""
+    import requests
+
+    from urllib3.exceptions import ReadTimeoutError
+
+    chain, root = [exc], exc
+    while True:  # MaxRetryError keeps its cause in .reason, requests in args[0], urllib3 in __cause__
+        candidates = (getattr(root, "reason", None), root.args[0] if root.args else None, root.__cause__)
+        nxt = next((c for c in candidates if isinstance(c, BaseException) and all(c is not x for x in chain)), None)
+        if nxt is None:
+            break
+        chain.append(nxt)
+        root = nxt
+    # A read timeout after retries reaches us as requests' ConnectionError: look down the chain
+    # (not for urllib3's ConnectTimeoutError: a refused connection's NewConnectionError is one).
+    kind = ("timed out" if isinstance(root, TimeoutError) or any(isinstance(e, (requests.Timeout, ReadTimeoutError)) for e in chain)
+            else "unreachable" if isinstance(exc, requests.ConnectionError)
+            else type(exc).__name__)
+    detail = str(root) if root is exc else f"{type(root).__name__}: {root}"
+    if "?query=" in detail or len(detail) > REASON_LIMIT:
+        detail = detail.split("?query=", 1)[0][:REASON_LIMIT] + "..."
+    return f"{kind}: {detail}"
 
 
 # Observation's float fields: the names PromQL.queries() may use as keys.

@@ -1,0 +1,335 @@
+"""Chaos on the data and metrics path, on the real control plane (issue 14, part 2):
+
+- Prometheus down for several planner intervals: the planner holds (no replica written),
+  says why in status.planner, an Event and its own metrics, and plans again once it is back;
+- the router killed with streams in flight: every client ends within a bound with a clean
+  error (never a hang, never a silently short answer), the workers stop generating for the
+  dead router, and the restarted router serves.
+
+Each prints `sent / completed / failed` and what the status said; the lead's note quotes them.
+The chart runs on the local control plane (kwok GPU nodes, the PodRunner starts the pods'
+processes as a kubelet would, restarting exited containers); a real Prometheus scrapes the pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import httpx
+import pytest
+from kubernetes import client
+
+import e2e_env
+from chaos_client import Tally, stream_completion
+from podrunner import PodRunner
+from prometheus_server import PrometheusServer, available
+from pdserve.kube.constants import GROUP, MERGE_PATCH, PLURAL, VERSION
+from pdserve.planner.decision import HOLD_ERROR
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.prometheus, pytest.mark.timeout(300)]
+
+NS = "chaos"
+SERVICE = "chaos-llama"
+INTERVAL_S = 5  # the planner's interval in this test (spec.autoscaling.intervalSeconds)
+
+
+@dataclass
+class Chaos:
+    core: client.CoreV1Api
+    apps: client.AppsV1Api
+    custom: client.CustomObjectsApi
+    runner: PodRunner
+    prom: PrometheusServer
+    planner_port: int
+    log_dir: Path
+
+    def dsvc(self) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE)
+        return obj
+
+    def planner_status(self) -> dict[str, Any]:
+        planner: dict[str, Any] = self.dsvc().get("status", {}).get("planner") or {}
+        return planner
+
+    def spec_replicas(self) -> tuple[int, int]:
+        spec = self.dsvc()["spec"]
+        return spec["prefill"]["replicas"], spec["decode"]["replicas"]
+
+    def pods(self, role: str) -> list[client.V1Pod]:
+        pods = self.core.list_namespaced_pod(NS, label_selector=f"pdserve.io/service={SERVICE},pdserve.io/role={role}").items
+        return [p for p in pods if p.status.phase == "Running" and p.status.pod_ip and not p.metadata.deletion_timestamp]
+
+    def urls(self, role: str) -> list[str]:
+        return [f"http://{p.status.pod_ip}:{e2e_env.HTTP_PORT}" for p in self.pods(role)]
+
+    def serving(self, role: str, at_least: int) -> bool:
+        return sum(1 for u in self.urls(role) if _ok(f"{u}/health")) >= at_least
+
+    def planner_metrics(self) -> str:
+        (op,) = [p for p in self.core.list_namespaced_pod(e2e_env.SYSTEM_NS).items
+                 if p.metadata.labels.get("app.kubernetes.io/component") == "operator"]
+        return httpx.get(f"http://{op.status.pod_ip}:{self.planner_port}/metrics", timeout=5).text
+
+    def diagnostics(self) -> str:
+        logs = sorted(self.log_dir.glob("*.log"))
+        tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-800:]}" for p in logs[-6:])
+        return f"\nplanner: {self.planner_status()}\n{self.runner.describe()}\n{tails}"
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one series in a Prometheus exposition, None when absent."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        if all(f'{k}="{v}"' in series for k, v in labels.items()):
+            return float(value)
+    return None
+
+
+@pytest.fixture(scope="module")
+def chaos(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
+    if not available():
+        pytest.fail("Debian's prometheus binary is needed (make system-deps)", pytrace=False)
+    work = tmp_path_factory.mktemp("chaos")
+    kubeconfig = Path(kube_cluster.kubeconfig)
+    api = e2e_env.api_client(kubeconfig)
+    core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+    tokens: dict[tuple[str, str], Path] = {}
+
+    def kubeconfig_for(ns: str, sa: str) -> Path:
+        if (ns, sa) not in tokens:
+            tokens[(ns, sa)] = kube_cluster.kubeconfig_for_service_account(ns, sa)
+        return tokens[(ns, sa)]
+
+    sd_file = work / "kubernetes_sd.json"
+    list_pods = e2e_env.pod_lister(core, [e2e_env.SYSTEM_NS, NS])
+    e2e_env.write_sd_file(sd_file, [])
+    planner_port = e2e_env.free_port()
+    with contextlib.ExitStack() as stack:
+        prom = stack.enter_context(PrometheusServer(e2e_env.podmonitor_scrape_configs(sd_file, e2e_env.SYSTEM_NS)))
+        hc = stack.enter_context(helm.Config(kubeconfig_path=str(kubeconfig), namespace=e2e_env.SYSTEM_NS))
+        # restart_exited: the kubelet restarts a killed container in its pod (restartPolicy Always).
+        runner = stack.enter_context(PodRunner(list_pods, kubeconfig_for, work / "pods", restart_exited=True))
+        env = Chaos(core, apps, custom, runner, prom, planner_port, work / "pods")
+        stop = threading.Event()
+
+        def discover() -> None:  # Prometheus's Kubernetes SD, as in test_mock_disagg
+            while not stop.is_set():
+                with contextlib.suppress(Exception):
+                    e2e_env.write_sd_file(sd_file, list_pods())
+                stop.wait(0.5)
+
+        discovery = threading.Thread(target=discover, name="kubernetes-sd", daemon=True)
+        discovery.start()
+        values = {"planner": {"prometheusUrl": prom.url, "intervalSeconds": INTERVAL_S, "metricsPort": planner_port},
+                  "monitoring": {"podMonitors": False, "prometheusRule": False}}
+        try:
+            hc.install(str(e2e_env.CHART), e2e_env.RELEASE, values, namespace=e2e_env.SYSTEM_NS, create_namespace=True, timeout=120)
+            runner.wait_for(lambda r: any(p.subcommand == "operator" for p in r.processes()), 90, "the operator's process")
+            e2e_env.wait_for("the planner's metrics endpoint", lambda: _ok_metrics(env), 90, describe=env.diagnostics)
+            with contextlib.suppress(client.ApiException):
+                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+            body = e2e_env.example_service(NS, prom.url)
+            body["metadata"]["name"] = SERVICE
+            body["spec"]["model"]["servedName"] = SERVICE
+            custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
+            yield env
+        finally:
+            with contextlib.suppress(client.ApiException):
+                custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE)
+            with contextlib.suppress(TimeoutError):
+                e2e_env.wait_for("the service's pods gone", lambda: not core.list_namespaced_pod(NS).items, 60)
+            stop.set()
+            discovery.join(timeout=5)
+            with contextlib.suppress(helm.HelmError):
+                hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
+
+
+def _ok_metrics(env: Chaos) -> bool:
+    try:
+        return "pdserve_planner" in env.planner_metrics()
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+def serve_at(env: Chaos, prefill: int, decode: int, *, planner_holds: bool = False) -> None:
+    """The service has these replicas in its spec and serves a completion through its router.
+    ``planner_holds``: the planner must not change them meanwhile (it has no metrics)."""
+    if env.spec_replicas() != (prefill, decode):
+        patch = {"spec": {"prefill": {"replicas": prefill}, "decode": {"replicas": decode}}}
+        env.custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE, patch, _content_type=MERGE_PATCH)
+
+    def up(role: str, n: int) -> bool:
+        if planner_holds:
+            assert env.spec_replicas() == (prefill, decode), f"replicas written without metrics: {env.planner_status()}"
+        return env.serving(role, n)
+
+    for role, n in (("prefill", prefill), ("decode", decode), ("router", 1)):
+        e2e_env.wait_for(f"{n} {role} serving", lambda role=role, n=n: up(role, n), 120, describe=env.diagnostics)
+    errors: list[str] = []
+
+    def one() -> bool:
+        r = stream_completion(env.urls("router")[0], SERVICE, 4, seed=1, read_timeout_s=20)
+        errors.append(f"{r.outcome}: {r.detail}")
+        return r.outcome == "completed"
+
+    e2e_env.wait_for("a completion through the router", one, 60, interval_s=1, describe=lambda: f"{errors[-3:]} {env.diagnostics()}")
+
+
+class Trickle:
+    """One short streamed request per ``period_s`` through the router, counted."""
+
+    def __init__(self, env: Chaos, period_s: float = 0.5, read_timeout_s: float = 20.0) -> None:
+        self.env, self.period_s, self.read_timeout_s = env, period_s, read_timeout_s
+        self.tally = Tally()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            urls = self.env.urls("router")
+            if urls:
+                self.tally.add(stream_completion(urls[0], SERVICE, 8, seed=900_000 + i, read_timeout_s=self.read_timeout_s))
+                i += 1
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> Trickle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.read_timeout_s + 10)
+        assert not self._thread.is_alive(), "a trickle request hung past its read timeout"
+
+
+def test_prometheus_down_holds_the_planner_visibly_and_it_plans_again_when_back(chaos: Chaos) -> None:
+    env = chaos
+    serve_at(env, 1, 1)
+    # Before: with metrics the planner decides (not held) on this service.
+    e2e_env.wait_for("a planner decision on metrics", lambda: (s := env.planner_status()) and s.get("time") and not s.get("held"),
+                     60, describe=env.diagnostics)
+    metrics = env.planner_metrics()
+    held_before = sample(metrics, "pdserve_planner_held_decisions_total", service=SERVICE, reason=HOLD_ERROR) or 0.0
+
+    events_before = {e.metadata.uid for e in env.core.list_namespaced_event(NS).items}
+    with Trickle(env) as trickle:
+        env.prom.kill()
+        # Pools sized up (by hand, or for a burst) just as Prometheus went away: with metrics the
+        # planner would bring them back to 1/1 after the 10 s stabilisation (checked at the end);
+        # without metrics it must keep them.
+        serve_at(env, 2, 2, planner_holds=True)
+        generation = env.dsvc()["metadata"]["generation"]
+        seen: dict[str, dict[str, Any]] = {}  # status.planner by its time, after the patch
+
+        def held_intervals() -> bool:
+            assert env.spec_replicas() == (2, 2), f"replicas written while Prometheus is down: {env.planner_status()}"
+            s = env.planner_status()
+            if s.get("time") and s.get("prefillReplicas") == 2:
+                seen[s["time"]] = s
+            return len(seen) >= 4
+
+        e2e_env.wait_for("4 planner intervals without Prometheus", held_intervals, 8 * INTERVAL_S + 30, describe=env.diagnostics)
+        assert env.dsvc()["metadata"]["generation"] == generation, "the planner patched the spec while Prometheus was down"
+        for s in seen.values():
+            assert s["held"] is True and s["holdReason"] == HOLD_ERROR, s
+            assert (s["prefillReplicas"], s["decodeReplicas"]) == (2, 2), s
+            # One line a user reads in `kubectl describe`: who and why, not the failed query's URL.
+            assert s["reason"] == (f"held: metrics unavailable: prometheus {env.prom.url}: unreachable: "
+                                   "ConnectionRefusedError: [Errno 111] Connection refused"), s["reason"]
+        events = [e for e in env.core.list_namespaced_event(NS).items
+                  if e.involved_object.name == SERVICE and e.reason == "PlannerHeld" and e.metadata.uid not in events_before]
+        assert events and events[-1].type == "Warning" and "metrics unavailable" in events[-1].message, events
+        metrics = env.planner_metrics()
+        assert sample(metrics, "pdserve_planner_held", service=SERVICE, namespace=NS) == 1.0
+        held_now = sample(metrics, "pdserve_planner_held_decisions_total", service=SERVICE, reason=HOLD_ERROR) or 0.0
+        assert held_now - held_before >= 4, (held_before, held_now)
+    tally = trickle.tally
+    print(tally.summary("prometheus down, requests through the router"))
+    print(f"prometheus down: {len(seen)} intervals held, status.planner.reason={next(iter(seen.values()))['reason']!r}, "
+          f"Event {events[-1].reason}: {events[-1].message!r}, pdserve_planner_held_decisions_total"
+          f"{{reason={HOLD_ERROR!r}}} +{held_now - held_before:.0f}")
+    assert tally.sent >= 10 and not tally.failed, tally.summary("prometheus down") + f" {tally.failed[:3]}"
+
+    env.prom.restart()
+    # Back: the planner decides on metrics again, and the idle pools return to their minimum.
+    e2e_env.wait_for("the planner plans again and scales down", lambda: not env.planner_status().get("held")
+                     and env.spec_replicas() == (1, 1), 90, interval_s=1, describe=env.diagnostics)
+    status = env.planner_status()
+    print(f"prometheus back: held={status['held']} reason={status['reason']!r}")
+    assert sample(env.planner_metrics(), "pdserve_planner_held", service=SERVICE, namespace=NS) == 0.0
+
+
+def test_router_killed_with_streams_in_flight_clients_get_a_clean_error_and_it_serves_again(chaos: Chaos) -> None:
+    env = chaos
+    serve_at(env, 1, 1)
+    (router_pod,) = env.pods("router")
+    (run,) = [r for r in env.runner.processes("router") if r.pod == router_pod.metadata.name]
+    url = env.urls("router")[0]
+    streams, tokens = 8, 2000  # long enough to be in flight for the whole test: ~2000 x ITL
+    tally = Tally()
+    progress = [0] * streams
+    read_timeout_s = 30.0
+
+    def client(i: int) -> None:
+        def on_chunk(n: int) -> None:
+            progress[i] = n
+
+        tally.add(stream_completion(url, SERVICE, tokens, seed=100 + i, read_timeout_s=read_timeout_s, on_chunk=on_chunk))
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(streams)]
+    for t in threads:
+        t.start()
+    e2e_env.wait_for("every stream under way", lambda: min(progress) >= 5, 60, describe=lambda: f"{progress} {env.diagnostics()}")
+    decode_urls = env.urls("decode")
+    running = sum(_gauge(u, "vllm:num_requests_running") for u in decode_urls)
+    assert running >= streams, running
+
+    killed_pid = env.runner.kill(run.key, signal.SIGKILL)
+    killed_at = time.monotonic()
+    for t in threads:
+        t.join(timeout=read_timeout_s + 10)
+    assert not any(t.is_alive() for t in threads), f"a stream hangs after the router died: {progress}"
+    print(tally.summary("router SIGKILLed, streams in flight"))
+    print(f"  outcomes: {sorted({r.detail for r in tally.results})}")
+    assert tally.sent == streams and all(r.clean for r in tally.results), tally.results
+    assert tally.completed == 0, "2000-token streams cannot have finished: the kill came too late to test anything"
+    # The bound: the router's death itself ends each stream (the socket closes), not the client's timer.
+    assert max(r.ended for r in tally.results) - killed_at < 5.0, [r.ended - killed_at for r in tally.results]
+
+    # The workers abort what the dead router asked for (vLLM aborts on disconnect): no orphan decoding.
+    e2e_env.wait_for("decode workers idle", lambda: sum(_gauge(u, "vllm:num_requests_running") for u in decode_urls) == 0,
+                     15, describe=env.diagnostics)
+
+    # The container is restarted in its pod (same IP) and serves again.
+    e2e_env.wait_for("the router restarted", lambda: (pid := env.runner.pid(run.key)) is not None and pid != killed_pid, 30,
+                     describe=env.diagnostics)
+    e2e_env.wait_for("the restarted router healthy", lambda: _ok(f"{url}/health"), 60, describe=env.diagnostics)
+    after = Tally()
+    for i in range(10):
+        after.add(stream_completion(url, SERVICE, 16, seed=200 + i, read_timeout_s=read_timeout_s))
+    print(after.summary("after the router restart"))
+    assert after.completed == after.sent == 10, after.results
+    assert env.runner.restarts.get(run.key) == 1
+
+
+def _gauge(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name) and not line.startswith("#"))
