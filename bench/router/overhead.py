@@ -51,16 +51,20 @@ def _stat(pid: int) -> list[str]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its threads, plus those of its live child processes
-    (`pdserve router --processes N` is a supervisor and N routers)."""
-    fields = _stat(pid)
-    total = int(fields[11]) + int(fields[12])
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+    """utime + stime of a process and its threads, plus those of its live descendants
+    (`pdserve router --processes N` is a supervisor and N routers; a Python launcher may
+    run a router as its child)."""
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
         try:
-            f = _stat(int(child))
+            f = _stat(p)
             total += int(f[11]) + int(f[12])
-        except FileNotFoundError:
-            pass
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # exited meanwhile
     return total / TICK
 
 

@@ -1,0 +1,304 @@
+"""Burst benchmark: N streaming chat requests arriving at one instant, through pdserve's
+router and through vllm-router and sglang-router, side by side in one run (issue 14).
+
+    flock /tmp/pdserve-bench.lock .venv/bin/python bench/router/burst.py --streams 256 1024 --rounds 5 \\
+        --out bench/router/results/burst.json --plot bench/router/results/burst.png
+
+One mock vLLM worker (aggregated: no prefill/decode split, so every router is a plain
+proxy in front of the same worker; zero modelled GPU time by default, so every delay is
+serving overhead) with the served model's tokenizer (a byte-level BPE with Llama 3's
+chat template, trained locally: pdserve's router tokenizes every chat request the way
+vLLM does, the Rust routers do not tokenize). Targets, each its own process:
+
+- ``direct``: the worker itself (the floor);
+- ``pdserve`` (``--processes 1``) and ``pdserve-2proc`` (``--processes 2``, what the
+  cgroup default gives a 2-CPU pod), policy kv_aware (pdserve's default);
+- ``vllm-router`` 0.1.17 and ``sglang-router`` 0.3.2 from PyPI (``--peers-python``: a venv
+  with both; policy ``--rust-policy``, round_robin by default: their cheapest);
+- ``pdserve-baseline`` with ``--baseline-src``: pdserve's router from another source tree.
+
+Each burst: ``--client-procs`` load processes (``burst_client.py``, one connection per
+stream, so the load generator is not one saturated event loop) open N streams at one
+wall-clock instant. TTFT is measured from that instant to the first content token. The
+router's CPU seconds (utime + stime of its process tree, from /proc) over the burst,
+divided by the content tokens streamed, give its CPU per streamed token. Every target
+gets one unmeasured warm-up burst per N, then ``--rounds`` measured bursts in rotating
+order; the targets are judged per round against the better Rust router of the same
+round (ratios), reported as the median over rounds [min..max].
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead import cpu_seconds, free_port, pct, start_proc  # noqa: E402
+from resultmeta import Run, write_result  # noqa: E402
+
+from pdserve.tokenization.testing import build_bpe_tokenizer  # noqa: E402
+from pdserve.worker.testing import start_worker  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+MODEL = "mock-llama"
+RUST = ("vllm-router", "sglang-router")
+TARGETS = ("direct", "pdserve", "pdserve-2proc", *RUST)
+# The issue's targets: pdserve's TTFT p99 and CPU per streamed token against the better
+# Rust router of the same round.
+TTFT_TARGET, CPU_TARGET = 1.2, 1.3
+
+
+def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid: int | None,
+               load_cpus: str | None) -> dict:
+    """One burst of ``streams`` simultaneous streams against ``url``; per-burst numbers."""
+    start_at = time.time() + args.lead_s
+    cmd = [sys.executable, str(HERE / "burst_client.py"), "--url", url, "--start-at", f"{start_at:.6f}",
+           "--max-tokens", str(args.max_tokens), "--prompt-words", str(args.prompt_words), "--model", MODEL,
+           "--timeout", str(args.timeout)]
+    if load_cpus:
+        cmd = ["taskset", "-c", load_cpus, *cmd]
+    sizes = [streams // procs + (1 if i < streams % procs else 0) for i in range(procs)]
+    clients = [subprocess.Popen([*cmd, "--streams", str(n), "--offset", str(sum(sizes[:i]))],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i, n in enumerate(sizes)]
+    # The router's CPU over the burst only: read it just before the clients open their streams.
+    time.sleep(max(0.0, start_at - time.time() - 0.02))
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    outs = [c.communicate(timeout=args.timeout + 60) for c in clients]
+    cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+    late = time.time() - start_at
+    ttft: list[float] = []
+    e2e: list[float] = []
+    tokens, errors = 0, []
+    for c, (out, err) in zip(clients, outs):
+        if c.returncode != 0:
+            raise RuntimeError(f"load client failed ({c.returncode}): {err.decode()[-500:]}")
+        r = json.loads(out)
+        ttft += [x for x in r["ttft_s"] if x is not None]
+        e2e += [x for x in r["e2e_s"] if x is not None]
+        tokens += sum(r["tokens"])
+        errors += r["errors"]
+    ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
+    out = {"streams": streams, "ok": len(e2e), "errors": len(errors), "error_examples": sorted(set(errors))[:3],
+           "ttft_p50_ms": ms(pct(ttft, 0.5)), "ttft_p99_ms": ms(pct(ttft, 0.99)), "ttft_max_ms": ms(max(ttft, default=None)),
+           "e2e_p99_ms": ms(pct(e2e, 0.99)), "tokens": tokens, "wall_s": round(late, 3),
+           "load_average_1m": round(os.getloadavg()[0], 2)}
+    if pid:
+        out["router_cpu_s"] = round(cpu, 3)
+        out["router_cpu_us_per_token"] = round(cpu * 1e6 / max(tokens, 1), 2)
+    return out
+
+
+def median_range(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    return {"median": round(statistics.median(xs), 3), "min": round(xs[0], 3), "max": round(xs[-1], 3),
+            "rounds": len(xs)}
+
+
+def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per target: median [min..max] over rounds, and per-round ratios to the better Rust
+    router of the same round (lower TTFT p99 / lower CPU per token, each on its own)."""
+    out: dict[str, dict] = {}
+    n = min((len(rs) for rs in rounds.values()), default=0)
+    for name, rs in rounds.items():
+        o: dict = {}
+        for key in ("ttft_p50_ms", "ttft_p99_ms", "ttft_max_ms", "e2e_p99_ms", "router_cpu_us_per_token"):
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            if vals:
+                o[key] = median_range(vals)
+        o["errors"] = sum(r["errors"] for r in rs)
+        o["streams_ok"] = sum(r["ok"] for r in rs)
+        if name not in RUST and all(k in rounds for k in RUST):
+            for key, label in (("ttft_p99_ms", "ttft_p99_vs_best_rust"),
+                               ("router_cpu_us_per_token", "cpu_per_token_vs_best_rust")):
+                ratios = []
+                for i in range(n):
+                    best = min((rounds[k][i].get(key) for k in RUST if rounds[k][i].get(key)), default=None)
+                    mine = rs[i].get(key)
+                    if best and mine is not None:
+                        ratios.append(mine / best)
+                if ratios:
+                    o[label] = median_range(ratios)
+        out[name] = o
+    return out
+
+
+def verdicts(summary: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """Target met when the median ratio over rounds is within the issue's bound."""
+    out: dict[str, dict] = {}
+    for streams, targets in summary.items():
+        for name, o in targets.items():
+            if not name.startswith("pdserve"):
+                continue
+            t, c = o.get("ttft_p99_vs_best_rust"), o.get("cpu_per_token_vs_best_rust")
+            out.setdefault(name, {})[streams] = {
+                "ttft_p99_within_1.2x": None if t is None else t["median"] <= TTFT_TARGET,
+                "cpu_per_token_within_1.3x": None if c is None else c["median"] <= CPU_TARGET,
+                "errors": o["errors"]}
+    return out
+
+
+def fmt(o: dict | None, digits: int = 1) -> str:
+    if not o:
+        return "-"
+    return f"{o['median']:.{digits}f} [{o['min']:.{digits}f}..{o['max']:.{digits}f}]"
+
+
+def markdown(doc: dict) -> str:
+    m = doc["meta"]
+    lines = [f"# Router burst benchmark\n\nCommand: `{m['command']}`  ",
+             f"Commit {m['commit'][:10]}{' (dirty)' if m['dirty'] else ''}, {m['date']}, load average (1 min) "
+             f"{m['loadavg_before']['1m']} before, {m['loadavg_after']['1m']} after; {m['cpus']} CPUs; "
+             f"{doc['setup']}\n",
+             "Median over rounds [min..max]; ratios are per round against the better of vllm-router and "
+             "sglang-router in the same round.\n",
+             "| streams | target | TTFT p50 ms | TTFT p99 ms | TTFT p99 / best Rust | router CPU µs/token "
+             "| CPU/token / best Rust | errors |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for streams, targets in doc["summary"].items():
+        for name, o in targets.items():
+            lines.append(f"| {streams} | {name} | {fmt(o.get('ttft_p50_ms'), 0)} | {fmt(o.get('ttft_p99_ms'), 0)} "
+                         f"| {fmt(o.get('ttft_p99_vs_best_rust'), 2)} | {fmt(o.get('router_cpu_us_per_token'), 1)} "
+                         f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {o['errors']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = list(doc["summary"])
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    for ax, key, title in ((axes[0], "ttft_p99_ms", "TTFT p99 (ms)"),
+                           (axes[1], "router_cpu_us_per_token", "router CPU per streamed token (µs)")):
+        names = [n for n in doc["summary"][levels[0]] if key in doc["summary"][levels[0]][n]]
+        width = 0.8 / max(len(names), 1)
+        for i, name in enumerate(names):
+            os_ = [doc["summary"][lv].get(name, {}).get(key) for lv in levels]
+            xs = [j + i * width for j in range(len(levels))]
+            med = [o["median"] if o else 0 for o in os_]
+            err = [[o["median"] - o["min"] if o else 0 for o in os_], [o["max"] - o["median"] if o else 0 for o in os_]]
+            ax.bar(xs, med, width, yerr=err, capsize=3, label=name)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(levels))], [f"{lv} streams" for lv in levels])
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    fig.suptitle("simultaneous streaming chat requests, one mock worker; median over rounds, bars min..max")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, nargs="+", default=[256, 1024], help="simultaneous streams per burst")
+    ap.add_argument("--rounds", type=int, default=5, help="measured bursts per target and level")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--prompt-words", type=int, default=64)
+    ap.add_argument("--client-procs", type=int, default=2, help="load processes sharing each burst")
+    ap.add_argument("--speedup", type=float, default=1e9, help="mock worker --mock-speedup (1e9: no GPU time)")
+    ap.add_argument("--targets", nargs="+", default=list(TARGETS),
+                    choices=[*TARGETS, "pdserve-baseline"], help="direct is always run")
+    ap.add_argument("--rust-policy", default="round_robin", help="vllm-router / sglang-router --policy")
+    ap.add_argument("--peers-python", type=Path, default=ROOT / ".cache" / "peers-venv" / "bin" / "python",
+                    help="a Python with vllm-router and sglang-router installed (the `peers` extra)")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="src/ of another pdserve tree (`git archive COMMIT src | tar -x -C DIR`): target "
+                         "pdserve-baseline, its router with --processes 1")
+    ap.add_argument("--pin", default=None, metavar="ROUTER_CPUS:LOAD_CPUS",
+                    help="taskset the routers to ROUTER_CPUS and the worker and load clients to LOAD_CPUS")
+    ap.add_argument("--lead-s", type=float, default=1.0, help="seconds the load processes get to start")
+    ap.add_argument("--timeout", type=float, default=120.0, help="per stream")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None)
+    args = ap.parse_args()
+    targets = ["direct", *[t for t in args.targets if t != "direct"]]
+    if "pdserve-baseline" in targets and not args.baseline_src:
+        ap.error("target pdserve-baseline needs --baseline-src")
+    run = Run(runs=args.rounds)
+    router_cpus = load_cpus = None
+    if args.pin:
+        router_cpus, load_cpus = args.pin.split(":")
+        os.sched_setaffinity(0, {int(c) for c in load_cpus.split(",")})
+    errors: dict[str, str] = {}
+    with ExitStack() as stack:
+        tok = build_bpe_tokenizer(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-tok-")))
+        w = stack.enter_context(start_worker(MODEL, speedup=args.speedup, tokenizer=str(tok),
+                                             args=["--max-num-seqs", "4096", "--max-num-batched-tokens", "1048576"]))
+        if load_cpus:
+            subprocess.run(["taskset", "-a", "-cp", load_cpus, str(w.proc.pid)], check=True, capture_output=True)
+        urls: dict[str, tuple[str, int | None]] = {"direct": (w.url, None)}
+        router = [sys.executable, "-m", "pdserve.cli", "router", "--decode", w.url, "--tokenizer", str(tok),
+                  "--log-level", "WARNING"]
+        for name, extra, src in (("pdserve", ["--processes", "1"], None),
+                                 ("pdserve-2proc", ["--processes", "2"], None),
+                                 ("pdserve-baseline", ["--processes", "1"], args.baseline_src)):
+            if name not in targets:
+                continue
+            env = {**os.environ, "PYTHONPATH": str(src.resolve())} if src else None
+            port = free_port()
+            proc = start_proc(stack, [*router, *extra, "--port", str(port)], f"http://127.0.0.1:{port}/health",
+                              router_cpus, env)
+            urls[name] = (f"http://127.0.0.1:{port}", proc.pid)
+        peers_bin = args.peers_python.parent
+        for name, cmd in (("vllm-router", [str(peers_bin / "vllm-router"), "--log-level", "warning"]),
+                          ("sglang-router", [str(peers_bin / "sglang-router"), "launch", "--log-level", "warn"])):
+            if name not in targets:
+                continue
+            if not Path(cmd[0]).exists():
+                errors[name] = f"not installed next to {args.peers_python}"
+                continue
+            port = free_port()
+            # Both default their metrics exporter to port 29000: give each its own.
+            proc = start_proc(stack, [str(args.peers_python), *cmd, "--worker-urls", w.url, "--policy",
+                                      args.rust_policy, "--host", "127.0.0.1", "--port", str(port),
+                                      "--prometheus-port", str(free_port())],
+                              f"http://127.0.0.1:{port}/health", router_cpus)
+            urls[name] = (f"http://127.0.0.1:{port}", proc.pid)
+        rounds: dict[str, dict[str, list[dict]]] = {}
+        for streams in args.streams:
+            procs = max(1, min(args.client_procs, streams))
+            rs: dict[str, list[dict]] = {name: [] for name in urls}
+            for name, (url, pid) in urls.items():  # warm-up: first-use costs, connection pools
+                print(f"warm-up {name} x{streams}", flush=True)
+                burst_once(url, streams, procs, args, pid, load_cpus)
+            names = list(urls)
+            for rnd in range(args.rounds):
+                k = rnd % len(names)
+                for name in names[k:] + names[:k]:
+                    url, pid = urls[name]
+                    r = burst_once(url, streams, procs, args, pid, load_cpus)
+                    rs[name].append(r)
+                    print(f"{streams} streams, round {rnd + 1}/{args.rounds}, {name}: TTFT p50 {r['ttft_p50_ms']} "
+                          f"p99 {r['ttft_p99_ms']} ms, errors {r['errors']}, CPU/token "
+                          f"{r.get('router_cpu_us_per_token', '-')} µs, load {r['load_average_1m']}", flush=True)
+            rounds[str(streams)] = rs
+    summary = {s: summarise(rs) for s, rs in rounds.items()}
+    doc = {"bench": "router_burst",
+           "setup": (f"one mock worker (--mock-speedup {args.speedup:g}), aggregated (no P/D split), chat requests "
+                     f"of ~{args.prompt_words} words, {args.max_tokens} streamed tokens each, a locally trained BPE "
+                     f"tokenizer with Llama 3's chat template; pdserve policy kv_aware, Rust routers "
+                     f"{args.rust_policy}; {args.client_procs} load processes, one connection per stream; "
+                     f"pin {args.pin or 'none'}; {args.rounds} rounds, rotating order, one warm-up burst each"),
+           "summary": summary, "verdicts": verdicts(summary), "rounds": rounds, "errors": errors}
+    print(json.dumps({"summary": summary, "verdicts": doc["verdicts"]}, indent=1))
+    if args.out:
+        write_result(args.out, doc, run)
+        full = json.loads(args.out.read_text())
+        args.out.with_suffix(".md").write_text(markdown(full))
+        if args.plot:
+            plot(full, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
