@@ -65,6 +65,13 @@ SMOKES: list[Smoke] = [
     Smoke("overhead", "bench/router/overhead.py",
           ["--concurrency", "2", "--requests-per-stream", "1", "--rounds", "1", "--modes", "burst", "--only", "pdserve",
            "--out", "{out}/ov.json", "--plot", "{out}/ov.png"], ["ov.json"], timeout_s=180),
+    Smoke("burst", "bench/router/burst.py",
+          ["--streams", "8", "--rounds", "1", "--targets", "pdserve", "--max-tokens", "4", "--out", "{out}/burst.json",
+           "--plot", "{out}/burst.png"], ["burst.json", "burst.md", "burst.png"], timeout_s=180),
+    # The load process alone, against a port nothing listens on: every stream is a recorded error.
+    Smoke("burst_client", "bench/router/burst_client.py",
+          ["--url", "http://127.0.0.1:9", "--streams", "3", "--start-at", "0", "--timeout", "5",
+           "--out", "{out}/client.json"], ["client.json"], timeout_s=60),
     Smoke("tracing_cost", "bench/router/tracing_cost.py",
           ["--requests", "16", "--concurrency", "4", "--rounds", "1", "--out", "{out}/tracing.json"], ["tracing.json"],
           timeout_s=180),

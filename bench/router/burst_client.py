@@ -26,6 +26,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 # A content token: a delta/choice whose text is not empty (vLLM's first chat chunk
@@ -197,6 +198,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--prompt-words", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=120.0, help="per stream, seconds")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON here instead of stdout")
     args = ap.parse_args()
     try:
         from uvloop import run
@@ -205,9 +207,13 @@ def main() -> int:
     results = run(burst(args.url, args.kind, args.model, prompts_for(args.streams, args.offset,
                                                                              args.prompt_words),
                                 args.max_tokens, args.start_at, args.timeout))
-    json.dump({"ttft_s": [r.ttft_s for r in results], "ttft_own_s": [r.ttft_own_s for r in results],
-               "e2e_s": [r.e2e_s for r in results], "tokens": [r.tokens for r in results],
-               "errors": [r.error for r in results if r.error]}, sys.stdout)
+    doc = json.dumps({"ttft_s": [r.ttft_s for r in results], "ttft_own_s": [r.ttft_own_s for r in results],
+                      "e2e_s": [r.e2e_s for r in results], "tokens": [r.tokens for r in results],
+                      "errors": [r.error for r in results if r.error]})
+    if args.out:
+        args.out.write_text(doc + "\n")
+    else:
+        sys.stdout.write(doc)
     return 0
 
 
