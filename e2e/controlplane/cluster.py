@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import ssl
 import tempfile
 import time
@@ -319,6 +320,31 @@ class LocalCluster:
             self.start_timeout_s,
             self.components,
         )
+
+    # -- chaos: stop and restart one component ------------------------------------
+
+    def component(self, name: str) -> Component:
+        return next(c for c in self.components if c.name == name)
+
+    def kill_apiserver(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Chaos: take kube-apiserver down (SIGKILL by default: watches break without a
+        goodbye); etcd, the controllers, the scheduler and kwok keep running."""
+        comp = self.component("kube-apiserver")
+        if comp.process is not None:
+            os.killpg(comp.process.pid, sig)
+        comp.stop()
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again with the same port, certificates and etcd (the
+        same cluster state), and wait until /readyz answers."""
+        comp = self.component("kube-apiserver")
+        comp.start()
+        ctx = self._admin_ssl()
+
+        def ready() -> bool:
+            return httpx.get(f"{self.server}/readyz", verify=ctx, timeout=3).status_code == 200
+
+        wait_until("kube-apiserver /readyz after a restart", ready, self.start_timeout_s, [comp])
 
     # -- API helpers (admin) -----------------------------------------------------
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import socket
+import time
 
-from pdserve.kube.lease import LeaseConfig, Record, decide, micro_time, next_spec
+import pytest
+from kubernetes import client as k8s
+
+from pdserve.kube.api import Kube
+from pdserve.kube.errors import KubeError
+from pdserve.kube.lease import LeaderElector, LeaseConfig, Record, decide, micro_time, next_spec
 
 
 def held(by: str, duration: float = 15.0, transitions: int = 0) -> Record:
@@ -56,3 +63,32 @@ def test_record_from_a_lease_body() -> None:
     body = {"spec": {"holderIdentity": "op-1", "leaseDurationSeconds": 15, "leaseTransitions": 2, "renewTime": "x"}}
     assert Record.from_body(body) == Record("op-1", 15.0, None, "x", 2)
     assert Record.from_body({"spec": {}}) == Record()
+
+
+def _unreachable_kube() -> Kube:
+    """A Kube whose API server refuses connections (as while kube-apiserver restarts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again on leaving: nothing listens there
+    cfg = k8s.Configuration(host=f"http://127.0.0.1:{port}")
+    cfg.retries = 0
+    return Kube(k8s.ApiClient(cfg), request_timeout_s=2)
+
+
+async def test_no_answer_from_the_api_server_is_a_transient_kube_error() -> None:
+    kube = _unreachable_kube()
+    with pytest.raises(KubeError) as err:
+        await kube.get("/api/v1/namespaces/default/pods")
+    assert err.value.status == 0 and err.value.transient
+    assert "no answer from the API server" in str(err.value)
+
+
+async def test_a_leader_cut_off_from_the_api_server_keeps_trying_until_the_renew_deadline() -> None:
+    # The leader holds the Lease, then the API server goes away: keep() must retry and return
+    # (leadership lost) after the renew deadline, never die on the first refused connection.
+    elector = LeaderElector(_unreachable_kube(), LeaseConfig("l", "ns", "a", duration_s=0.6, renew_deadline_s=0.4, retry_s=0.05))
+    elector.last_renewed = time.monotonic()
+    t0 = time.monotonic()
+    await asyncio.wait_for(elector.keep(), 10)
+    assert time.monotonic() - t0 >= 0.4
+    assert elector.last_renewed is None

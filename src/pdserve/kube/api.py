@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 
 from pdserve.kube.constants import (
@@ -64,8 +65,13 @@ class Kube:
             method, path, query_params=list((query or {}).items()), header_params=headers, auth_settings=["BearerToken"]
         )
         # The REST layer JSON-encodes dicts for JSON and apply-patch+yaml content types alike.
-        resp = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=self.timeout)
-        raw = resp.read()
+        try:
+            resp = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=self.timeout)
+            raw = resp.read()
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            # No answer at all (API server restarting, connection refused or reset, timeout):
+            # a KubeError like any other, so callers' retry rules apply instead of a crash.
+            raise KubeError(0, f"no answer from the API server: {type(e).__name__}: {e}", method, path) from e
         if resp.status >= 400:
             try:
                 message = json.loads(raw).get("message", raw.decode())

@@ -15,8 +15,8 @@ class KubeError(Exception):
 
     @property
     def transient(self) -> bool:
-        """Worth retrying as is: a conflict, throttling or a server-side failure."""
-        return self.status in (409, 429) or self.status >= 500
+        """Worth retrying as is: no answer (status 0), a conflict, throttling or a server-side failure."""
+        return self.status in (0, 409, 429) or self.status >= 500
 
     @property
     def not_found(self) -> bool:
