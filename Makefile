@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 K8S_BIN := .cache/k8s/bin
 PYTEST_ARGS ?=
 
-.PHONY: test lint unit conformance conformance-env venv system-deps k8s-bins demo crds dashboard bench bench-smoke clean help
+.PHONY: test lint unit conformance conformance-env load-env venv system-deps k8s-bins demo crds dashboard bench bench-smoke clean help
 
 help:
 	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
@@ -46,11 +46,11 @@ dashboard: venv
 # Lint rules and types (config in pyproject.toml); `make test` runs it first.
 lint:
 	@test -x $(VENV)/bin/mypy -a -x $(VENV)/bin/ruff || $(MAKE) venv
-	$(VENV)/bin/ruff check src tests e2e bench conformance
+	$(VENV)/bin/ruff check src tests e2e bench conformance tools
 	$(VENV)/bin/mypy
 
-test: venv lint system-deps k8s-bins conformance-env
-	PDSERVE_CONFORMANCE_REQUIRED=1 PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
+test: venv lint system-deps k8s-bins conformance-env load-env
+	PDSERVE_CONFORMANCE_REQUIRED=1 PDSERVE_LOAD_REQUIRED=1 PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(MAKE) --no-print-directory bench-smoke
 
 # Every benchmark script on a tiny input (seconds each, outputs in a temporary folder),
@@ -62,6 +62,11 @@ bench-smoke: venv
 # pinned lists in conformance/requirements/; rebuilt only when a list changes.
 conformance-env:
 	$(PY_SYS) conformance/setup_env.py
+
+# NVIDIA's aiperf (pyproject's `load` extra) in its own venv, .cache/load-venv (git-ignored);
+# rebuilt only when the extra changes. The demo's --load-engine aiperf and its test use it.
+load-env:
+	$(PY_SYS) tools/setup_load_env.py
 
 # The conformance tier alone; a missing venv or a check that compared nothing fails.
 # Counts go to a file of this run only (worktrees may share .cache/).

@@ -8,6 +8,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,9 +20,13 @@ from pdserve.demo import live, report, timeline, workload
 from pdserve.demo.replay import RequestResult, replay
 from pdserve.demo.stack import Stack, StackConfig
 from pdserve.demo.target import EndpointTarget, LocalTarget, Target
+from pdserve.loadgen import aiperf_run
+from pdserve.loadgen.aiperf import AiperfSettings, Record
+from pdserve.loadgen.aiperf_run import wall_to_monotonic
 from pdserve.sim.traces import TraceError
 
 WINDOW_S = 10.0
+Load = Coroutine[object, object, list[RequestResult]]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="with --endpoint: the served model name (default: the first it lists)")
     p.add_argument("--planner-metrics", metavar="URL",
                    help="with --endpoint: the planner's /metrics base URL, to show its forecast")
+    p.add_argument("--load-engine", choices=("builtin", "aiperf"), default="builtin",
+                   help="who sends the requests: pdserve's own replay (default: each request is seen live as it "
+                   "happens) or NVIDIA's aiperf (`pip install 'pdserve[load]'` or `make load-env`), which replays "
+                   "the same requests at the same times and whose per-request export makes the same report")
+    p.add_argument("--aiperf", metavar="PATH", help="with --load-engine aiperf: the aiperf program (default: the one "
+                   "beside this Python, on PATH, or .cache/load-venv from `make load-env`)")
+    p.add_argument("--tokenizer", help="with --load-engine aiperf: aiperf's tokenizer for its own token counts, a hub "
+                   "id or a local directory as vLLM's --tokenizer (default: the served model's name)")
     return p
 
 
@@ -64,6 +77,8 @@ def _validate(args: argparse.Namespace) -> str | None:
         return f"--endpoint must be an http:// or https:// URL, got {args.endpoint!r}"
     if args.endpoint is None and (args.model or args.planner_metrics):
         return "--model and --planner-metrics only apply with --endpoint"
+    if args.load_engine != "aiperf" and (args.aiperf or args.tokenizer):
+        return "--aiperf and --tokenizer only apply with --load-engine aiperf"
     if not args.max_replicas >= 1:
         return "--max-replicas must be at least 1"
     for name in ("ttft_slo_ms", "itl_slo_ms", "mock_speedup", "planner_interval"):
@@ -83,15 +98,35 @@ class Run:
         self.finished: list[tuple[float, RequestResult]] = []
         self.samples: list[timeline.Sample] = []
         self._last_counters: timeline.Counters | None = None
+        # When the load's schedule started, on this clock: at once for the built-in replay; aiperf
+        # first configures itself (tens of seconds), and its records tell when it started.
+        self.load_start: float | None = 0.0
+        self.engine_stats: dict[str, float | str] = {}
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    def elapsed(self) -> float:
+        """Seconds of replayed schedule (0 while the load engine is still starting)."""
+        return 0.0 if self.load_start is None else self.now() - self.load_start
 
     def on_sent(self, _req: workload.DemoRequest) -> None:
         self.sent_times.append(self.now())
 
     def on_result(self, res: RequestResult) -> None:
         self.finished.append((self.now(), res))
+
+    def on_recorded(self, rec: Record) -> None:
+        """A request reported after the fact, with its own wall-clock send and end times (aiperf)."""
+        sent = wall_to_monotonic(rec.sent_wall_s) - self.t0
+        self.sent_times.append(sent)
+        self.finished.append((wall_to_monotonic(rec.end_wall_s) - self.t0, rec.result))
+        start = sent - rec.scheduled_s
+        self.load_start = start if self.load_start is None else min(self.load_start, start)
+
+    def final_samples(self) -> list[timeline.Sample]:
+        return timeline.resample(self.samples, self.sent_times, self.finished, WINDOW_S, self.slo,
+                                 self.load_start or 0.0)
 
     async def sample(self, client: httpx.AsyncClient) -> timeline.Sample:
         pools = await self.target.pools(client)
@@ -109,11 +144,23 @@ class Run:
         return s
 
 
-async def _drive(run: Run, requests: list[workload.DemoRequest], duration: float, show_live: bool, console: Console) -> list[RequestResult]:
-    replay_task = asyncio.create_task(replay(run.target.router_url, run.target.model, requests, run.on_result,
-                                             run.on_sent))
+def _builtin(run: Run, requests: list[workload.DemoRequest]) -> Load:
+    return replay(run.target.router_url, run.target.model, requests, run.on_result, run.on_sent)
+
+
+async def _aiperf(run: Run, requests: list[workload.DemoRequest], settings: AiperfSettings, work_dir: Path,
+                  console: Console) -> list[RequestResult]:
+    run.load_start = None
+    done = await aiperf_run.replay(settings, run.target.router_url, run.target.model, requests, work_dir,
+                                   on_result=run.on_recorded, log=console.print)
+    run.engine_stats = done.summary
+    return done.results
+
+
+async def _drive(run: Run, load: Load, duration: float, total: int, show_live: bool, console: Console) -> list[RequestResult]:
+    replay_task = asyncio.create_task(load)
     async with httpx.AsyncClient() as client:
-        live_view = Live(live.render(None, run.slo, 0, duration, 0, len(requests)), console=console, refresh_per_second=4) if show_live else None
+        live_view = Live(live.render(None, run.slo, 0, duration, 0, total), console=console, refresh_per_second=4) if show_live else None
         if live_view:
             live_view.start()
         try:
@@ -123,9 +170,9 @@ async def _drive(run: Run, requests: list[workload.DemoRequest], duration: float
                 next_tick += 1.0
                 s = await run.sample(client)
                 if live_view:
-                    live_view.update(live.render(s, run.slo, run.now(), duration, len(run.sent_times), len(requests)))
-                elif int(s.t) % 10 == 0:
-                    console.print(_line(s, run.slo, duration))
+                    live_view.update(live.render(s, run.slo, run.elapsed(), duration, len(run.sent_times), total))
+                elif int(s.t) % 10 == 0 and run.load_start is not None:
+                    console.print(_line(s, run.elapsed(), run.slo, duration))
                 run.target.check_alive()
         finally:
             if live_view:
@@ -135,13 +182,13 @@ async def _drive(run: Run, requests: list[workload.DemoRequest], duration: float
     return await replay_task
 
 
-def _line(s: timeline.Sample, slo: timeline.Slo, duration: float) -> str:
+def _line(s: timeline.Sample, elapsed: float, slo: timeline.Slo, duration: float) -> str:
     def ms(v: float | None) -> str:
         return "   –  " if v is None else f"{v * 1000:5.0f}ms"
 
     att = "–" if s.attainment is None else f"{s.attainment * 100:.0f}%"
     return (
-        f"[{s.t:4.0f}/{duration:.0f}s] {s.sent_rps:4.1f} req/s  inflight {s.inflight:3d}  "
+        f"[{elapsed:4.0f}/{duration:.0f}s] {s.sent_rps:4.1f} req/s  inflight {s.inflight:3d}  "
         f"TTFT p90 {ms(s.ttft_p90)} (SLO {slo.ttft_s * 1000:.0f})  ITL p90 {ms(s.itl_p90)} (SLO {slo.itl_s * 1000:.0f})  "
         f"SLO met {att}  prefill {s.prefill_replicas} decode {s.decode_replicas}  errors {s.errors}"
     )
@@ -198,6 +245,11 @@ def main(argv: list[str]) -> int:
         f"[bold]pdserve demo[/]: {len(requests)} requests from {Path(trace.source).name} "
         f"({trace.duration_s / 60:.0f} min of trace in {args.duration:.0f} s), {where}"
     )
+    aiperf_exe = aiperf_run.find_aiperf(args.aiperf) if args.load_engine == "aiperf" else None
+    if args.load_engine == "aiperf" and aiperf_exe is None:
+        _error(f"--load-engine aiperf: no aiperf program {'at ' + args.aiperf if args.aiperf else 'found'} "
+               "(pip install 'pdserve[load]', or make load-env)")
+        return 2
     t_start = time.monotonic()
     stack: Stack | None = None
     target: Target
@@ -215,9 +267,13 @@ def main(argv: list[str]) -> int:
     except (RuntimeError, TimeoutError) as e:
         _error(str(e))
         return 1
+    aiperf_settings = None if aiperf_exe is None else AiperfSettings(aiperf_exe, args.tokenizer or target.model)
     try:
         run = Run(target, slo)
-        results = asyncio.run(_drive(run, requests, args.duration, not args.no_live and console.is_terminal, console))
+        load = (_builtin(run, requests) if aiperf_settings is None else
+                _aiperf(run, requests, aiperf_settings, run_dir / "load", console))
+        results = asyncio.run(_drive(run, load, args.duration, len(requests),
+                                     not args.no_live and console.is_terminal, console))
     except KeyboardInterrupt:
         console.print("interrupted; stopping", style="yellow")
         return 130
@@ -228,7 +284,8 @@ def main(argv: list[str]) -> int:
         if stack is not None:
             with console.status("stopping the router, planner and workers..."):
                 stack.stop()
-    summary = timeline.summarize(results, run.samples, slo)
+    samples = run.final_samples()
+    summary = timeline.summarize(results, samples, slo)
     settings = {
         "trace": f"{Path(trace.source).name} (sha256 {trace.sha256[:12]})",
         "duration_s": args.duration, "requests": len(requests), "mean_rate_rps": args.rate,
@@ -237,10 +294,12 @@ def main(argv: list[str]) -> int:
         "mock_speedup": args.mock_speedup, "planner_interval_s": args.planner_interval,
         "max_replicas_per_pool": args.max_replicas, "router_policy": args.policy,
         "endpoint": args.endpoint or "local stack", "model": target.model,
+        "load_engine": "builtin" if aiperf_settings is None else f"aiperf {run.engine_stats.get('aiperf_version', '')}".strip(),
         "wall_time_s": round(time.monotonic() - t_start, 1),
     }  # fmt: skip
     planner = _planner_stats(run_dir / "decisions.jsonl") if stack is not None else None
-    files = report.write(out, summary, run.samples, results, slo, settings, planner)
+    engine = {k: v for k, v in run.engine_stats.items() if k != "aiperf_version"} or None
+    files = report.write(out, summary, samples, results, slo, settings, planner, engine)
     console.print(f"[bold green]done[/]: {summary.succeeded}/{summary.requests} requests succeeded; report in {out}/")
     for key, value in asdict(summary).items():
         console.print(f"  {key}: {value}")

@@ -74,12 +74,15 @@ def write(
     slo: Slo,
     settings: dict[str, object],
     planner: dict[str, object] | None = None,
+    engine: dict[str, float | str] | None = None,
 ) -> list[Path]:
+    """``engine``: the load engine's own statistics (aiperf's export), shown beside ours as a cross-check."""
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "load_replicas.png", out / "latency.png", out / "timeline.json", out / "requests.csv", out / "summary.md"]
     plot_load_and_replicas(samples, files[0])
     plot_latency(samples, slo, files[1])
-    files[2].write_text(json.dumps({"settings": settings, "slo": asdict(slo), "summary": asdict(summary), "samples": [s.as_dict() for s in samples]}, indent=1))
+    files[2].write_text(json.dumps({"settings": settings, "slo": asdict(slo), "summary": asdict(summary),
+                                    "load_engine_stats": engine, "samples": [s.as_dict() for s in samples]}, indent=1))
     with open(files[3], "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["index", "sent_at_s", "prompt_tokens", "output_tokens", "ttft_s", "mean_itl_s", "e2e_s", "error"])
@@ -118,6 +121,10 @@ def write(
         f"| prefix-cache hit ratio (mean over windows) | {_pct(s.mean_hit_ratio)} |",
         "",
         *(["## Planner", "", *[f"- {k}: {v}" for k, v in planner.items()], ""] if planner else []),
+        *(["## The load engine's own statistics", "",
+           "aiperf's aggregate over the same requests (its `profile_export_aiperf.json`, seconds shown as ms):", "",
+           *[f"- {k}: {_ms(v) if k.startswith(('ttft', 'itl')) and isinstance(v, float) else v}" for k, v in engine.items()],
+           ""] if engine else []),
         "## Plots",
         "",
         "![load and replicas](load_replicas.png)",

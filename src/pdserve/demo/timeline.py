@@ -108,6 +108,36 @@ def sample(
     )
 
 
+def resample(
+    samples: Sequence[Sample],
+    sent_times: Sequence[float],
+    finished: Sequence[tuple[float, RequestResult]],
+    window_s: float,
+    slo: Slo,
+    shift: float = 0.0,
+) -> list[Sample]:
+    """The live samples again, their request statistics recomputed from the complete record.
+
+    A load engine may hand a request over after the tick that should have counted it
+    (aiperf flushes its records once a second), so each tick is recomputed from the events
+    up to it. Times move by ``shift`` (when the load itself started: aiperf configures
+    itself for tens of seconds first) and ticks before it are dropped. Pool sizes, hit
+    ratio and forecast stay as they were read live."""
+    out = []
+    sent = sorted(t - shift for t in sent_times)
+    done = sorted(((t - shift, r) for t, r in finished), key=lambda p: p[0])
+    for s in samples:
+        now = s.t - shift
+        if now < 0:
+            continue
+        sent_now = [t for t in sent if t <= now]
+        done_now = [p for p in done if p[0] <= now]
+        out.append(sample(now, window_s, sent_now, done_now, inflight=len(sent_now) - len(done_now),
+                          pools=(s.prefill_replicas, s.decode_replicas), slo=slo, ratio=s.hit_ratio,
+                          predicted_rps=s.predicted_rps))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
     requests: int
