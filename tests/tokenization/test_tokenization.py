@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pdserve.tokenization import ChatTemplateError, TokenizerLoadError, load_tokenizer
+from pdserve.tokenization import ChatOptions, ChatTemplateError, TokenizerLoadError, load_tokenizer
 from pdserve.tokenization.testing import EOT, LLAMA3_CHAT_TEMPLATE, build_bpe_tokenizer, shipped_mistral_tokenizer
 
 HEADER = "<|start_header_id|>{}<|end_header_id|>\n\n"
@@ -85,7 +85,7 @@ def test_content_parts_openai_format_reach_the_template_as_parts(tmp_path):
 
 def test_continue_final_message_leaves_the_assistant_turn_open(tok):
     msgs = [{"role": "user", "content": "Count"}, {"role": "assistant", "content": "one two"}]
-    text = tok.render(msgs, add_generation_prompt=False, continue_final_message=True)
+    text = tok.render(msgs, ChatOptions(add_generation_prompt=False, continue_final_message=True))
     assert text.endswith(HEADER.format("assistant") + "one two")
     with pytest.raises(ChatTemplateError, match="Cannot set both"):
         tok.chat_ids(msgs, continue_final_message=True)  # add_generation_prompt defaults to True, as in vLLM
@@ -126,7 +126,7 @@ def test_assistant_tool_call_arguments_reach_the_template_as_dicts(tmp_path):
     t = load_tokenizer(str(build_bpe_tokenizer(tmp_path)), chat_template=tmpl)
     msgs = [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]}]
-    assert t.render(msgs, add_generation_prompt=False) == "weatherParis"
+    assert t.render(msgs, ChatOptions(add_generation_prompt=False)) == "weatherParis"
 
 
 def test_explicit_chat_template_file_overrides(tmp_path, bpe_dir):

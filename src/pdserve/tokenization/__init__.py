@@ -10,6 +10,7 @@ See docs/internals.md ("Tokenization").
 
 from pdserve.tokenization.base import (
     TOKENIZER_MODES,
+    ChatOptions,
     ChatTemplateError,
     ModelTokenizer,
     TokenizerLoadError,
@@ -19,6 +20,7 @@ from pdserve.tokenization.loader import load_tokenizer
 
 __all__ = [
     "TOKENIZER_MODES",
+    "ChatOptions",
     "ChatTemplateError",
     "ModelTokenizer",
     "TokenizerLoadError",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 TokenizerMode = Literal["auto", "hf", "slow", "mistral", "mock"]
@@ -23,6 +24,17 @@ class TokenizerLoadError(RuntimeError):
 
 class ChatTemplateError(ValueError):
     """The request cannot be rendered (bad messages, template error): a client error."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """A chat request's rendering fields (vLLM's ``ChatCompletionRequest``), handed to every mode as one."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
 
 
 class ModelTokenizer(ABC):
@@ -47,7 +59,6 @@ class ModelTokenizer(ABC):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``."""
 
-    @abstractmethod
     def chat_ids(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -61,6 +72,13 @@ class ModelTokenizer(ABC):
         """Ids of a chat request, as vLLM's ``/v1/chat/completions`` produces them.
 
         Raises ``ChatTemplateError`` for requests vLLM refuses with a 400."""
+        check_chat_args(messages, add_generation_prompt, continue_final_message)
+        return self._chat_ids(messages, ChatOptions(add_generation_prompt, continue_final_message, add_special_tokens,
+                                                    tools, chat_template_kwargs))
+
+    @abstractmethod
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]], opts: ChatOptions) -> list[int]:
+        """``chat_ids`` in this mode, for messages that passed ``check_chat_args``."""
 
     def in_vocab(self, ids: Sequence[int]) -> bool:
         return all(0 <= i < self.vocab_size for i in ids)

@@ -30,7 +30,7 @@ import jinja2.meta
 import jinja2.nodes
 import jinja2.sandbox
 
-from pdserve.tokenization.base import ChatTemplateError, ModelTokenizer, TokenizerLoadError, check_chat_args
+from pdserve.tokenization.base import ChatOptions, ChatTemplateError, ModelTokenizer, TokenizerLoadError, check_chat_args
 from pdserve.tokenization.chat_messages import ContentFormat, developer_to_system, parse_messages
 from pdserve.tokenization.content_format import detect_content_format
 from pdserve.tokenization.rules import ChatRules, rules_for
@@ -103,18 +103,15 @@ class HfTokenizer(ModelTokenizer):
             return detect_content_format(template)
         return self._content_format  # type: ignore[return-value]
 
-    def render(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        add_generation_prompt: bool = True,
-        continue_final_message: bool = False,
-        tools: list[dict[str, Any]] | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> str:
+    def render(self, messages: Sequence[Mapping[str, Any]], opts: ChatOptions | None = None) -> str:
         """The chat prompt as text (what vLLM renders before tokenizing)."""
-        check_chat_args(messages, add_generation_prompt, continue_final_message)
-        user_kwargs = dict(chat_template_kwargs or {})
+        opts = opts or ChatOptions()
+        check_chat_args(messages, opts.add_generation_prompt, opts.continue_final_message)
+        return self._render(messages, opts)
+
+    def _render(self, messages: Sequence[Mapping[str, Any]], opts: ChatOptions) -> str:
+        tools = opts.tools
+        user_kwargs = dict(opts.chat_template_kwargs or {})
         if bad := _UNEXPECTED_KWARGS & user_kwargs.keys():
             raise ChatTemplateError(f"Found unexpected chat template kwargs from request: {bad}")
         template = self.chat_template(tools)
@@ -122,8 +119,8 @@ class HfTokenizer(ModelTokenizer):
         conversation = developer_to_system(conversation, template, self.rules)
         kwargs: dict[str, Any] = {
             **user_kwargs,
-            "add_generation_prompt": add_generation_prompt,
-            "continue_final_message": continue_final_message,
+            "add_generation_prompt": opts.add_generation_prompt,
+            "continue_final_message": opts.continue_final_message,
         }
         try:
             accept = (self._fn_params | _template_vars(template)) - _UNEXPECTED_KWARGS
@@ -137,20 +134,9 @@ class HfTokenizer(ModelTokenizer):
             raise ChatTemplateError(f"chat template rejected the request: {e}") from e
         return str(text)
 
-    def chat_ids(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        add_generation_prompt: bool = True,
-        continue_final_message: bool = False,
-        add_special_tokens: bool = False,
-        tools: list[dict[str, Any]] | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> list[int]:
-        text = self.render(messages, add_generation_prompt=add_generation_prompt,
-                           continue_final_message=continue_final_message, tools=tools,
-                           chat_template_kwargs=chat_template_kwargs)
-        return self.encode(text, add_special_tokens=add_special_tokens and self.rules.chat_add_special_tokens)
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]], opts: ChatOptions) -> list[int]:
+        text = self._render(messages, opts)
+        return self.encode(text, add_special_tokens=opts.add_special_tokens and self.rules.chat_add_special_tokens)
 
 
 def load_hf(source: str, mode: str, *, revision: str | None, hf_token: str | None, trust_remote_code: bool,

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pdserve.tokenization.base import ChatTemplateError, ModelTokenizer, TokenizerLoadError, check_chat_args
+from pdserve.tokenization.base import ChatOptions, ChatTemplateError, ModelTokenizer, TokenizerLoadError
 from pdserve.tokenization.rules import ChatRules, rules_for
 
 SHIPPED = {
@@ -82,34 +82,24 @@ class MistralTokenizer(ModelTokenizer):
         policy = SpecialTokenPolicy.IGNORE if skip_special_tokens else SpecialTokenPolicy.KEEP
         return str(self._tok.decode(list(ids), special_token_policy=policy))
 
-    def chat_ids(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        add_generation_prompt: bool = True,
-        continue_final_message: bool = False,
-        add_special_tokens: bool = False,
-        tools: list[dict[str, Any]] | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> list[int]:
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]], opts: ChatOptions) -> list[int]:
         from mistral_common.exceptions import MistralCommonException
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
-        check_chat_args(messages, add_generation_prompt, continue_final_message)
         if not self.rules.mistral_from_openai:
-            return self._chat_ids_011(messages, tools)
-        if chat_template_kwargs is not None:
+            return self._chat_ids_011(messages, opts.tools)
+        if opts.chat_template_kwargs is not None:
             raise ChatTemplateError("chat_template is not supported for Mistral tokenizers.")
         last_role = messages[-1].get("role")
-        if add_generation_prompt and last_role == "assistant":
+        if opts.add_generation_prompt and last_role == "assistant":
             raise ChatTemplateError("Cannot set `add_generation_prompt` to True when the last message is from the "
                                     "assistant. Consider using `continue_final_message` instead.")
-        if continue_final_message and last_role != "assistant":
+        if opts.continue_final_message and last_role != "assistant":
             raise ChatTemplateError("Cannot set `continue_final_message` to True when the last message is not "
                                     "from the assistant.")
         try:
             request = ChatCompletionRequest.from_openai(
-                messages=[dict(m) for m in messages], tools=tools, continue_final_message=continue_final_message)
+                messages=[dict(m) for m in messages], tools=opts.tools, continue_final_message=opts.continue_final_message)
             return list(self._m.encode_chat_completion(request).tokens)
         except (AssertionError, ValueError, TypeError, MistralCommonException) as e:
             raise ChatTemplateError(f"mistral-common refused the request: {e}") from e

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pdserve.tokenization.base import ChatTemplateError, ModelTokenizer, check_chat_args
+from pdserve.tokenization.base import ChatOptions, ChatTemplateError, ModelTokenizer, check_chat_args
 
 # Special tokens of the one chat template (Llama-3 style markers).
 BOS = "<|begin_of_text|>"
@@ -120,13 +120,10 @@ def decode(ids: Iterable[int], skip_special_tokens: bool = True) -> str:
 
 def apply_chat_template(messages: Sequence[Mapping[str, object]], add_generation_prompt: bool = True) -> str:
     """The one chat template (Llama-3 layout). Content may be a string or OpenAI text parts."""
+    check_chat_args(messages, add_generation_prompt, continue_final_message=False)  # a ChatTemplateError (ValueError)
     out = [BOS]
     for i, msg in enumerate(messages):
-        if not isinstance(msg, Mapping):
-            raise ValueError(f"messages[{i}] must be an object")
-        role = msg.get("role")
-        if not isinstance(role, str) or not role:
-            raise ValueError(f"messages[{i}].role must be a non-empty string")
+        role = msg["role"]
         out.append(f"{START_HEADER}{role}{END_HEADER}\n\n{_content_text(msg.get('content'), i)}{EOT}")
     if add_generation_prompt:
         out.append(f"{START_HEADER}assistant{END_HEADER}\n\n")
@@ -165,21 +162,11 @@ class MockTokenizer(ModelTokenizer):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def chat_ids(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        add_generation_prompt: bool = True,
-        continue_final_message: bool = False,
-        add_special_tokens: bool = False,
-        tools: list[dict[str, Any]] | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> list[int]:
-        check_chat_args(messages, add_generation_prompt, continue_final_message)
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]], opts: ChatOptions) -> list[int]:
         try:
-            text = apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+            text = apply_chat_template(messages, add_generation_prompt=opts.add_generation_prompt)
         except ValueError as e:
             raise ChatTemplateError(str(e)) from e
-        if continue_final_message and text.endswith(EOT):
+        if opts.continue_final_message and text.endswith(EOT):
             text = text[: -len(EOT)]
-        return self.encode(text, add_special_tokens=add_special_tokens)
+        return self.encode(text, add_special_tokens=opts.add_special_tokens)
