@@ -100,20 +100,26 @@ async def worker_metric(url: str, name: str, label: str | None = None) -> float:
 
 
 @asynccontextmanager
-async def run_router(cfg: RouterConfig) -> AsyncIterator[RouterHandle]:
-    cfg.port = 0
-    app = build_app(cfg)
+async def serve_app(app: web.Application) -> AsyncIterator[tuple[str, int]]:
+    """``app`` on a free loopback port for the block: yields its base URL and port."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
     try:
-        yield RouterHandle(f"http://127.0.0.1:{port}", app[STATE_KEY], session)
+        yield f"http://127.0.0.1:{port}", port
     finally:
-        await session.close()
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def run_router(cfg: RouterConfig) -> AsyncIterator[RouterHandle]:
+    cfg.port = 0
+    app = build_app(cfg)
+    async with serve_app(app) as (url, _port), aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=60)) as session:
+        yield RouterHandle(url, app[STATE_KEY], session)
 
 
 async def wait_for(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:

@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from pdserve.router.core.spec import RoutingSpec
-from tests.router.conftest import MODEL, read_sse, router_config, run_router
+from tests.router.conftest import MODEL, read_sse, router_config, run_router, serve_app
 
 PROMPT = "the model token cache " * 40
 
@@ -92,31 +92,18 @@ async def _decode(ledger: Ledger, name: str, request: web.Request) -> web.Stream
 
 
 @asynccontextmanager
-async def _serve(app: web.Application) -> AsyncIterator[tuple[str, int]]:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", port
-    finally:
-        await runner.cleanup()
-
-
-@asynccontextmanager
 async def fake_pd(ledger: Ledger, n_decode: int = 2) -> AsyncIterator[tuple[str, list[str]]]:
     async with AsyncExitStack() as stack:
         port: list[int] = []
         papp = web.Application()
         papp.router.add_post("/v1/completions", partial(_prefill, ledger, port))
-        purl, pport = await stack.enter_async_context(_serve(papp))
+        purl, pport = await stack.enter_async_context(serve_app(papp))
         port.append(pport)  # the side channel: never dialled by these fakes
         durls = []
         for i in range(n_decode):
             dapp = web.Application()
             dapp.router.add_post("/v1/completions", partial(_decode, ledger, f"d{i}"))
-            durls.append((await stack.enter_async_context(_serve(dapp)))[0])
+            durls.append((await stack.enter_async_context(serve_app(dapp)))[0])
         yield purl, durls
 
 

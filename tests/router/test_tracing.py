@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from pdserve.router.cli import build_parser, config_from_args
 from pdserve.router.core.spec import RoutingSpec
 from pdserve.router.shell.tracing import Tracing, traces_url
-from tests.router.conftest import MODEL, RouterHandle, kill, read_sse, router_config, run_router, spawn, stream_text
+from tests.router.conftest import (MODEL, RouterHandle, kill, read_sse, router_config, run_router, serve_app, spawn,
+                                  stream_text)
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -55,15 +56,10 @@ async def recording_proxy(upstream: str) -> AsyncIterator[tuple[str, list[dict[s
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", forward)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}", seen
+        async with serve_app(app) as (url, _port):
+            yield url, seen
     finally:
-        await runner.cleanup()
         await session.close()
 
 
