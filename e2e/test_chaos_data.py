@@ -39,6 +39,8 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.prometheus, pytest.mark.time
 NS = "chaos"
 SERVICE = "chaos-llama"
 INTERVAL_S = 5  # the planner's interval in this test (spec.autoscaling.intervalSeconds)
+SHORT_TOKENS = 60  # a stream that ends well within the router's drain after SIGTERM
+TERMINATION_GRACE_S = 5.0  # the PodRunner's SIGTERM -> SIGKILL grace (a kubelet's is the pod's, 30 s)
 
 
 @dataclass
@@ -193,22 +195,30 @@ def serve_at(env: Chaos, prefill: int, decode: int, *, planner_holds: bool = Fal
 
 
 class Trickle:
-    """One short streamed request per ``period_s`` through the router, counted."""
+    """One short streamed request per ``period_s`` through the router, counted.
+
+    Like a Service, it sends only to router pods that are Ready (their readiness probe,
+    /health, answers 200; kwok marks pods Ready without probing), and it keeps the time
+    during which no router was ready: that is an outage clients of a Service would see."""
 
     def __init__(self, env: Chaos, period_s: float = 0.5, read_timeout_s: float = 20.0) -> None:
         self.env, self.period_s, self.read_timeout_s = env, period_s, read_timeout_s
         self.tally = Tally()
+        self.no_ready_router_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         i = 0
         while not self._stop.is_set():
-            urls = self.env.urls("router")
-            if urls:
-                self.tally.add(stream_completion(urls[0], SERVICE, 8, seed=900_000 + i, read_timeout_s=self.read_timeout_s))
+            t0 = time.monotonic()
+            ready = [u for u in self.env.urls("router") if _ok(f"{u}/health")]
+            if ready:
+                self.tally.add(stream_completion(ready[0], SERVICE, 8, seed=900_000 + i, read_timeout_s=self.read_timeout_s))
                 i += 1
             self._stop.wait(self.period_s)
+            if not ready:
+                self.no_ready_router_s += time.monotonic() - t0
 
     def __enter__(self) -> Trickle:
         self._thread.start()
@@ -277,46 +287,62 @@ def test_prometheus_down_holds_the_planner_visibly_and_it_plans_again_when_back(
     assert sample(env.planner_metrics(), "pdserve_planner_held", service=SERVICE, namespace=NS) == 0.0
 
 
+class Streams:
+    """``n`` streams of ``tokens`` tokens each through one router URL, started together."""
+
+    def __init__(self, url: str, n: int, tokens: int, *, seed: int, read_timeout_s: float = 30.0) -> None:
+        self.url, self.tokens, self.seed, self.read_timeout_s = url, tokens, seed, read_timeout_s
+        self.tally = Tally()
+        self.progress = [0] * n
+        self.threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _client(self, i: int) -> None:
+        def on_chunk(n: int) -> None:
+            self.progress[i] = n
+
+        self.tally.add(stream_completion(self.url, SERVICE, self.tokens, seed=self.seed + i,
+                                         read_timeout_s=self.read_timeout_s, on_chunk=on_chunk))
+
+    def under_way(self, chunks: int) -> bool:
+        return min(self.progress) >= chunks
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(timeout=self.read_timeout_s + 10)
+        assert not any(t.is_alive() for t in self.threads), f"a stream hangs: {self.progress}"
+
+
+def decode_running(urls: list[str]) -> float:
+    return sum(_gauge(u, "vllm:num_requests_running") for u in urls)
+
+
 def test_router_killed_with_streams_in_flight_clients_get_a_clean_error_and_it_serves_again(chaos: Chaos) -> None:
     env = chaos
     serve_at(env, 1, 1)
     (router_pod,) = env.pods("router")
     (run,) = [r for r in env.runner.processes("router") if r.pod == router_pod.metadata.name]
     url = env.urls("router")[0]
-    streams, tokens = 8, 2000  # long enough to be in flight for the whole test: ~2000 x ITL
-    tally = Tally()
-    progress = [0] * streams
-    read_timeout_s = 30.0
-
-    def client(i: int) -> None:
-        def on_chunk(n: int) -> None:
-            progress[i] = n
-
-        tally.add(stream_completion(url, SERVICE, tokens, seed=100 + i, read_timeout_s=read_timeout_s, on_chunk=on_chunk))
-
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(streams)]
-    for t in threads:
-        t.start()
-    e2e_env.wait_for("every stream under way", lambda: min(progress) >= 5, 60, describe=lambda: f"{progress} {env.diagnostics()}")
+    streams = Streams(url, 8, 2000, seed=100)  # 2000 tokens: in flight for the whole test
+    e2e_env.wait_for("every stream under way", lambda: streams.under_way(5), 60,
+                     describe=lambda: f"{streams.progress} {env.diagnostics()}")
     decode_urls = env.urls("decode")
-    running = sum(_gauge(u, "vllm:num_requests_running") for u in decode_urls)
-    assert running >= streams, running
+    assert decode_running(decode_urls) >= 8
 
     killed_pid = env.runner.kill(run.key, signal.SIGKILL)
     killed_at = time.monotonic()
-    for t in threads:
-        t.join(timeout=read_timeout_s + 10)
-    assert not any(t.is_alive() for t in threads), f"a stream hangs after the router died: {progress}"
+    streams.join()
+    tally = streams.tally
     print(tally.summary("router SIGKILLed, streams in flight"))
     print(f"  outcomes: {sorted({r.detail for r in tally.results})}")
-    assert tally.sent == streams and all(r.clean for r in tally.results), tally.results
+    assert tally.sent == 8 and all(r.clean for r in tally.results), tally.results
     assert tally.completed == 0, "2000-token streams cannot have finished: the kill came too late to test anything"
     # The bound: the router's death itself ends each stream (the socket closes), not the client's timer.
     assert max(r.ended for r in tally.results) - killed_at < 5.0, [r.ended - killed_at for r in tally.results]
 
     # The workers abort what the dead router asked for (vLLM aborts on disconnect): no orphan decoding.
-    e2e_env.wait_for("decode workers idle", lambda: sum(_gauge(u, "vllm:num_requests_running") for u in decode_urls) == 0,
-                     15, describe=env.diagnostics)
+    e2e_env.wait_for("decode workers idle", lambda: decode_running(decode_urls) == 0, 15, describe=env.diagnostics)
 
     # The container is restarted in its pod (same IP) and serves again.
     e2e_env.wait_for("the router restarted", lambda: (pid := env.runner.pid(run.key)) is not None and pid != killed_pid, 30,
@@ -324,10 +350,55 @@ def test_router_killed_with_streams_in_flight_clients_get_a_clean_error_and_it_s
     e2e_env.wait_for("the restarted router healthy", lambda: _ok(f"{url}/health"), 60, describe=env.diagnostics)
     after = Tally()
     for i in range(10):
-        after.add(stream_completion(url, SERVICE, 16, seed=200 + i, read_timeout_s=read_timeout_s))
+        after.add(stream_completion(url, SERVICE, 16, seed=200 + i, read_timeout_s=30))
     print(after.summary("after the router restart"))
     assert after.completed == after.sent == 10, after.results
     assert env.runner.restarts.get(run.key) == 1
+
+
+def test_router_pod_deleted_with_streams_in_flight_drains_short_ones_and_ends_long_ones_cleanly(chaos: Chaos) -> None:
+    """A rolling restart (the pod deleted, SIGTERM): streams that end within the drain complete,
+    longer ones end with a clean error within the grace period, and the new pod serves."""
+    env = chaos
+    serve_at(env, 1, 1)
+    (old,) = env.pods("router")
+    url = env.urls("router")[0]
+    long = Streams(url, 4, 2000, seed=300)
+    e2e_env.wait_for("the long streams under way", lambda: long.under_way(5), 60, describe=env.diagnostics)
+    decode_urls = env.urls("decode")
+    with Trickle(env, period_s=0.25) as trickle:
+        short = Streams(url, 4, SHORT_TOKENS, seed=400)
+        # Deleted as soon as they stream: they have ~2 s to go, which only the drain gives them.
+        e2e_env.wait_for("the short streams under way", lambda: short.under_way(3), 60, interval_s=0.02, describe=env.diagnostics)
+        env.core.delete_namespaced_pod(old.metadata.name, NS)
+        deleted_at = time.monotonic()
+        short.join()
+        long.join()
+        e2e_env.wait_for("a new router pod serving", lambda: any(p.metadata.name != old.metadata.name for p in env.pods("router"))
+                         and env.serving("router", 1), 60, describe=env.diagnostics)
+        e2e_env.wait_for("the trickle served by the new pod", lambda: trickle.tally.completed >= 5
+                         and trickle.tally.results[-1].outcome == "completed", 60, describe=env.diagnostics)
+    print(short.tally.summary("router pod deleted: short streams")
+          + f", ended {sorted(round(r.ended - deleted_at, 1) for r in short.tally.results)} s after the deletion")
+    print(long.tally.summary("router pod deleted: long streams"))
+    print(trickle.tally.summary("router pod deleted: new requests to a ready router meanwhile")
+          + f"; no router ready for {trickle.no_ready_router_s:.1f} s")
+    print(f"  outcomes: {sorted({r.detail for r in long.tally.results + trickle.tally.failed})}")
+    assert short.tally.completed == 4, short.tally.results  # the drain let them finish
+    assert long.tally.completed == 0 and all(r.clean for r in long.tally.results), long.tally.results
+    ended = [r.ended - deleted_at for r in long.tally.results]
+    assert max(ended) < TERMINATION_GRACE_S + 5.0, ended
+    # New requests go to ready routers only (a Service's endpoints): they are served, but for one
+    # that may race the old router's SIGTERM (a kubelet's preStop sleep covers that gap; here
+    # nothing runs preStop), and that one must end cleanly too.
+    assert all(r.clean for r in trickle.tally.results) and len(trickle.tally.failed) <= 1, trickle.tally.failed
+    e2e_env.wait_for("decode workers idle", lambda: decode_running(decode_urls) == 0, 15, describe=env.diagnostics)
+    new_url = env.urls("router")[0]
+    after = Tally()
+    for i in range(10):
+        after.add(stream_completion(new_url, SERVICE, 16, seed=500 + i, read_timeout_s=30))
+    print(after.summary("after the rolling restart"))
+    assert after.completed == after.sent == 10, after.results
 
 
 def _gauge(url: str, name: str) -> float:
