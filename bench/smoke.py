@@ -40,6 +40,7 @@ class Smoke:
     needs_k8s: bool = False
     needs_peers: bool = False  # a Python with ai-dynamo (PDSERVE_PEERS_PYTHON or .cache/peers-venv)
     peer_imports: tuple[str, ...] = ()  # modules the peers' Python must import, else the smoke is skipped
+    needs_aiperf: bool = False  # NVIDIA's aiperf program (make load-env), else the smoke is skipped
 
 
 SMOKES: list[Smoke] = [
@@ -101,6 +102,9 @@ SMOKES: list[Smoke] = [
     Smoke("worker_load", "bench/worker/load.py",
           ["--concurrency", "2", "--speedups", "64", "--seconds", "1", "--max-tokens", "4", "--out-dir", "{out}"],
           ["load_results.json"]),
+    Smoke("worker_load_clients", "bench/worker/load_clients.py",
+          ["--concurrency", "2", "--seconds", "1", "--max-tokens", "4", "--rounds", "1", "--out-dir", "{out}"],
+          ["load_clients_results.json"], timeout_s=400, needs_aiperf=True),
     Smoke("operator", "bench/operator/reconcile_latency.py", ["--resources", "2", "--resync-seconds", "5",
                                                                "--out", "{out}"],
           ["results.json"], timeout_s=300, needs_k8s=True),
@@ -122,6 +126,12 @@ def peers_import(modules: tuple[str, ...]) -> bool:
         return py is not None
     code = "; ".join(f"import {m}" for m in modules)
     return subprocess.run([py, "-c", code], capture_output=True, timeout=120, check=False).returncode == 0
+
+
+def aiperf_available() -> bool:
+    from pdserve.loadgen.aiperf_run import find_aiperf
+
+    return find_aiperf() is not None
 
 
 def k8s_available() -> bool:
@@ -176,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             if s.needs_peers and not peers_import(s.peer_imports):
                 print(f"SKIP {s.name:18} no peers venv with {', '.join(s.peer_imports) or 'ai-dynamo'} "
                       "(bench/router/README.md, pyproject extras peers / peers-planner)")
+                continue
+            if s.needs_aiperf and not aiperf_available():
+                print(f"SKIP {s.name:18} no aiperf program (make load-env)")
                 continue
             ok, dt, why = run_one(s, root, sys.executable)
             print(f"{'ok  ' if ok else 'FAIL'} {s.name:18} {dt:6.1f} s  {s.script}", flush=True)
