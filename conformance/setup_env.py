@@ -65,7 +65,7 @@ def build(version: str, python: str, force: bool) -> dict[str, object]:
     stamp = target / ".conformance-ready"
     want = _digest(req)
     if not force and stamp.exists() and stamp.read_text().strip() == want:
-        return {"version": version, "built": False}
+        return {"version": version, "built": False, "addons": add_ons(target)}
     t_rm = time.monotonic()
     if target.exists():
         shutil.rmtree(target)
@@ -81,9 +81,28 @@ def build(version: str, python: str, force: bool) -> dict[str, object]:
     t_install = time.monotonic() - t0
     _run([str(target / "bin" / "python"), str(SMOKE)], env={**os.environ, "PYTHONPATH": ""})
     stamp.write_text(want + "\n")
+    add_ons(target)
     return {"version": version, "built": True, "download_s": round(t_download, 1), "install_s": round(t_install - t_download, 1),
             "total_s": round(time.monotonic() - t0, 1),
             "removed_old_venv_s": round(t0 - t_rm, 1), "venv_bytes": _du(target)}
+
+
+def add_ons(target: Path) -> list[str]:
+    """Install ``requirements/addon-*.txt`` (pinned, --no-deps) into a built venv, each once per
+    list digest: small packages every version needs (OpenTelemetry) go in without a rebuild."""
+    done = []
+    for req in sorted(REQUIREMENTS.glob("addon-*.txt")):
+        stamp = target / f".{req.stem}-ready"
+        want = _digest(req)
+        if stamp.exists() and stamp.read_text().strip() == want:
+            continue
+        pip = [str(target / "bin" / "python"), "-m", "pip"]
+        env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        _run([*pip, "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(WHEELS), "-r", str(req)], env=env)
+        _run([*pip, "install", "-q", "--no-deps", "--no-index", "--find-links", str(WHEELS), "-r", str(req)], env=env)
+        stamp.write_text(want + "\n")
+        done.append(req.stem)
+    return done
 
 
 def _du(path: Path) -> int:

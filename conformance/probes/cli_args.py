@@ -109,6 +109,8 @@ def check(argv: list[str], model_dir: str | None) -> dict[str, Any]:
         "kv_connector": config.kv_transfer_config.kv_connector if config.kv_transfer_config else None,
         "kv_role": config.kv_transfer_config.kv_role if config.kv_transfer_config else None,
         "kv_events_endpoint": config.kv_events_config.endpoint if config.kv_events_config else None,
+        # vLLM refuses this flag here unless OpenTelemetry imports (the conformance venvs' otel add-on).
+        "otlp_traces_endpoint": config.observability_config.otlp_traces_endpoint,
     }
     out["stage"] = "done"
     return out

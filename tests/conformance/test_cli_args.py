@@ -30,7 +30,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TP_PAIRS = ((1, 1), (1, 2), (2, 1), (2, 2), (2, 4), (4, 2))
 
 
-def _svc(version: str, connector: str, prefill_tp: int, decode_tp: int, mode: str) -> DisaggregatedService:
+def _svc(version: str, connector: str, prefill_tp: int, decode_tp: int, mode: str,
+         traces: str | None = None) -> DisaggregatedService:
     body: dict[str, Any] = {
         "apiVersion": "pdserve.io/v1alpha1",
         "kind": "DisaggregatedService",
@@ -43,6 +44,8 @@ def _svc(version: str, connector: str, prefill_tp: int, decode_tp: int, mode: st
             "decode": {"tensorParallelSize": decode_tp, "extraArgs": ["--max-num-seqs", "64"]},
         },
     }
+    if traces:
+        body["spec"]["tracing"] = {"otlpTracesEndpoint": traces}
     return DisaggregatedService.from_body(body)
 
 
@@ -69,6 +72,8 @@ def cases(version: str) -> list[tuple[DisaggregatedService, str, list[str]]]:
     services = [_svc(version, connector, ptp, dtp, mode)
                 for connector, (ptp, dtp), mode in itertools.product(info.connectors, TP_PAIRS, modes)
                 if info.tp_ok(ptp, dtp)]
+    # Tracing on: the workers get vLLM's --otlp-traces-endpoint, which vLLM checks OpenTelemetry for.
+    services.append(_svc(version, next(iter(info.connectors)), 1, 1, modes[0], traces="http://otel-collector.observability:4318"))
     for svc in services + _examples(version):
         name = svc.metadata.name
         for m in render(svc):
@@ -122,5 +127,8 @@ def test_rendered_serve_args_parse_with_vllm(version: str, tmp_path: Path, count
         if (ec["tensor_parallel_size"], ec["block_size"], ec["kv_connector"], ec["kv_role"]) != (
                 pool.tensor_parallel_size, spec.engine.block_size, spec.kv_connector.type, want_role):
             failures.append(f"{where}: VllmConfig built as {ec}")
+        if ec["otlp_traces_endpoint"] != spec.tracing.traces_url:
+            failures.append(f"{where}: otlp_traces_endpoint read as {ec['otlp_traces_endpoint']!r}, "
+                            f"operator meant {spec.tracing.traces_url!r}")
     counts.add("vllm serve command lines parsed and built into VllmConfig", version, len(rendered), len(failures))
     assert not failures, f"{len(failures)} of {len(rendered)} rendered command lines:\n" + "\n".join(failures)
