@@ -188,7 +188,6 @@ class Engine:
             out = self._decode_step(now)
             if out is not None:
                 return out
-        tokens: list[TokenEvent] = []
         started: list[str] = []
         preempted: list[str] = []
         expired: list[str] = []
@@ -239,11 +238,7 @@ class Engine:
         attn_pairs = 0
         kv_read = 0
         prefill = 0
-        finished: list[tuple[EngineRequest, TokenEvent]] = []
-        max_model_len = cfg.max_model_len
-        eos_id = cfg.eos_token_id
-        words = cfg.output_token_ids
-        n_words = len(words)
+        sampling: list[EngineRequest] = []  # requests whose prompt is done: one token each
         for req, n in scheduled:
             ctx = req.num_computed
             new_tokens += n
@@ -260,7 +255,59 @@ class Engine:
                 self._cache_full_blocks(req, ctx // bs)
             if ctx < req.num_tokens:
                 continue  # prefill chunk not done yet: no token this step
-            # sample one token: a deterministic per-request stream (an LCG seeded from the request's seed)
+            sampling.append(req)
+        tokens, finished = self._sample(sampling)
+        self.generated_tokens += len(tokens)
+        self.computed_prompt_tokens += prefill
+        duration = self._step_cost(new_tokens, float(attn_pairs), kv_read, len(scheduled))
+        return StepOutput(duration, tokens, started, preempted, expired, prefill, new_tokens - prefill,
+                          len(scheduled), self._end_step(now, duration, finished))
+
+    def _decode_step(self, now: float) -> StepOutput | None:
+        """``step`` for its commonest case, in one pass: nothing waiting or held, every running request
+        decoding (one token each) within the budget and its blocks. None when that does not hold (nothing
+        changed yet); then ``step`` takes the general path. Same arithmetic, order and outputs as it."""
+        running = self.running
+        cfg = self.config
+        if len(running) > cfg.max_num_batched_tokens or cfg.long_prefill_token_threshold < 0:
+            return None
+        bs = cfg.block_size
+        for req in running:
+            ctx = req.num_computed
+            if req.num_tokens - ctx != 1 or ctx + 1 > len(req.block_ids) * bs:
+                return None
+        attn_pairs = 0
+        kv_read = 0
+        prefill = 0
+        for req in running:
+            ctx = req.num_computed
+            attn_pairs += ctx + 1
+            kv_read += ctx
+            if ctx < req.num_prompt_tokens:
+                prefill += 1  # a remote-prefilled request recomputes its last prompt token
+            req.num_computed = ctx = ctx + 1
+            if ctx // bs > req.num_cached_blocks:
+                self._cache_full_blocks(req, ctx // bs)
+        tokens, finished = self._sample(running)
+        n_seqs = len(tokens)
+        self.generated_tokens += n_seqs
+        self.computed_prompt_tokens += prefill
+        duration = self._step_cost(n_seqs, float(attn_pairs), kv_read, n_seqs)
+        return StepOutput(duration, tokens, [], [], [], prefill, n_seqs - prefill, n_seqs,
+                          self._end_step(now, duration, finished))
+
+    def _sample(self, reqs: list[EngineRequest]) -> tuple[list[TokenEvent], list[tuple[EngineRequest, TokenEvent]]]:
+        """One token for each of ``reqs`` (prompt computed), in order: a deterministic per-request stream (an
+        LCG seeded from the request's seed). Returns the token events and the requests this token finishes.
+        Both step paths call it once per step, so the per-token loop stays one tight loop."""
+        cfg = self.config
+        max_model_len = cfg.max_model_len
+        eos_id = cfg.eos_token_id
+        words = cfg.output_token_ids
+        n_words = len(words)
+        tokens: list[TokenEvent] = []
+        finished: list[tuple[EngineRequest, TokenEvent]] = []
+        for req in reqs:
             out_ids = req.output_token_ids
             idx = len(out_ids)
             n_out = idx + 1
@@ -283,81 +330,10 @@ class Engine:
             else:
                 ev = TokenEvent(req.request_id, token, idx, False, None)
             tokens.append(ev)
-        self.generated_tokens += len(tokens)
-        self.computed_prompt_tokens += prefill
-        duration = self._step_cost(new_tokens, float(attn_pairs), kv_read, len(scheduled))
-        if finished:
-            self._remove_finished(finished)
-            t_done = now + duration
-            for req, ev in finished:
-                self._finish(req, t_done, ev)
-        pool = self.pool
-        ev_pending = pool.events
-        if ev_pending.stored or ev_pending.removed or ev_pending.cleared:
-            kv_events = pool.drain_events()
-        else:
-            kv_events = _NO_KV_EVENTS
-        return StepOutput(duration, tokens, started, preempted, expired, prefill, new_tokens - prefill,
-                          len(scheduled), kv_events)
+        return tokens, finished
 
-    def _decode_step(self, now: float) -> StepOutput | None:
-        """``step`` for its commonest case, in one pass: nothing waiting or held, every running request
-        decoding (one token each) within the budget and its blocks. None when that does not hold (nothing
-        changed yet); then ``step`` takes the general path. Same arithmetic, order and outputs as it."""
-        running = self.running
-        cfg = self.config
-        if len(running) > cfg.max_num_batched_tokens or cfg.long_prefill_token_threshold < 0:
-            return None
-        bs = cfg.block_size
-        for req in running:
-            ctx = req.num_computed
-            if req.num_tokens - ctx != 1 or ctx + 1 > len(req.block_ids) * bs:
-                return None
-        tokens: list[TokenEvent] = []
-        attn_pairs = 0
-        kv_read = 0
-        prefill = 0
-        finished: list[tuple[EngineRequest, TokenEvent]] = []
-        max_model_len = cfg.max_model_len
-        eos_id = cfg.eos_token_id
-        words = cfg.output_token_ids
-        n_words = len(words)
-        for req in running:
-            ctx = req.num_computed
-            attn_pairs += ctx + 1
-            kv_read += ctx
-            if ctx < req.num_prompt_tokens:
-                prefill += 1  # a remote-prefilled request recomputes its last prompt token
-            req.num_computed = ctx = ctx + 1
-            if ctx // bs > req.num_cached_blocks:
-                self._cache_full_blocks(req, ctx // bs)
-            # sampling exactly as in step
-            out_ids = req.output_token_ids
-            idx = len(out_ids)
-            n_out = idx + 1
-            req.rng = rng = (req.rng * 1664525 + 1013904223) & 0xFFFFFFFF
-            eos_at = req.eos_after
-            if eos_at is not None and not req.ignore_eos and n_out >= eos_at and n_out >= req.min_tokens:
-                token = eos_id
-            else:
-                token = words[(rng >> 8) % n_words]
-            out_ids.append(token)
-            req.num_tokens = num_tokens = ctx + 1
-            if n_out >= req.min_tokens and (
-                (token == eos_id and not req.ignore_eos) or (req.stop_token_ids and token in req.stop_token_ids)
-            ):
-                ev = TokenEvent(req.request_id, token, idx, True, FINISH_STOP)
-                finished.append((req, ev))
-            elif n_out >= req.max_tokens or num_tokens >= max_model_len:
-                ev = TokenEvent(req.request_id, token, idx, True, FINISH_LENGTH)
-                finished.append((req, ev))
-            else:
-                ev = TokenEvent(req.request_id, token, idx, False, None)
-            tokens.append(ev)
-        n_seqs = len(tokens)
-        self.generated_tokens += n_seqs
-        self.computed_prompt_tokens += prefill
-        duration = self._step_cost(n_seqs, float(attn_pairs), kv_read, n_seqs)
+    def _end_step(self, now: float, duration: float, finished: list[tuple[EngineRequest, TokenEvent]]) -> KvEvents:
+        """Retire the requests the step finished (at its end) and collect the step's KV events."""
         if finished:
             self._remove_finished(finished)
             t_done = now + duration
@@ -365,10 +341,8 @@ class Engine:
                 self._finish(req, t_done, ev)
         ev_pending = self.pool.events
         if ev_pending.stored or ev_pending.removed or ev_pending.cleared:
-            kv_events = self.pool.drain_events()
-        else:
-            kv_events = _NO_KV_EVENTS
-        return StepOutput(duration, tokens, [], [], [], prefill, n_seqs - prefill, n_seqs, kv_events)
+            return self.pool.drain_events()
+        return _NO_KV_EVENTS
 
     def _remove_finished(self, finished: list[tuple[EngineRequest, TokenEvent]]) -> None:
         if len(finished) == 1:
