@@ -13,6 +13,7 @@ from pdserve.router.kv_index import KvIndex
 from pdserve.router.policies import (
     CacheAwarePolicy,
     CostWeights,
+    Decision,
     KvAwarePolicy,
     NoWorkersError,
     PowerOfTwoPolicy,
@@ -178,13 +179,15 @@ def test_kv_aware_avoids_a_worker_about_to_preempt() -> None:
 def test_prefix_approx_learns_from_its_own_routing_and_forgets_after_ttl() -> None:
     p = PrefixApproxPolicy(ttl_s=30)
     ws = idle(4)
-    first = req("a", [1, 2, 3, 4])
+    # 40 blocks (640 tokens): enough to outweigh the recent-load charge of "a" itself.
+    prefix = list(range(1, 41))
+    first = req("a", prefix)
     d1 = p.select(first, ws, 0)
     p.on_routed(d1, first, 0)
     p.on_finished("a", d1.worker_id, 1)
-    d2 = p.select(req("b", [1, 2, 3, 4, 9]), ws, 2)
-    assert d2.worker_id == d1.worker_id and d2.overlap_blocks == 4
-    d3 = p.select(req("c", [1, 2, 3, 4, 9]), ws, 100)
+    d2 = p.select(req("b", [*prefix, 99]), ws, 2)
+    assert d2.worker_id == d1.worker_id and d2.overlap_blocks == 40
+    d3 = p.select(req("c", [*prefix, 99]), ws, 100)
     assert d3.overlap_blocks == 0
 
 
@@ -302,3 +305,71 @@ def test_router_builds_its_prefill_policy_with_the_prefill_pool_weights() -> Non
     st = RouterState(router_config(prefill=["http://p:1"], decode=["http://d:1"], routing=routing))
     assert st.prefill_policy.weights.kv_tokens == 0  # type: ignore[attr-defined]
     assert st.decode_policy.weights.kv_tokens == 1000  # type: ignore[attr-defined]
+
+
+def test_recent_load_decays_by_half_life_and_survives_rebasing() -> None:
+    from pdserve.router.policies.ledger import RecentLoad
+
+    r = RecentLoad(half_life_s=10.0)
+    r.add("a", 0.0)
+    r.add("a", 0.0)
+    assert r.value("a", 0.0) == pytest.approx(2.0)
+    assert r.value("a", 10.0) == pytest.approx(1.0)
+    assert r.value("b", 10.0) == 0.0
+    # Far past the rebase point (2^64 scaling): the values stay exact, old ones fade.
+    r.add("b", 10_000.0)
+    assert r.value("b", 10_000.0) == pytest.approx(1.0)
+    assert r.value("b", 10_010.0) == pytest.approx(0.5)
+    assert r.value("a", 10_000.0) == pytest.approx(0.0, abs=1e-12)
+    r.drop_worker("b")
+    assert r.value("b", 10_000.0) == 0.0
+    with pytest.raises(ValueError, match="half_life_s"):
+        RecentLoad(0.0)
+    with pytest.raises(ValueError, match="recent_half_life_s"):
+        CostWeights(recent_half_life_s=0)
+
+
+@pytest.mark.parametrize("name", ["kv_aware", "prefix_approx"])
+def test_light_load_does_not_herd_onto_a_cached_shared_prefix(name: str) -> None:
+    """Requests one at a time (each done before the next: nothing in flight, every view
+    idle) sharing a system prompt first cached on w0. In-flight load is zero everywhere,
+    so only the memory of recent assignments can spread them; without it all 100 land
+    on w0 (max/mean 4.0)."""
+    system = list(range(1000, 1040))  # 40 blocks = 640 tokens
+    idx = KvIndex()
+    idx.store("w0", system)
+    p = build_policy(name, "decode", index=idx)
+    if name == "prefix_approx":
+        p.on_routed(p.select(req("warm", system), [WorkerView("w0")], 0), req("warm", system), 0)
+        p.on_finished("warm", "w0", 0)
+    ws = idle(4)
+    counts: Counter[str] = Counter()
+    for i in range(100):
+        now = 2.0 * (i + 1)
+        r = req(f"r{i}", system + [i * 10 + k for k in range(8)])
+        d = p.select(r, ws, now)
+        p.on_routed(d, r, now)
+        idx.store(d.worker_id, r.block_hashes)  # the worker reports what it cached
+        p.on_finished(r.request_id, d.worker_id, now + 1.0)
+        counts[d.worker_id] += 1
+    assert len(counts) == 4
+    assert max(counts.values()) <= 1.2 * 100 / 4, counts
+
+
+def test_recent_load_moves_small_overlaps_but_keeps_a_long_cached_context() -> None:
+    """The worker that took the last 12 requests still gets a follow-up whose 1000-block
+    context only it holds, but no longer a prompt that merely shares a 4-block system
+    prompt with it (before the recent-load term both went to w0)."""
+    idx = KvIndex()
+    context = list(range(5000, 6000))
+    idx.store("w0", context)
+    idx.store("w0", [1, 2, 3, 4])
+    p = build_policy("kv_aware", "decode", index=idx)
+    for i in range(12):
+        r = req(f"old{i}", [9000 + i])
+        p.on_routed(Decision("w0", 0, 0.0, "", "kv_aware", r.prompt_tokens), r, float(i))
+        p.on_finished(r.request_id, "w0", float(i) + 0.5)
+    ws = idle(4)
+    assert p.select(req("turn", context + [77]), ws, 12.0).worker_id == "w0"
+    small = p.select(req("new", [1, 2, 3, 4] + list(range(600, 616))), ws, 12.0)
+    assert small.worker_id != "w0", small.reason

@@ -173,7 +173,7 @@ class RouterWeights(ApiModel):
     Become the router's CostWeights (overlap -> overlap_weight; the others by name), passed
     as its --cost-* flags."""
 
-    overlap: float | None = Field(None, ge=0, le=1000, description="Worth of one cached prompt token, in tokens of prefill compute (router default 2).")
+    overlap: float | None = Field(None, ge=0, le=1000, description="Worth of one cached prompt token, in tokens of prefill compute (router default 3).")
     request_tokens: float | None = Field(None, ge=0, le=1e6, description="Load charge per running or waiting request, in tokens (router default 64).")
     kv_tokens: float | None = Field(None, ge=0, le=1e7, description="Load charge at full KV-cache usage, in tokens (router default 2048).")
     balance_factor: float | None = Field(None, ge=1, le=100, description="Herding guard: a worker above this multiple of the mean request count is avoided (router default 1.5).")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from pdserve.router.policies.ledger import RecentLoad
 from pdserve.router.policies.types import Policy, RouteRequest, WorkerView
 
 
@@ -19,8 +20,11 @@ from pdserve.router.policies.types import Policy, RouteRequest, WorkerView
 class CostWeights:
     # A cached token is worth more than the compute it saves now: routing elsewhere
     # would also duplicate the prefix's KV there and evict other useful blocks.
-    # 2.0 / 64 were tuned on the Mooncake conversation trace (bench/router/routing_quality.py).
-    overlap_weight: float = 2.0
+    # overlap_weight 3 and the recent-load pair below were tuned together (session 4,
+    # bench/router/routing_quality.py) on Mooncake conversation minutes 0-10, 10-20 and
+    # 40-50 (chunked:8 and 4P4D) and the synthetic seed-1 trace; minutes 20-30 held out.
+    # request_tokens 64 is from session 2 (Mooncake minutes 0-10).
+    overlap_weight: float = 3.0
     request_tokens: float = 64.0  # charge per running/waiting request, in tokens
     kv_tokens: float = 2048.0  # charge at kv_usage=1.0 (linear below kv_full)
     kv_full: float = 0.97  # above this the worker is about to preempt: avoid it
@@ -34,16 +38,25 @@ class CostWeights:
     # without swallowing the benefit of a cached prefix on short prompts.
     tie_tokens: float = 8.0
     tie_fraction: float = 0.01
+    # Charge, in tokens, per request routed to the worker lately, each counting
+    # 2^(-age / recent_half_life_s) (policies.ledger.RecentLoad): what in-flight counts
+    # miss at light load, where follow-up turns land on whoever took the conversation.
+    # Without it (0) popular shared prefixes herded (synthetic trace: max/mean requests
+    # 1.25-1.32); 512 / 120 s: 1.01-1.03 on every tuning window at the same hit ratio.
+    recent_request_tokens: float = 512.0
+    recent_half_life_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in ("overlap_weight", "request_tokens", "kv_tokens", "balance_factor", "balance_slack", "tie_tokens",
-                     "tie_fraction"):
+                     "tie_fraction", "recent_request_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 < self.kv_full <= 1:
             raise ValueError(f"kv_full must be in (0, 1], got {self.kv_full}")
         if self.balance_factor < 1:
             raise ValueError(f"balance_factor must be >= 1, got {self.balance_factor}")
+        if not self.recent_half_life_s > 0:
+            raise ValueError(f"recent_half_life_s must be positive, got {self.recent_half_life_s}")
 
 
 def pool_weights(weights: CostWeights, pool: str) -> CostWeights:
@@ -69,6 +82,8 @@ def raw_scores(
     req: RouteRequest,
     workers: Sequence[WorkerView],
     overlaps: dict[str, int],
+    recent: RecentLoad | None = None,
+    now: float = 0.0,
 ) -> list[tuple[float, int, int, int, str]]:
     """(cost, requests, overlap, new_tokens, worker_id) per worker. Cost of every worker. This is the decision-time hot loop (64 workers in well
     under 100 us), so the ledger lookups and arithmetic are inlined."""
@@ -79,6 +94,10 @@ def raw_scores(
     ledger_requests = policy.ledger._requests
     ledger_prefill = policy.ledger._prefill
     get_overlap = overlaps.get
+    recent_scaled = recent.scaled if recent is not None and weights.recent_request_tokens else None
+    if recent_scaled:
+        rc = weights.recent_request_tokens * recent.scale(now)  # type: ignore[union-attr]
+        get_recent = recent_scaled.get
     out: list[tuple[float, int, int, int, str]] = []
     append = out.append
     for w in workers:
@@ -96,6 +115,8 @@ def raw_scores(
         if mine > queued:
             queued = mine
         cost = new - (ow - 1.0) * (prompt - new) + queued + rt * requests + kt * w.kv_usage
+        if recent_scaled:
+            cost += rc * get_recent(wid, 0.0)
         if w.kv_usage >= kv_full:
             cost += 1e9
         append((cost, requests, overlap, new, wid))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pdserve.router.approx_index import RecentRoutes
 from pdserve.router.kv_index import KvIndex
 from pdserve.router.policies.cost import CostWeights, pick, raw_scores
+from pdserve.router.policies.ledger import RecentLoad
 from pdserve.router.policies.types import Decision, Policy, RouteRequest, WorkerView
 
 
@@ -35,6 +36,7 @@ class KvAwarePolicy(Policy):
         self.index = index if index is not None else KvIndex()
         self.weights = weights or CostWeights()
         self._rotation = 0
+        self.recent = RecentLoad(self.weights.recent_half_life_s)
         self.speculative = RecentRoutes(speculative_ttl_s, speculative_max_blocks) if speculative_ttl_s > 0 else None
 
     def overlaps(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> dict[str, int]:
@@ -48,12 +50,13 @@ class KvAwarePolicy(Policy):
 
     def on_routed(self, decision: Decision, req: RouteRequest, now: float) -> None:
         super().on_routed(decision, req, now)
+        self.recent.add(decision.worker_id, now)
         if self.speculative is not None:
             self.speculative.record(decision.worker_id, req.block_hashes, now)
 
     def _choose(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> Decision:
         overlaps = self.overlaps(req, workers, now)
-        scored = raw_scores(self, self.weights, req, workers, overlaps)
+        scored = raw_scores(self, self.weights, req, workers, overlaps, self.recent, now)
         self._rotation += 1
         best, note = pick(scored, self.weights, self._rotation, req.prompt_tokens)
         max_overlap = max(overlaps.values(), default=0)
@@ -63,7 +66,8 @@ class KvAwarePolicy(Policy):
             score=best.cost,
             reason=(
                 f"overlap {best.overlap}/{len(req.block_hashes)} blocks (best anywhere {max_overlap}), "
-                f"{best.new_tokens} new tokens, {best.requests} active, cost {best.cost:.0f} "
+                f"{best.new_tokens} new tokens, {best.requests} active, "
+                f"{self.recent.value(best.worker_id, now):.1f} recent, cost {best.cost:.0f} "
                 f"of {len(workers)} workers{note}"
             ),
             policy=self.name,
@@ -73,5 +77,6 @@ class KvAwarePolicy(Policy):
     def forget_worker(self, worker_id: str) -> None:
         super().forget_worker(worker_id)
         self.index.remove_worker(worker_id)
+        self.recent.drop_worker(worker_id)
         if self.speculative is not None:
             self.speculative.forget_worker(worker_id)

@@ -76,3 +76,48 @@ class InflightLedger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class RecentLoad:
+    """Requests routed to each worker lately, each weighing 2^(-age / half_life_s).
+
+    In-flight counts say nothing at light load (every worker is nearly idle, so a cached
+    prefix always wins and popular prefixes herd onto their owner), yet the requests a
+    worker was just given predict its next minutes: a conversation's follow-up turns go
+    where its context is cached. Decayed counts carry that memory.
+
+    Stored scaled by 2^((t - origin) / half_life_s), so a decision reads every worker
+    with one exp2 (``scale``) instead of one per worker; the origin moves forward
+    before the scaled values could overflow.
+    """
+
+    _REBASE = 64.0  # exponent at which values are rescaled (2^64 is far from float limits)
+
+    def __init__(self, half_life_s: float) -> None:
+        if not half_life_s > 0:
+            raise ValueError(f"half_life_s must be positive, got {half_life_s}")
+        self.half_life_s = half_life_s
+        self._origin = 0.0
+        self._scaled: dict[str, float] = {}
+
+    def add(self, worker_id: str, now: float, amount: float = 1.0) -> None:
+        e = (now - self._origin) / self.half_life_s
+        if e > self._REBASE:
+            shrink = 2.0 ** -e
+            self._scaled = {w: v * shrink for w, v in self._scaled.items() if v * shrink > 1e-9}
+            self._origin, e = now, 0.0
+        self._scaled[worker_id] = self._scaled.get(worker_id, 0.0) + amount * 2.0**e
+
+    def scale(self, now: float) -> float:
+        """Multiply a :attr:`scaled` value by this to get its decayed weight at ``now``."""
+        return 2.0 ** (-(now - self._origin) / self.half_life_s)
+
+    @property
+    def scaled(self) -> dict[str, float]:
+        return self._scaled
+
+    def value(self, worker_id: str, now: float) -> float:
+        return self._scaled.get(worker_id, 0.0) * self.scale(now)
+
+    def drop_worker(self, worker_id: str) -> None:
+        self._scaled.pop(worker_id, None)
