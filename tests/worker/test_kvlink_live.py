@@ -24,6 +24,7 @@ from pdserve.worker.perf import PerfModel, load_profile
 from pdserve.worker.testing import WorkerHandle, start_worker
 
 PROFILE = "llama-3.1-8b-h100"
+BLOCK = 16
 GBPS = 0.25  # slow links so one transfer takes ~0.4 s: far above loopback and step noise
 STAGGER_S = 0.06  # the order in which the decode requests reach their workers
 # One decode step (max_tokens=1, frontend latency off) and the HTTP hops: measured ~10-25 ms on a loaded 2-core box.
@@ -34,7 +35,7 @@ def _args(role: str) -> list[str]:
     cfg = {"kv_connector": "NixlConnector", "kv_role": role}
     return ["--kv-transfer-config", json.dumps(cfg), "--mock-side-channel-port", "0",
             "--mock-side-channel-host", "127.0.0.1", "--mock-kv-link-gbps", str(GBPS),
-            "--mock-frontend-latency", "0", "--max-model-len", "4096"]
+            "--mock-frontend-latency", "0", "--max-model-len", "4096", "--block-size", str(BLOCK)]
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +50,16 @@ def _prompt(i: int) -> str:
     return f"request {i} " + "the prefill worker holds this prompt's KV until the decode worker pulls it " * 6
 
 
-def _prefill(w: WorkerHandle, i: int) -> tuple[dict, int]:
+def _prefill(w: WorkerHandle, i: int, prompt: str | None = None) -> tuple[dict, int]:
     r = httpx.post(f"{w.url}/v1/completions", headers={"X-Request-Id": f"link-{i}"}, json={
-        "model": "llama", "prompt": _prompt(i), "max_tokens": 1,
+        "model": "llama", "prompt": prompt or _prompt(i), "max_tokens": 1,
         "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}}, timeout=30)
     assert r.status_code == 200, r.text
     return r.json()["kv_transfer_params"], r.json()["usage"]["prompt_tokens"]
 
 
-async def _decode_all(plan: list[tuple[WorkerHandle, int, dict]]) -> tuple[list[float], list[float]]:
+async def _decode_all(plan: list[tuple[WorkerHandle, int, dict]],
+                      prompt: str | None = None) -> tuple[list[float], list[float]]:
     """Send each decode request STAGGER_S after the previous; returns (sent, answered) offsets from the first."""
     sent: list[float] = []
     done: list[float] = [0.0] * len(plan)
@@ -66,7 +68,7 @@ async def _decode_all(plan: list[tuple[WorkerHandle, int, dict]]) -> tuple[list[
 
         async def one(k: int, w: WorkerHandle, i: int, params: dict) -> None:
             r = await client.post(f"{w.url}/v1/completions", headers={"X-Request-Id": f"link-{i}"}, json={
-                "model": "llama", "prompt": _prompt(i), "max_tokens": 1, "ignore_eos": True,
+                "model": "llama", "prompt": prompt or _prompt(i), "max_tokens": 1, "ignore_eos": True,
                 "kv_transfer_params": params})
             done[k] = time.monotonic() - t0
             assert r.status_code == 200, r.text
@@ -96,3 +98,22 @@ def test_contending_handoffs_land_when_the_simulator_says(workers: dict[str, Wor
     assert duration > 3 * TOLERANCE_S  # the transfers, not the noise, decide the times
     for k, (want, got) in enumerate(zip(expected, done, strict=True)):
         assert want <= got + 0.01 and got - want < TOLERANCE_S, (k, expected, done, sent)
+
+
+def test_a_decode_worker_pulls_only_what_its_prefix_cache_lacks(workers: dict[str, WorkerHandle]) -> None:
+    """As vLLM's connector (and the simulator: prompt tokens past the decode instance's cached blocks):
+    a prompt the decode worker computed before crosses the link only past its cached full blocks."""
+    p1, p2, d2 = workers["p1"], workers["p2"], workers["d2"]
+    prompt = _prompt(10)
+    params, n = _prefill(p1, 10, prompt)
+    asyncio.run(_decode_all([(d2, 10, params)], prompt))  # d2 now caches the prompt's full blocks
+    params, n = _prefill(p2, 11, prompt)
+    sent, done = asyncio.run(_decode_all([(d2, 11, params)], prompt))
+
+    cached = (n - 1) // BLOCK  # all full blocks but one token's worth: vLLM recomputes the last token
+    nbytes = int((n - cached * BLOCK) * PerfModel(load_profile(PROFILE)).kv_bytes_per_token)
+    expected = schedule_transfer(Link(GBPS), Link(GBPS), nbytes, prefill_start_s=sent[0], prefill_end_s=sent[0],
+                                 num_layers=1, mode="serial").end_s
+    whole = n * PerfModel(load_profile(PROFILE)).kv_bytes_per_token / Link(GBPS).bytes_per_s
+    assert whole - (expected - sent[0]) > 3 * TOLERANCE_S  # pulling the whole prompt would be far off
+    assert expected <= done[0] + 0.01 and done[0] - expected < TOLERANCE_S, (expected, done, sent)

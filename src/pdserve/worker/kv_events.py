@@ -198,7 +198,7 @@ class ZmqEventPublisher:
         self._thread.start()
 
     def publish(self, events: list[Any], ts: float) -> None:
-        """Queue one batch stamped ``ts`` (epoch seconds from the caller's clock, as vLLM's ``time.time()``)."""
+        """Queue one batch stamped ``ts`` (epoch seconds from the caller's clock; vLLM stamps batches with wall time)."""
         if not events or not self._running:
             return
         try:

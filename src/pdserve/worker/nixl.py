@@ -128,13 +128,18 @@ class SideChannelServer:
                 {"reason": "engine_mismatch", "detail": f"this side channel serves engine {self.engine_id}"},
                 status=404)
         engine = self.runner.engine
-        held = next((h.request for h in engine.held.values() if h.request.block_ids == body.block_ids), None)
+        # The decode side reads only the blocks it does not have cached: the tail of the held ones (vLLM
+        # nixl_connector.py _read_blocks: ``remote_block_ids = remote_block_ids[-num_local_blocks:]``).
+        want = body.block_ids
+        held = next((h.request for h in engine.held.values()
+                     if want and h.request.block_ids[-len(want):] == want), None)
         if held is None:
             return web.json_response(
                 {"reason": "not_found", "detail": "no KV held in those blocks (lease expired or never prefilled)"},
                 status=404)
         n_tokens = len(held.prompt_token_ids)
-        nbytes = int(n_tokens * self.perf.kv_bytes_per_token)
+        n_sent = n_tokens - (len(held.block_ids) - len(want)) * engine.config.block_size
+        nbytes = int(n_sent * self.perf.kv_bytes_per_token)
         now = self.runner.sim_now()
         tr = serve_pull(self.link, nbytes, now, receiver_gbps=body.receiver_gbps or self.link.gbps,
                         receiver_free_in_s=body.receiver_free_in_s)
@@ -186,18 +191,19 @@ class KvReceiver:
         self._turn = asyncio.Lock()
 
     async def pull(self, session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int],
-                   notif_id: str, timeout_s: float) -> PullResult:
+                   notif_id: str, timeout_s: float, cached_blocks: int = 0) -> PullResult:
+        """Pull all but the first ``cached_blocks`` blocks (those this worker's prefix cache holds)."""
         async with self._turn:
             sent = self.runner.sim_now()
             result = await pull_kv(session, params, prompt_ids, notif_id, timeout_s, receiver=self.link,
-                                   free_in_s=max(0.0, self.link.free_at - sent))
+                                   free_in_s=max(0.0, self.link.free_at - sent), skip_blocks=cached_blocks)
             self.link.book(sent + result.queued_s + result.transfer_s, result.kv_bytes, result.transfer_s)
             return result
 
 
 async def pull_kv(
     session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int], notif_id: str, timeout_s: float,
-    *, receiver: Link, free_in_s: float,
+    *, receiver: Link, free_in_s: float, skip_blocks: int = 0,
 ) -> PullResult:
     """Fetch a prompt's KV from the prefill worker named in ``kv_transfer_params``, then notify it.
 
@@ -207,7 +213,7 @@ async def pull_kv(
         port = int(params["remote_port"])
         payload = {
             "engine_id": str(params["remote_engine_id"]),
-            "block_ids": [int(b) for b in params["remote_block_ids"]],
+            "block_ids": [int(b) for b in params["remote_block_ids"]][skip_blocks:],
             "notif_request_id": notif_id,
             "receiver_gbps": receiver.gbps,
             "receiver_free_in_s": free_in_s,

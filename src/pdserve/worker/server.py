@@ -228,22 +228,27 @@ class WorkerServer:
             rid = f"{rid}-{uuid.uuid4().hex[:8]}"
         kvp = req.kv_transfer_params or {}
         hold = bool(kvp.get("do_remote_decode"))
+        extra = cache_salt_extra_keys(req.cache_salt, self.s.vllm.version)
+        engine_cfg = self.runner.engine.config
+        # Hash the prompt here, per request, rather than inside the engine step: a step admitting
+        # dozens of long prompts would otherwise hash them all in one go and stall the loop.
+        hashes = (engine_cfg.hasher.block_hashes(ids, engine_cfg.block_size, extra)
+                  if engine_cfg.enable_prefix_caching else [])
         external = 0
         if kvp.get("do_remote_prefill"):
-            external = await self._load_remote(kvp, ids, rid)
+            # Like vLLM's connector, pull only what the prefix cache lacks (it may be evicted before the
+            # request is admitted; the engine then still treats the prompt as transferred).
+            cached = len(self.runner.engine.pool.find_prefix(hashes, (len(ids) - 1) // engine_cfg.block_size))
+            external = await self._load_remote(kvp, ids, rid, cached)
         seed = req.seed if req.seed is not None else int.from_bytes(
             hashlib.blake2b(str(ids).encode(), digest_size=8).digest(), "big")
         stop_ids = tuple(req.stop_token_ids or ())
-        extra = cache_salt_extra_keys(req.cache_salt, self.s.vllm.version)
         ereq = EngineRequest(rid, ids, max_tokens=max_tokens, min_tokens=req.min_tokens, ignore_eos=req.ignore_eos,
                              eos_after=None if self.tok.eos_token_id is None else self._natural_length(seed),
                              stop_token_ids=stop_ids, seed=seed,
                              hold_kv=hold, remote_prefilled=external > 0, extra_keys=extra)
-        engine_cfg = self.runner.engine.config
         if engine_cfg.enable_prefix_caching:
-            # Hash the prompt here, per request, rather than inside the engine step: a step admitting
-            # dozens of long prompts would otherwise hash them all in one go and stall the loop.
-            ereq.block_hashes = engine_cfg.hasher.block_hashes(ids, engine_cfg.block_size, extra)
+            ereq.block_hashes = hashes
         try:
             tracked = self.runner.submit(ereq, max_tokens_param, external)
         except ValueError as err:
@@ -334,15 +339,17 @@ class WorkerServer:
             "transfer_mode": "pull",
         }
 
-    async def _load_remote(self, kvp: dict[str, Any], ids: list[int], rid: str) -> int:
-        """Pull the prompt's KV; returns the tokens received, or 0 to recompute (policy ``recompute``)."""
+    async def _load_remote(self, kvp: dict[str, Any], ids: list[int], rid: str, cached_blocks: int) -> int:
+        """Pull the prompt's KV past its ``cached_blocks``; returns the prompt's tokens, or 0 to recompute
+        (policy ``recompute``)."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
         policy = self.s.kv_transfer.kv_load_failure_policy
         t0 = self.runner.clock.monotonic()
         try:
             notif = notif_request_id(kvp, rid, self.s.vllm.nixl_remote_request_id)
-            result = await self.kv_receiver.pull(self._session, kvp, ids, notif, self.s.kv_pull_timeout_s)
+            result = await self.kv_receiver.pull(self._session, kvp, ids, notif, self.s.kv_pull_timeout_s,
+                                                 cached_blocks)
         except KvLoadError as err:
             self.runner.metrics.kv_load_failure(err.reason, policy)
             if policy == "fail":
