@@ -109,3 +109,26 @@ def test_speed_and_decision_results_are_repeated_runs_with_provenance() -> None:
         assert doc["meta"]["cpu_affinity"] == [1], rel  # one core, as the command says (taskset -c 1)
     dt = json.loads((ROOT / "bench/router/results/decision_time.json").read_text())
     assert dt["meta"]["runs"] >= 3 and dt["results"]["kv_aware"]["cpu_p99_us"]["n"] == dt["meta"]["runs"]
+
+
+def test_readme_routing_rows_cover_every_window_with_its_verdict() -> None:
+    """The done-when of issue 15 is per window (P/D and held-out ones included): the README
+    must show each window, whether it was tuned on, and the verdict computed from its file."""
+    rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| Routing beside")]
+    assert len(rows) == len(readme_table.ROUTING_FILES)
+    for rel, row in zip(readme_table.ROUTING_FILES, rows):
+        d = json.loads((ROOT / rel).read_text())
+        assert f"{d['layout']}, {d['trace']} {d['window']} ({readme_table.ROUTING_ROLE[rel]})" in row
+        assert readme_table.verdict(d) in row
+
+
+def test_routing_verdict_names_each_miss() -> None:
+    def doc(hit: float, mm: float, dyn_hits: list[float]) -> dict:
+        dyn = {"kv_router": {"prefix_hit_ratio": resultmeta.spread(dyn_hits)}} if dyn_hits else {}
+        return {"results": {"kv_aware": {"prefix_hit_ratio": hit, "max_mean_requests": mm}}, "dynamo": dyn}
+
+    assert readme_table.verdict(doc(0.074, 1.05, [0.070, 0.074, 0.080])) == "target met"
+    assert readme_table.verdict(doc(0.073, 1.05, [0.070, 0.074, 0.080])) == (
+        "target missed: hit ratio below Dynamo's median")
+    assert readme_table.verdict(doc(0.2, 1.11, [0.1])) == "target missed: max/mean > 1.1"
+    assert readme_table.verdict(doc(0.2, 1.0, [])) == "no Dynamo run"
