@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from pdserve.sim import instance
+from pdserve.router.core.spec import RoutingSpec
 from pdserve.sim.autoscale import PoolSizes, WindowMetrics
 from pdserve.sim.config import SimConfig, parse_layout
 from pdserve.sim.simulator import Simulation
 from pdserve.sim.traces import Trace, from_rows, load_trace, synthetic_trace
+from pdserve.worker.perf import PerfModel, PerfProfile
 
 MOONCAKE = Path(__file__).resolve().parents[2] / "bench/sim/data/mooncake_conv_excerpt.jsonl"
 
@@ -37,7 +40,7 @@ class Scripted:
 def _gridded(n: int, seed: int) -> Trace:
     """Arrivals on the 0.5 s scrape grid, several at once, identical lengths: many exact ties."""
     rnd = random.Random(seed)
-    rows = [(0.5 * rnd.randrange(0, 40), 600, rnd.choice((40, 80)), ()) for _ in range(n)]
+    rows = [(0.5 * rnd.randrange(0, 40), rnd.randint(500, 700), rnd.choice((37, 83)), ()) for _ in range(n)]
     return from_rows(rows, format="synthetic", source=f"gridded {n} {seed}")
 
 
@@ -94,5 +97,40 @@ def test_coasting_with_an_autoscaler_changes_no_result(layout: str) -> None:
     cfg = SimConfig(**parse_layout(layout), profile="llama-3.1-8b-h100", startup_delay_s=3.0)
     slow, _ = _digest(trace, cfg, coast=False, autoscale=True)
     fast, coasted = _digest(trace, cfg, coast=True, autoscale=True)
+    assert coasted > 0
+    assert fast == slow
+
+
+class _GridPerf(PerfModel):
+    """Every step lasts 1/16 s: step ends fall on arrivals (0.5 s grid), scrapes and each other."""
+
+    def step_time_aggregate(self, new_tokens: int, attn_pairs: float, kv_read_tokens: int, n_seqs: int) -> float:
+        return 0.0625 if new_tokens else 0.0
+
+
+SAME_INSTANT: dict[str, tuple[str, dict[str, object]]] = {
+    "chunked3": ("chunked:3", {}),
+    "colocated2-hop": ("colocated:2", {"ingress_s": 0.125}),  # dispatches in the middle of a plan
+    "1p2d": ("1p2d", {}),
+    "1p2d-local": ("1p2d", {"routing": RoutingSpec(disagg_threshold_tokens=10**6)}),  # arrivals go to decode
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAME_INSTANT))
+def test_coasting_keeps_the_order_of_events_at_the_same_instant(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout, extra = SAME_INSTANT[case]
+    monkeypatch.setattr("pdserve.sim.instance.PerfModel", _GridPerf)
+    real = instance.resolve_profile
+
+    def no_frontend(name: str, tp: int | None) -> PerfProfile:  # requests start on the grid too
+        p = real(name, tp)
+        return p.model_copy(update={"efficiency": p.efficiency.model_copy(update={"frontend_latency_s": 0.0})})
+
+    monkeypatch.setattr(instance, "resolve_profile", no_frontend)
+    trace = _gridded(150, 7)
+    cfg = SimConfig(**parse_layout(layout), profile="llama-3.1-8b-h100", block_size=16, kv_event_lag_s=0.125,
+                    max_num_seqs=6, **extra)  # type: ignore[arg-type]
+    slow, _ = _digest(trace, cfg, coast=False)
+    fast, coasted = _digest(trace, cfg, coast=True)
     assert coasted > 0
     assert fast == slow

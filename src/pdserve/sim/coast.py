@@ -1,4 +1,4 @@
-"""Coasting: an engine's plain decode steps run inside one event instead of one event each.
+"""Coasting: an engine's plain decode steps in flight as one event instead of one event each.
 
 Most engine steps of a replay are *plain* decode steps (pdserve.worker.decode_run): they
 change only their own requests' progress, which no other part of the simulation reads
@@ -6,94 +6,155 @@ change only their own requests' progress, which no other part of the simulation 
 and cached blocks, which a plain step leaves as they were). Handled one event at a
 time, each costs a heap push and pop, a StepOutput and a TokenEvent per request.
 
-When an engine's step ends at ``t0`` and its next steps are plain, the simulator runs
-here, at once, every one of them that ends before anything could reach this engine:
-the next arrival and the earliest pending event that can add work to an engine (see
-pdserve.sim.events.REACHES_ENGINES; in P/D also any prefill engine's next step, whose
-finished prefill moves a request to a decode engine). Nothing that happens before that
-bound touches this engine or reads what these steps change, so running them early gives
-the state, inter-token gaps and step count the one-event-per-step loop gives. The step
-after the run is kept plain as well and goes to the heap as usual (``Simulation._step``),
-so the engine's pool changes (allocations, cached blocks, KV events) and finishes still
-happen at their own events, in the loop's order.
+When an engine is about to start a step and its next ``k`` steps are plain, the
+simulator plans them (their end times; pdserve.worker.decode_run.plan; at most
+``MAX_STEPS``, and for a colocated engine up to the first that ends at or after the next
+arrival, which may be routed to it) and pushes one ``COAST_DONE`` event at the end of the
+last. Until then nothing about the engine that
+anyone reads changes, so nothing needs its steps done, except:
 
-That last step's heap entry is pushed earlier than the step-by-step loop would push it,
-so among events at the very same instant it may sort before events pushed meanwhile.
-The only such event that can observe the step is a /metrics scrape (it reads KV usage,
-which the step after it may change): a run whose last step would end exactly at the
-instant of a scrape pushed during the run is not taken. ``Simulation(coast_decode=False)``
-turns coasting off; tests/sim/test_coast.py checks that both give identical results.
+* a request reaching the engine (a dispatch, a KV transfer landing): ``materialize``
+  first does the steps that end before that event (in the loop's order: an arrival goes
+  before a step ending at its instant; heap events compare (time, time pushed, seq), and
+  a planned step counts as pushed when the step before it ended), then starts the one in
+  flight at that instant as an ordinary step with its own heap event, as the
+  step-by-step loop would have it;
+* the end of the coast (``end_coast``): its steps are done and the last is handled as an
+  ordinary step end (its tokens, the next step);
+* the end of the run at ``max_sim_time_s`` (``settle_coasts``): steps started by then
+  have run, those ended by then count.
+
+The inter-token gaps of the coasted steps are the same differences of the same times,
+appended in another order (the summary sorts them). The heap entry of a coast's last
+step, and of a step started by ``materialize``, carries the push time the step-by-step
+loop would give it (the end of the step before), so it sorts among same-instant events as
+it would there; only an event pushed at exactly that instant and due at exactly the same
+instant sorts by sequence number instead. ``Simulation(coast_decode=False)`` turns
+coasting off; tests/sim/test_coast.py checks that both give identical results.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdserve.sim.events import KICK, REACHES_ENGINES, SCRAPE, STEP_DONE
+from pdserve.sim.events import COAST_DONE, STEP_DONE
 from pdserve.worker.decode_run import advance, plan
 
 if TYPE_CHECKING:
     from pdserve.sim.instance import Instance
     from pdserve.sim.simulator import Simulation
 
-
-def _bound(sim: Simulation) -> float:
-    """Earliest time at which anything can add work to an engine or read its requests' progress."""
-    b = sim.next_arrival_s
-    for t, _, kind, obj in sim.heap:
-        if t < b and (kind in REACHES_ENGINES or (
-                (kind == STEP_DONE or kind == KICK) and obj.pool == "prefill")):  # type: ignore[attr-defined]
-            b = t
-    limit = sim.cfg.max_sim_time_s
-    if limit is not None and limit < b:
-        b = limit  # a step past the limit is never handled
-    return b
+# Steps planned at once: a request reaching the engine cancels the rest of the plan, so a long plan
+# wastes its cost computations; a short one costs an event per MAX_STEPS steps.
+MAX_STEPS = 128
 
 
-def _scrape_at(sim: Simulation, last: float, t: float) -> bool:
-    """Whether a scrape handled before ``last`` schedules the next one exactly at ``t``."""
-    if not sim.router_view.scraping:
-        return False
-    refresh = sim.cfg.view_refresh_s
-    s = min((e[0] for e in sim.heap if e[2] == SCRAPE), default=math.inf)
-    while s <= last:
-        s = s + refresh  # as Simulation._on_scrape schedules it
-        if s == t:
-            return True
-    return False
+@dataclass(slots=True)
+class Coast:
+    inst: Instance
+    start: float  # when its first step started
+    ends: list[float]  # end of each planned step
+    entry: tuple[float, float, int, int, object]  # its COAST_DONE heap entry
 
 
-def coast(sim: Simulation, inst: Instance, k: int) -> float:
-    """Run the engine's next plain steps (``k > 1`` of them are plain) that end before anything can reach
-    it, leaving the last plain one to the heap. Returns when the engine's next step starts."""
+def start_coast(sim: Simulation, inst: Instance, k: int) -> None:
+    """Plan the engine's next ``k`` (> 1) plain steps from now and push the end of the last."""
     now = sim.now
-    eng = inst.engine
-    bound = _bound(sim)
-    ends = plan(eng, now, k, bound, sim.step_host_s)
-    # every end but possibly the last is before the bound; the step after the run must be plain too
-    ran = min(len(ends) - 1 if not ends[-1] < bound else len(ends), k - 1)
-    if ran == 0:
-        return now
-    last = ends[ran - 1]
-    if _scrape_at(sim, last, ends[ran]):
-        return now
-    running = eng.running
+    # The next arrival may well be routed here: a plan past it would likely be cut short there. (Where
+    # the plan ends changes nothing but how many steps one event carries.)
+    until = sim.next_arrival_s if inst.pool == "colocated" else math.inf
+    ends = plan(inst.engine, now, min(k, MAX_STEPS), until, sim.step_host_s)
+    sim.seq += 1
+    c = Coast(inst, now, ends, (0.0, 0.0, 0, 0, None))
+    # pushed, in the step-by-step loop, when the step before it ended
+    c.entry = (ends[-1], ends[-2] if len(ends) > 1 else now, sim.seq, COAST_DONE, c)
+    heapq.heappush(sim.heap, c.entry)
+    inst.coast = c
+    inst.busy = True
+
+
+def _run(sim: Simulation, c: Coast, n: int) -> float:
+    """Do the first ``n`` planned steps (their gaps, the engine's state); returns when the next starts."""
+    if n == 0:
+        return c.start
+    ends = c.ends
+    last = ends[n - 1]
+    eng = c.inst.engine
     states = sim.states
     itl = sim.itl
     first = ends[0]
-    for req in running:
+    for req in eng.running:
         st = states[req.request_id]
         itl.append(first - st.last_token_s)  # as Simulation._on_step_done measures a gap
         st.last_token_s = last
     prev = first
-    n = len(running)
-    for t in ends[1:ran]:
-        itl.fromlist([t - prev] * n)
+    seqs = len(eng.running)
+    for j in range(1, n):
+        t = ends[j]
+        itl.fromlist([t - prev] * seqs)
         prev = t
-    advance(eng, ran)
-    sim.steps += ran
-    sim.coasted_steps += ran
+    advance(eng, n)
+    sim.coasted_steps += n
     if last > sim.coasted_until:
         sim.coasted_until = last
     return last
+
+
+def end_coast(sim: Simulation, c: Coast) -> None:
+    """The coast's last step has ended (``sim.now``): the steps before it are done, it is handled as usual."""
+    inst = c.inst
+    inst.coast = None
+    k = len(c.ends)
+    start = _run(sim, c, k - 1)
+    out = inst.engine.step(start)  # plain, as planned
+    sim.steps += k
+    inst.step_start = start
+    sim._on_step_done(inst, out)
+
+
+def materialize(sim: Simulation, inst: Instance) -> None:
+    """Something is about to reach the engine: do the planned steps that end before the current event and
+    start the one in flight then as an ordinary step."""
+    c = inst.coast
+    assert c is not None
+    ends = c.ends
+    k = len(ends)
+    cur = sim.current
+    t = sim.now
+    if cur is None:  # an arrival goes before any event at its instant
+        done = bisect_left(ends, t, 0, k - 1)
+    else:
+        done = bisect_left(ends, t, 0, k - 1)
+        _, pushed, seq = cur[0], cur[1], cur[2]
+        while done < k - 1 and ends[done] == t and ((ends[done - 1] if done else c.start), c.entry[2]) < (pushed, seq):
+            done += 1
+    inst.coast = None
+    sim.heap.remove(c.entry)
+    heapq.heapify(sim.heap)
+    start = _run(sim, c, done)
+    out = inst.engine.step(start)  # the step in flight (plain, as planned)
+    sim.steps += done + 1
+    inst.step_start = start
+    inst.step_out = out
+    sim.seq += 1
+    heapq.heappush(sim.heap, (start + out.duration + sim.step_host_s, start, sim.seq, STEP_DONE, inst))
+
+
+def settle_coasts(sim: Simulation, limit: float) -> None:
+    """The run stopped with coasts in flight (only at ``max_sim_time_s``): steps that had started by the
+    limit have run, the gaps of those that had ended count."""
+    for inst in sim.all_instances:
+        c = inst.coast
+        if c is None:
+            continue
+        inst.coast = None
+        sim.heap.remove(c.entry)
+        done = bisect_right(c.ends, limit, 0, len(c.ends) - 1)
+        start = _run(sim, c, done)
+        inst.engine.step(start)
+        sim.steps += done + 1
+    heapq.heapify(sim.heap)

@@ -10,13 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from pdserve.router.policies import WorkerView
 from pdserve.sim.config import SimConfig, SimConfigError
 from pdserve.common.kvlink import Link
 from pdserve.worker.engine import Engine, EngineConfig, EngineRequest, StepOutput
 from pdserve.worker.perf import PerfModel, PerfProfile, load_profile
+
+if TYPE_CHECKING:
+    from pdserve.sim.coast import Coast
 
 # Prefill engines (and decode engines receiving transferred prompts) chunk long
 # prompts at vLLM's default max_num_batched_tokens for P/D deployments.
@@ -113,6 +116,7 @@ class Instance:
     incoming: int = 0  # decode: requests whose KV transfer to here has not landed
     prefill_of: dict[str, int] = field(default_factory=dict)
     pool: str = ""  # copied from spec: read on every step, so a plain attribute
+    coast: Coast | None = None  # plain decode steps in flight as one event (pdserve.sim.coast)
 
     @classmethod
     def create(cls, instance_id: str, spec: PoolSpec, link_gbps: float, now: float, ready_at: float) -> Instance:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -147,7 +148,7 @@ def summarize(
         attainment_tpot=ok_p / n if n else 0.0,
         ttft=_dist([r.ttft for r in done]),
         tpot=_dist([r.tpot for r in done if r.output_tokens > 1]),
-        itl=_dist(list(itl_samples)),
+        itl=_dist(itl_samples if isinstance(itl_samples, (array, list)) else list(itl_samples)),
         e2e=_dist([r.e2e for r in done]),
         throughput_rps=len(done) / span if span > 0 else 0.0,
         output_tokens_per_s=sum(r.output_tokens for r in done) / span if span > 0 else 0.0,

@@ -1,7 +1,7 @@
 """The discrete-event loop: arrivals -> router policy -> engines -> (KV link) -> decode.
 
-Deterministic by construction: a virtual clock, one heap ordered by (time, sequence
-number) so equal times resolve in insertion order, no wall clock, no unseeded
+Deterministic by construction: a virtual clock, one heap ordered by (time, time pushed,
+sequence number) so equal times resolve in insertion order, no wall clock, no unseeded
 randomness, and no iteration over hash-ordered sets. Same inputs, same result.
 
 Life of a request: the live router's scheduler (pdserve.router.core.scheduler, built
@@ -42,8 +42,9 @@ from typing import cast
 from pdserve.router.core.scheduler import Mode, PoolViews, Scheduler
 from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.autoscale import Autoscaler, ScalingEvent
-from pdserve.sim.coast import coast
+from pdserve.sim.coast import end_coast, materialize, settle_coasts, start_coast
 from pdserve.sim.config import SimConfig, SimConfigError
+from pdserve.sim.events import COAST_DONE as _COAST_DONE
 from pdserve.sim.events import DISPATCH as _DISPATCH
 from pdserve.sim.events import HANDOFF as _HANDOFF
 from pdserve.sim.events import KICK as _KICK
@@ -109,7 +110,10 @@ class Simulation:
         self.router_view = RouterView(config, self.scheduler.index)
         self.instances: dict[str, list[Instance]] = {p: [] for p in pools}
         self.pending: dict[str, deque[_Req]] = {p: deque() for p in pools}
-        self.heap: list[tuple[float, int, int, object]] = []
+        # (time, time pushed, sequence number, kind, object): the push time orders equal times as the push
+        # order does (it only grows), and lets a coast's steps (pdserve.sim.coast) keep their place
+        self.heap: list[tuple[float, float, int, int, object]] = []
+        self.current: tuple[float, float, int, int, object] | None = None  # the event being handled (None: an arrival)
         self.seq = 0
         self.now = 0.0
         self.states: dict[str, _Req] = {}
@@ -121,11 +125,12 @@ class Simulation:
         self.steps = 0
         self.step_host_s = config.step_host_s
         self.coast_decode = coast_decode
-        self.next_arrival_s = math.inf  # the run loop's next arrival (coasting must stop before it)
         self.coasted_until = -math.inf  # end of the last step run inside a coast (the clock's reach)
         self.coasted_steps = 0  # engine steps run inside coasts (included in steps)
+        self.next_arrival_s = math.inf  # the run loop's next arrival (where a colocated engine's coast ends)
         self.scaling_events: list[ScalingEvent] = []
         self.all_instances: list[Instance] = []
+        self.by_id: dict[str, Instance] = {}
         self.counter = {p: 0 for p in pools}
         self.windows = WindowTracker(self)
         initial = (
@@ -141,7 +146,7 @@ class Simulation:
     # ---- plumbing -------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, obj))
+        heapq.heappush(self.heap, (t, self.now, self.seq, kind, obj))
 
     def new_instance(self, pool: str, ready_at: float) -> Instance:
         spec = self.specs[pool]
@@ -151,6 +156,7 @@ class Simulation:
         inst = Instance.create(iid, spec, self.cfg.kv_link_gbps, self.now, ready_at)
         self.instances[pool].append(inst)
         self.all_instances.append(inst)
+        self.by_id[iid] = inst
         if inst.state is State.STARTING:
             self._push(ready_at, _READY, inst)
         return inst
@@ -167,7 +173,9 @@ class Simulation:
         return self.router_view.views(self.ready(pool))
 
     def _instance(self, pool: str, d: Decision) -> Instance:
-        return next(i for i in self.instances[pool] if i.instance_id == d.worker_id)
+        inst = self.by_id[d.worker_id]  # ids are unique across pools (C0, P0, D0)
+        assert inst.pool == pool
+        return inst
 
     def _dispatch_entry(self, st: _Req) -> None:
         rec = st.rec
@@ -189,6 +197,8 @@ class Simulation:
             self._refuse(st, f"admission: predicted TTFT {plan.verdict.predicted_ttft_s * 1000:.0f} ms")
             return
         inst = self._instance(pool, d)
+        if inst.coast is not None:
+            materialize(self, inst)  # its steps so far happen before the request reaches it
         self.scheduler.on_routed(policy, d, req, self.now)
         rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.block_size
         try:
@@ -263,7 +273,8 @@ class Simulation:
     def _step(self, inst: Instance) -> None:
         now = self.now
         if self.coast_decode and (k := plain_steps(inst.engine)) > 1:
-            now = coast(self, inst, k)  # steps that nobody else can see, run here; the next one starts at `now`
+            start_coast(self, inst, k)  # its next steps are invisible to the rest: one event for all of them
+            return
         out = inst.engine.step(now)
         if out.num_scheduled == 0:
             # Blocked (e.g. KV held by leases or transfers not landed): retry when
@@ -278,7 +289,7 @@ class Simulation:
         inst.step_start = now
         inst.step_out = out
         self.seq += 1
-        heapq.heappush(self.heap, (now + out.duration + self.step_host_s, self.seq, _STEP_DONE, inst))
+        heapq.heappush(self.heap, (now + out.duration + self.step_host_s, now, self.seq, _STEP_DONE, inst))
 
     def _on_step_done(self, inst: Instance, out: StepOutput) -> None:
         inst.busy = False
@@ -339,6 +350,8 @@ class Simulation:
         rec = st.rec
         rid = str(rec.index)
         d.incoming -= 1
+        if d.coast is not None:
+            materialize(self, d)
         lease = p.engine.held.get(rid)
         # The engine expires leases only when it steps; an idle prefill engine's
         # timer would still fire in vLLM, so check the deadline here too.
@@ -378,7 +391,7 @@ class Simulation:
 
     def _on_scrape(self, arrivals_left: bool) -> None:
         self.router_view.scrape(self.all_instances)
-        if arrivals_left or any(k != _SCRAPE for _, _, k, _ in self.heap):
+        if arrivals_left or any(k != _SCRAPE for _, _, _, k, _ in self.heap):
             self._push(self.now + self.cfg.view_refresh_s, _SCRAPE, None)
 
     # ---- autoscaling (see pdserve.sim.scaling) ------------------------------------
@@ -410,12 +423,15 @@ class Simulation:
         t_arr = self.next_arrival_s = reqs[0].arrival_s if n else math.inf
         while True:
             if heap and heap[0][0] < t_arr:
-                t, _, kind, obj = pop(heap)
+                self.current = entry = pop(heap)
+                t, _, _, kind, obj = entry
                 if t > limit:
                     break
                 self.now = t
                 if kind == _STEP_DONE:
                     on_step_done(obj, obj.step_out)  # type: ignore[arg-type,attr-defined]  # a _STEP_DONE carries its Instance
+                elif kind == _COAST_DONE:
+                    end_coast(self, obj)  # type: ignore[arg-type]
                 elif kind == _KICK:
                     self._on_kick(obj)  # type: ignore[arg-type]
                 elif kind == _KV_DONE:
@@ -437,6 +453,7 @@ class Simulation:
                 if t_arr > limit:
                     break
                 self.now = t_arr
+                self.current = None
                 r = reqs[i]
                 rec = RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens)
                 self.records.append(rec)
@@ -451,6 +468,7 @@ class Simulation:
                 break
             if i >= n and self.outstanding == 0:
                 break
+        settle_coasts(self, limit)
         return self._result()
 
     def _result(self) -> SimResult:

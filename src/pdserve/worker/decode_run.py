@@ -84,12 +84,12 @@ def advance(engine: Engine, k: int) -> None:
     bs = cfg.block_size
     count_full = not cfg.enable_prefix_caching
     for req in engine.running:
-        out = req.output_token_ids
+        append = req.output_token_ids.append
         rng = req.rng
         for _ in range(k):
             # the sampling of Engine.step for a request that ignores EOS and has no stop tokens
             rng = (rng * 1664525 + 1013904223) & 0xFFFFFFFF
-            out.append(words[(rng >> 8) % n_words])
+            append(words[(rng >> 8) % n_words])
         req.rng = rng
         req.num_computed += k
         req.num_tokens += k

@@ -137,14 +137,13 @@ class BlockPool:
             elif bid not in holders:
                 holders.append(bid)
         parent = hashes[start - 1] if start > 0 else None
-        self.events.stored.append(
-            StoredBlocks(
-                list(hashes[start:end]),
-                parent,
-                list(token_ids[(start - token_offset_blocks) * block_size : (end - token_offset_blocks) * block_size]),
-                [first_block_extra_keys if i == 0 else None for i in range(start, end)],
-            )
-        )
+        tokens = token_ids[(start - token_offset_blocks) * block_size : (end - token_offset_blocks) * block_size]
+        extra: list[tuple[object, ...] | None] = [None] * (end - start)
+        if start == 0:
+            extra[0] = first_block_extra_keys
+        # a list's slice is already a copy: copy only other sequences (the simulator caches long prompts)
+        self.events.stored.append(StoredBlocks(list(hashes[start:end]), parent,
+                                               tokens if isinstance(tokens, list) else list(tokens), extra))
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash (vLLM's reset_prefix_cache); only when no block is in use."""
