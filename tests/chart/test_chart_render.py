@@ -230,9 +230,10 @@ def test_namespace_scope_uses_roles_in_each_watched_namespace(chart: helm.Chart)
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for b in bindings:
         assert b["subjects"][0]["namespace"] == "pdserve-system"
-    # Only read-only CRD discovery stays cluster-wide (a Role cannot grant a cluster-scoped resource).
+    # Only read-only CRD discovery and node reads stay cluster-wide (a Role cannot grant a cluster-scoped resource).
     (cluster_role,) = of_kind(objects, "ClusterRole")
-    assert _rule_set(cluster_role["rules"]) == {("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")}
+    assert _rule_set(cluster_role["rules"]) == ({("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")}
+                                                | {("", "nodes", v) for v in ("get", "list", "watch")})
     for r in roles:
         assert not any("customresourcedefinitions" in rule["resources"] for rule in r["rules"])
         assert _rule_set(r["rules"]) | _rule_set(cluster_role["rules"]) == _rule_set(of_kind(render(chart), "ClusterRole")[0]["rules"])
@@ -257,7 +258,9 @@ def test_rbac_is_least_privilege(chart: helm.Chart) -> None:
     (role,) = of_kind(render(chart), "ClusterRole")
     granted = _rule_set(role["rules"])
     assert not any("*" in t for t in granted), "no wildcards"
-    assert not any(r in {"secrets", "clusterroles", "clusterrolebindings", "nodes"} for _, r, _ in granted)
+    assert not any(r in {"secrets", "clusterroles", "clusterrolebindings"} for _, r, _ in granted)
+    # Nodes are read (is a worker pod's node gone or unreachable?), never written.
+    assert {v for _, r, v in granted if r == "nodes"} == {"get", "list", "watch"}
     # The planner reads one named ConfigMap (its capacity profile): get, never list or write.
     assert {v for _, r, v in granted if r == "configmaps"} == {"get"}
     assert not any(v == "delete" for _, _, v in granted), "children go with their owner (garbage collection)"

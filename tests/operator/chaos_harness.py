@@ -125,6 +125,7 @@ class StatusLog:
     def __init__(self, custom: client.CustomObjectsApi, namespace: str) -> None:
         self.custom, self.namespace = custom, namespace
         self.seen: list[tuple[float, int, dict[str, str]]] = []
+        self.messages: dict[str, str] = {}  # "Type=Status/Reason" -> its last message
         self.api_errors = 0
         self.t0 = time.monotonic()
         self._stop = threading.Event()
@@ -139,6 +140,7 @@ class StatusLog:
                 continue
             status = obj.get("status") or {}
             conds = {c["type"]: f"{c['status']}/{c['reason']}" for c in status.get("conditions") or []}
+            self.messages.update({f"{c['type']}={c['status']}/{c['reason']}": c.get("message", "") for c in status.get("conditions") or []})
             entry = (round(time.monotonic() - self.t0, 1), int(status.get("observedGeneration") or 0), conds)
             if not self.seen or self.seen[-1][1:] != entry[1:]:
                 self.seen.append(entry)

@@ -18,7 +18,7 @@ def _ids(handlers: object) -> list[str]:
 def test_registry_handlers_and_the_planner_daemon_by_default() -> None:
     hosted = build_registry(Reconciler(None), HandlerConfig(resync_seconds=30))  # type: ignore[arg-type]
     assert _ids(hosted._changing.get_all_handlers()) == ["Handler 'reconcile'", "Handler 'reconcile'", "Handler 'reconcile/spec'"]
-    assert _ids(hosted._watching.get_all_handlers()) == ["Handler 'child'"]
+    assert _ids(hosted._watching.get_all_handlers()) == ["Handler 'child'", "Handler 'node'", "Handler 'pod-deleted'"]
     # The planner is hosted by the operator, always (one host): a daemon per autoscaled resource.
     assert _ids(hosted._spawning.get_all_handlers()) == ["Daemon 'planner'", "Timer 'resync'"]
     plain = build_registry(Reconciler(None), HandlerConfig(planner=None))  # type: ignore[arg-type]
@@ -40,7 +40,9 @@ def test_rules_split_into_namespaced_and_cluster_parts() -> None:
     # The Lease is the only thing it writes outside the watched namespaces' children.
     assert LEASE_RULES == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]
     assert not any("leases" in r["resources"] for r in RULES)
-    assert all(r["resources"] == ["customresourcedefinitions"] for r in CLUSTER_RULES)
+    assert [r["resources"] for r in CLUSTER_RULES] == [["customresourcedefinitions"], ["nodes"]]
+    # Nodes are only read (a worker pod's node deleted or unreachable), never written.
+    assert CLUSTER_RULES[1]["verbs"] == ["get", "list", "watch"]
     # Least privilege: nothing may delete, nothing touches secrets, and configmaps are
     # only read by name (the planner's capacity profile).
     assert not any("delete" in r["verbs"] or "*" in r["verbs"] for r in RULES)

@@ -115,10 +115,37 @@ def test_differences_scalars() -> None:
     assert differences(["x", "y"], ["y", "x"]) == [""]
 
 
-def test_pods_matter_only_while_unsettled() -> None:
-    from pdserve.operator.status import pods_matter
+def _pod_on(role: str, node: str, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": f"s-{role}-x", "labels": {"pdserve.io/role": role}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
 
-    settled = {"prefill": _child(2, 2), "decode": _child(1, 1), "router": _child(1, 1)}
-    assert not pods_matter(_svc(), settled)
-    assert pods_matter(_svc(), {**settled, "decode": _child(1, 0)})
-    assert pods_matter(_svc(), {**settled, "router": None})
+
+def test_node_loss_from_the_node_object() -> None:
+    from pdserve.operator.status import node_loss
+
+    assert node_loss(None) == "deleted"
+    assert node_loss({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}) is None
+    unknown = {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}}
+    assert node_loss(unknown) == "not ready (NodeStatusUnknown)"
+    assert node_loss({"status": {}}) is None  # a node still registering is not lost
+
+
+def test_pods_on_a_lost_node_do_not_count_as_ready_and_the_status_names_the_node() -> None:
+    # The decode Deployment still says 2/2 ready: one of its pods is bound to a deleted node.
+    kids = {"prefill": _child(2, 2), "decode": _child(2, 2), "router": _child(1, 1)}
+    pods = [_pod_on("prefill", "n1"), _pod_on("prefill", "n3"), _pod_on("decode", "n1"), _pod_on("decode", "n2")]
+    before = compute_status(_svc(decode=2), kids, pods, "e", T0, lost_nodes={})
+    assert _conds(before)["Ready"] == ("True", "AllReplicasReady")
+    r = compute_status(_svc(before.status, decode=2), kids, pods, "e", T1, lost_nodes={"n2": "deleted"})
+    assert _conds(r)["Ready"] == ("False", "ReplicasNotReady") and _conds(r)["Degraded"] == ("True", "NodeLost")
+    assert r.status["decode"] == {"desired": 2, "ready": 1, "summary": "1/2"} and r.status["prefill"]["ready"] == 2
+    degraded = next(c for c in r.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["message"].startswith("1 decode pod(s) on lost nodes: n2 deleted")
+    # The transitions are posted as Events, Ready and Degraded as warnings (kubectl describe shows them).
+    assert {(t.type, t.status, t.warning) for t in r.transitions} == {("Ready", "False", True), ("Degraded", "True", True), ("Progressing", "True", False)}
+    # Once Kubernetes deletes the pod (terminating, then gone) and its replacement runs elsewhere, all is well again.
+    gone = [_pod_on("prefill", "n1"), _pod_on("prefill", "n3"), _pod_on("decode", "n1"), _pod_on("decode", "n2", deleting=True),
+            _pod_on("decode", "n3")]
+    assert _conds(compute_status(_svc(r.status, decode=2), kids, gone, "e", T1, lost_nodes={"n2": "deleted"}))["Degraded"] == ("False", "AsExpected")

@@ -110,6 +110,9 @@ the resource (replicas) and on its status (status.planner).
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
 {{- end -}}
 
 {{/* Leader election: only the operator's own Lease, in the release namespace (pdserve.operator.rbac.LEASE_RULES). */}}

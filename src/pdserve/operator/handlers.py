@@ -75,6 +75,26 @@ def build_registry(
             # The resync timer repairs whatever this event could not.
             logger.warning("sync of %s/%s after a child event failed: %s", namespace, owner, e)
 
+    async def sync_all(keys: list[tuple[str, str]], logger: kopf.Logger) -> None:
+        for namespace, owner in keys:
+            try:
+                await reconciler.sync(namespace, owner, cause="child", logger=logger)
+            except KubeError as e:
+                logger.warning("sync of %s/%s after a node or pod event failed: %s", namespace, owner, e)
+
+    # A deleted or unreachable node changes nothing in the Deployments that still count its
+    # pods as ready: the resources with pods there are synced to say so at once.
+    @kopf.on.event("", "v1", "nodes", id="node", registry=registry)
+    async def node_changed(name: str, logger: kopf.Logger, **_: Any) -> None:
+        await sync_all(reconciler.services_on(name), logger)
+
+    # ... and when Kubernetes finally deletes such a pod, its Deployment's status may not change either.
+    @kopf.on.event("", "v1", "pods", id="pod-deleted", labels={SERVICE_LABEL: kopf.PRESENT}, registry=registry)
+    async def pod_deleted(type: str | None, meta: kopf.Meta, namespace: str | None, logger: kopf.Logger, **_: Any) -> None:
+        owner = meta.get("labels", {}).get(SERVICE_LABEL)
+        if type == "DELETED" and owner:
+            await sync_all([(str(namespace), owner)], logger)
+
     if config.planner is not None:
         options = config.planner
 

@@ -36,6 +36,9 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
 CLUSTER_RULES: list[dict[str, Any]] = [
     # kopf rescans resources when CRDs change.
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+    # A worker pod on a deleted or unreachable node still counts as ready in its Deployment until
+    # Kubernetes deletes it (40-80 s, 5 min): the status says so, and a node's change triggers a sync.
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
 ]
 
 RULES: list[dict[str, Any]] = NAMESPACED_RULES + CLUSTER_RULES

@@ -25,7 +25,7 @@ from pdserve.operator.render import render
 from pdserve.operator.status import (
     ChildState,
     compute_status,
-    pods_matter,
+    node_loss,
     status_changed,
 )
 
@@ -52,6 +52,25 @@ class Reconciler:
         self.post_event = post_event
         self._locks: dict[Key, asyncio.Lock] = {}
         self._queued: dict[Key, Cause] = {}
+        self._nodes: dict[Key, set[str]] = {}  # the nodes each resource's worker pods were bound to at its last sync
+
+    def services_on(self, node: str) -> list[Key]:
+        """The resources with worker pods on ``node`` (as of their last sync): a change of the
+        node (deleted, NotReady) changes what their status must say."""
+        return sorted(key for key, nodes in self._nodes.items() if node in nodes)
+
+    async def _lost_nodes(self, pods: list[dict[str, Any]], logger: logging.Logger | logging.LoggerAdapter[Any]) -> dict[str, str]:
+        names = sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))})
+
+        async def loss(node: str) -> str | None:
+            try:
+                return node_loss(await self.kube.get(f"/api/v1/nodes/{node}"))
+            except KubeError as e:  # e.g. an install whose RBAC predates the nodes rule: report nothing
+                logger.debug("cannot read node %s: %s", node, e)
+                return None
+
+        found = await asyncio.gather(*(loss(n) for n in names))
+        return {n: why for n, why in zip(names, found) if why is not None}
 
     async def sync(self, namespace: str, name: str, *, cause: Cause, logger: logging.Logger | logging.LoggerAdapter[Any]) -> SyncOutcome | None:
         """Sync now, or fold into the sync already queued for this resource (then returns None).
@@ -72,8 +91,10 @@ class Reconciler:
             return outcome
 
     async def _sync_once(self, namespace: str, name: str, cause: Cause, logger: logging.Logger | logging.LoggerAdapter[Any]) -> SyncOutcome | None:
+        key = (namespace, name)
         body = await self.kube.get_service(namespace, name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            self._nodes.pop(key, None)
             return None  # gone or going: garbage collection removes the children
         outcome = SyncOutcome()
         try:
@@ -113,8 +134,11 @@ class Reconciler:
                 # A warning on purpose: kopf posts it as an Event on the resource.
                 logger.warning("repaired drift in Deployment/%s: %s", child, ", ".join(paths[:5]))
         children = {role: ChildState.from_deployment(live[child_name(svc, role)]) if child_name(svc, role) in live else None for role in ROLES}
-        pods = await self.kube.list("v1", "Pod", namespace, f"{SERVICE_LABEL}={name},{ROLE_LABEL} in (prefill,decode)") if pods_matter(svc, children) else []
-        result = compute_status(svc, children, pods, endpoint_url(svc, self.options), utc(self.clock), outcome.error)
+        # Always listed: a pod on a deleted or unreachable node looks Ready in its Deployment.
+        pods = await self.kube.list("v1", "Pod", namespace, f"{SERVICE_LABEL}={name},{ROLE_LABEL} in (prefill,decode)")
+        lost = await self._lost_nodes(pods, logger)
+        self._nodes[key] = {n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))}
+        result = compute_status(svc, children, pods, endpoint_url(svc, self.options), utc(self.clock), outcome.error, lost)
         if status_changed(body.get("status"), result.status):
             await self.kube.patch_status(namespace, name, result.status)
         for t in result.transitions:

@@ -6,7 +6,7 @@ is unit-tested. The operator owns every status key but ``planner``."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -46,7 +46,7 @@ class ChildState:
 @dataclass(frozen=True)
 class PodProblem:
     role: str
-    kind: str  # "unschedulable" or a container waiting reason
+    kind: str  # "unschedulable", "node-lost" or a container waiting reason
     message: str
 
 
@@ -64,6 +64,30 @@ def pod_problems(pods: Sequence[Mapping[str, Any]]) -> list[PodProblem]:
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in BAD_WAITING_REASONS:
                 out.append(PodProblem(role, waiting["reason"], waiting.get("message", "")))
+    return out
+
+
+def node_loss(node: Mapping[str, Any] | None) -> str | None:
+    """Why a node's pods no longer serve: "deleted" (no Node object), "not ready (<reason>)", or
+    None. Kubernetes keeps such pods Ready in their Deployment's counts until it deletes them:
+    the pod GC after a Node is deleted (40 s quarantine, then its next pass), the taint
+    eviction after an unreachable node's tolerationSeconds (300 s by default)."""
+    if node is None:
+        return "deleted"
+    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") == "True":
+        return None
+    return f"not ready ({ready.get('reason') or ready.get('status')})"
+
+
+def lost_pods(pods: Sequence[Mapping[str, Any]], lost_nodes: Mapping[str, str]) -> list[PodProblem]:
+    """Pods (not already terminating) bound to a lost node, one problem each."""
+    out: list[PodProblem] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        if node in lost_nodes and not meta.get("deletionTimestamp"):
+            out.append(PodProblem((meta.get("labels") or {}).get(ROLE_LABEL, "?"), "node-lost", f"{node} {lost_nodes[node]}"))
     return out
 
 
@@ -96,12 +120,6 @@ def _settled(child: ChildState | None, want: int) -> bool:
     )
 
 
-def pods_matter(svc: DisaggregatedService, children: Mapping[Role, ChildState | None]) -> bool:
-    """Pod details (pending, crash-looping) can only matter while some pool is not settled;
-    skipping the pod listing otherwise keeps steady-state resyncs cheap."""
-    return any(not _settled(children.get(r), _desired(svc, r)) for r in ROLES)
-
-
 def _count(problems: Sequence[PodProblem]) -> str:
     by_role: dict[str, int] = {}
     for p in problems:
@@ -110,15 +128,18 @@ def _count(problems: Sequence[PodProblem]) -> str:
 
 
 def _conditions(
-    svc: DisaggregatedService, children: Mapping[Role, ChildState | None], problems: list[PodProblem], apply_error: str | None
+    svc: DisaggregatedService, children: Mapping[Role, ChildState | None], problems: list[PodProblem], apply_error: str | None,
+    lost: Sequence[PodProblem] = (),
 ) -> dict[str, tuple[str, str, str]]:
     want = {r: _desired(svc, r) for r in ROLES}
     unsettled = [r for r in ROLES if not _settled(children.get(r), want[r])]
     counts = ", ".join(f"{r} {(children.get(r) or ChildState()).ready}/{want[r]}" for r in ROLES)
     out: dict[str, tuple[str, str, str]] = {}
+    on_lost_nodes = f"{_count(lost)} pod(s) on lost nodes: {', '.join(sorted({p.message for p in lost}))}"
 
     if unsettled:
-        out["Ready"] = ("False", "ReplicasNotReady", f"waiting for {', '.join(unsettled)} ({counts})")
+        why = f"; {on_lost_nodes}" if lost else ""
+        out["Ready"] = ("False", "ReplicasNotReady", f"waiting for {', '.join(unsettled)} ({counts}){why}")
     elif min(want.values()) == 0:
         out["Ready"] = ("False", "ScaledToZero", f"a pool has no replicas ({counts})")
     else:
@@ -145,6 +166,9 @@ def _conditions(
         out["Degraded"] = ("True", "ProgressDeadlineExceeded", f"{', '.join(deadline)} did not become available in time")
     elif crashing:
         out["Degraded"] = ("True", crashing[0].kind, f"{_count(crashing)} pod(s): {crashing[0].message or crashing[0].kind}")
+    elif lost:
+        out["Degraded"] = ("True", "NodeLost", f"{on_lost_nodes}; Kubernetes replaces them once it deletes them "
+                           "(pod GC for a deleted node, taint eviction for an unreachable one)")
     else:
         out["Degraded"] = ("False", "AsExpected", "")
 
@@ -169,13 +193,20 @@ def compute_status(
     endpoint: str,
     now: datetime,
     apply_error: str | None = None,
+    lost_nodes: Mapping[str, str] | None = None,
 ) -> StatusResult:
-    """The operator's status keys, keeping lastTransitionTime unless a condition's status changed."""
+    """The operator's status keys, keeping lastTransitionTime unless a condition's status changed.
+
+    ``lost_nodes``: node name -> ``node_loss`` reason for the nodes the pods are bound to. Their
+    pods still count as ready in their Deployments; here they do not."""
     previous: dict[str, Condition] = {c.type: c for c in svc.status.conditions}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     conditions: list[dict[str, Any]] = []
     transitions: list[Transition] = []
-    for ctype, (status, reason, message) in _conditions(svc, children, pod_problems(pods), apply_error).items():
+    lost = lost_pods(pods, lost_nodes or {})
+    children = {role: child if child is None else replace(child, ready=max(0, child.ready - sum(p.role == role for p in lost)))
+                for role, child in children.items()}
+    for ctype, (status, reason, message) in _conditions(svc, children, pod_problems(pods), apply_error, lost).items():
         old = previous.get(ctype)
         changed = old is None or old.status != status
         conditions.append(
