@@ -28,7 +28,8 @@ def make(**kw):
 
 def test_sizes_each_pool_from_the_profile():
     pol = make()
-    d = pol.decide(obs(0, rate=40.0), now=0)
+    # 8P8D now: enough that nothing queues before a change takes effect (no drain term).
+    d = pol.decide(obs(0, p=8, d=8, rate=40.0), now=0)
     cfg, prof = pol.config, pol.profile
     cap_p = prof.prefill_capacity(1024, 1000) * cfg.target_utilization
     cap_d = prof.decode_capacity(1124, 50) * cfg.target_utilization

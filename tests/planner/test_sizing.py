@@ -17,13 +17,15 @@ LINK = 100_000.0
 
 def test_link_bound_decode():
     # 50 req/s x 4000 prompt tokens = 200,000 KV tokens/s; links planned at 80 % carry 80,000
-    # each, so both ends need 200,000 / 80,000 = 2.5 -> 3 instances. Decode compute alone
-    # would need 50 x 100 / 10,000 = 0.5 -> 1; prefill compute 200,000 / 150,000 = 1.33 -> 2.
+    # each and a (P, D) pair carries min(P, D) links' worth, so both ends need 3 instances.
+    # Decode compute alone would need 50 x 100 / 10,000 = 0.5 -> 1; prefill compute
+    # 200,000 / 150,000 = 1.33 -> 2. From (2, 1): +decode (2, 2) 160,000; then P and D
+    # tie at 160,000 -> +decode (2, 3), still 160,000 (2 senders); -> +prefill (3, 3) 240,000.
     cap = Capacity(prefill_slo=150_000, prefill_saturated=180_000, decode_slo=10_000, link=LINK,
                    link_utilization=0.8)
     t = size(Load(rate=50, isl=4000, osl=100), cap, drain_s=60)
-    assert t.decode_compute == pytest.approx(0.5) and t.decode_link == pytest.approx(2.5)
-    assert t.prefill_compute == pytest.approx(4 / 3) and t.prefill_link == pytest.approx(2.5)
+    assert t.decode_compute == pytest.approx(0.5) and t.decode_link == 3
+    assert t.prefill_compute == pytest.approx(4 / 3) and t.prefill_link == 3
     assert (t.prefill, t.decode) == (3, 3) and t.binding() == {"prefill": "link", "decode": "link"}
     # Without the link term the same load looks like 2P1D: the single decode link would
     # have to carry 2.5x what it can.
@@ -31,10 +33,22 @@ def test_link_bound_decode():
     assert (t0.prefill, t0.decode) == (2, 1)
 
 
-def test_prefix_hits_lighten_the_link():
+def test_link_contention_asks_for_more_receivers():
+    # Links held at both ends lose throughput as instances grow (pdserve.planner.link_model);
+    # here by hand: one receiver uses 80 % of its link, more use 50 % each. 200,000 KV
+    # tokens/s over 100,000-token/s links: D=1 80,000, D=2 100,000, D=3 150,000, D=4 200,000.
+    cap = Capacity(prefill_slo=150_000, prefill_saturated=180_000, decode_slo=10_000, link=LINK,
+                   link_usable=lambda p, d: 0.8 if d == 1 else 0.5)
+    assert cap.link_throughput(2, 3) == pytest.approx(150_000)
+    t = size(Load(rate=50, isl=4000, osl=100), cap, drain_s=60)
+    assert t.decode_link == 4 and (t.prefill, t.decode) == (2, 4)
+    assert t.prefill_link == 0  # the senders were never the limit here: compute's 2 stay
+
+
+def test_prefixes_lighten_the_link():
     cap = Capacity(prefill_slo=150_000, prefill_saturated=180_000, decode_slo=10_000, link=LINK, link_utilization=0.8)
     t = size(Load(rate=50, isl=4000, osl=100, hit=0.5), cap, drain_s=60)  # 100,000 tokens/s cross
-    assert t.decode_link == pytest.approx(1.25) and t.decode == 2
+    assert t.decode_link == 2 and t.decode == 2
 
 
 def test_burst_drain():
@@ -45,10 +59,37 @@ def test_burst_drain():
     t = size(Load(rate=10, isl=1000, osl=100, prefill_queue_tokens=1_200_000), cap, drain_s=60)
     assert t.prefill_drain == pytest.approx(2.5) and t.prefill_compute == pytest.approx(10_000 / 8_500)
     assert t.prefill == 3 and t.binding()["prefill"] == "drain"
-    # KV waiting for the decode side's links drains the same way: 600,000 / 60 + 10,000 over 100,000.
-    t = size(Load(rate=10, isl=1000, osl=100, decode_queue_tokens=600_000),
-             Capacity(8_500, 12_000, 10_000, link=LINK), drain_s=60)
-    assert t.decode_drain == pytest.approx(0.2) and t.decode == 1
+
+
+def test_burst_drain_counts_the_start_up():
+    # 300,000 queued, 10,000 tokens/s arriving, 1 replica moving 12,000 flat out: in the 60 s
+    # before a new replica serves, the queue shrinks by 2,000 x 60 to 180,000, which must
+    # then go within 30 s: 180,000 / 30 + 10,000 = 16,000 tokens/s -> 1.33 replicas.
+    cap = Capacity(prefill_slo=8_500, prefill_saturated=12_000, decode_slo=100_000, link=None)
+    load = Load(rate=10, isl=1000, osl=10, prefill_queue_tokens=300_000, prefill_replicas=1, decode_replicas=1,
+                arriving_prompt_tokens=10_000)
+    t = size(load, cap, drain_s=30, startup_s=60)
+    assert t.prefill_drain == pytest.approx(16_000 / 12_000)
+    # A ramp with nothing queued yet: 30,000 arriving against 12,000 builds 18,000 x 60 =
+    # 1,080,000 by the time help arrives: 1,080,000 / 30 + 10,000 (forecast) = 46,000 -> 3.83.
+    ramp = Load(rate=10, isl=1000, osl=10, prefill_replicas=1, decode_replicas=1, arriving_prompt_tokens=30_000)
+    t = size(ramp, cap, drain_s=30, startup_s=60)
+    assert t.prefill_drain == pytest.approx(46_000 / 12_000) and t.prefill == 4
+
+
+def test_decode_links_carry_the_prefill_drain():
+    # Both ends: while 1 prefill replica drains its queue it sends 12,000 KV tokens/s into one
+    # 10,000-token/s decode link (planned at 100 %): 2,000 x 60 = 120,000 pile up there before
+    # help arrives. Afterwards the links must carry 120,000 / 30 + the prefill pool's drain
+    # output 16,000 (above) = 20,000 tokens/s -> 2 decode links, where the arrivals alone
+    # (10,000) need 1.
+    cap = Capacity(prefill_slo=8_500, prefill_saturated=12_000, decode_slo=100_000, link=10_000,
+                   link_utilization=1.0)
+    load = Load(rate=10, isl=1000, osl=10, prefill_queue_tokens=300_000, prefill_replicas=1, decode_replicas=1,
+                arriving_prompt_tokens=10_000)
+    t = size(load, cap, drain_s=30, startup_s=60)
+    assert t.decode_link == 0 and t.decode_drain == 2 and t.decode == 2
+    assert t.binding()["decode"] == "drain"
 
 
 def test_arrival_floor_beats_a_low_forecast():
@@ -78,29 +119,38 @@ def test_policy_scales_decode_for_the_link():
     # 6,250 tokens/s, 5,312.5 at 85 %: 10,240 / 5,312.5 = 1.93 -> 2 decode replicas, while
     # decode compute (2,000 tokens/s) fits in one.
     slow = _linked(queue_profile(), 1e5, 5.0)
-    d = _policy(slow).decide(_obs(0, 1, 1, request_rate=10.0), 0)
+    # (2P2D now: their links already move 10,625 tokens/s, so nothing piles up meanwhile.)
+    d = _policy(slow, link_contention=False).decide(_obs(0, 2, 2, request_rate=10.0), 0)
     terms = d.explanation["demand"]["terms"]
-    assert terms["decode_link"] == pytest.approx(10 * 1024 / (6_250 * 0.85))
+    assert terms["decode_link"] == 2
     assert terms["decode_compute"] < 1 and d.decode == 2 and terms["binding_decode"] == "link"
     fast = _policy(queue_profile()).decide(_obs(0, 1, 1, request_rate=10.0), 0)
     assert fast.decode == 1
+    # With the links' head-of-line blocking modelled (the default), a 1,024-token transfer
+    # takes 0.16 s and must land within half the 1 s TTFT: the pair never plans more
+    # throughput per link than the constant 85 %, so it asks for at least as many.
+    c = _policy(slow).decide(_obs(0, 2, 2, request_rate=10.0), 0)
+    assert c.decode >= 2 and c.explanation["demand"]["terms"]["binding_decode"] == "link"
 
 
 def test_policy_drains_a_burst_then_releases_it_quickly():
     prof = queue_profile()  # prefill flat out: 0.95 x 10,000 = 9,500 tokens/s per replica
     pol = _policy(prof, drain_s=50.0, scale_down_stabilization_s=20)
-    # 1000 queued x 1024 tokens / 50 s = 20,480 tokens/s + 2 req/s x 1024 = 22,528 -> 2.37 -> 3
+    # 1000 queued x 1024 tokens; the one replica drains 9,500 - 2,048 arriving for the 30 s
+    # start-up: 1,024,000 - 7,452 x 30 = 800,440 left, to go within 50 s: 16,009 + 2,048 =
+    # 18,057 tokens/s -> 1.90 -> 2 replicas.
     d = pol.decide(_obs(0, 1, 1, request_rate=2.0, prefill_waiting=1000.0, waiting=1000.0), 0)
     terms = d.explanation["demand"]["terms"]
-    assert terms["prefill_drain"] == pytest.approx(22_528 / 9_500) and d.prefill == 3
+    assert terms["prefill_drain"] == pytest.approx((1_024_000 - (9_500 - 2_048) * 30) / 50 / 9_500 + 2_048 / 9_500)
+    assert d.prefill == 2
     # 40 still queued (> 1 per ready replica): no shrink although the sizing says 1, first
     # held by the 20 s stabilisation, then by the queue itself.
-    d = pol.decide(_obs(10, 3, 1, request_rate=2.0, prefill_waiting=40.0, waiting=40.0), 10)
-    assert d.prefill == 3 and d.explanation["demand"]["prefillReplicas"] == 1
-    d = pol.decide(_obs(30, 3, 1, request_rate=2.0, prefill_waiting=40.0, waiting=40.0), 30)
-    assert d.prefill == 3 and "prefill: requests still queued" in d.reason
+    d = pol.decide(_obs(10, 2, 1, request_rate=2.0, prefill_waiting=40.0, waiting=40.0), 10)
+    assert d.prefill == 2 and d.explanation["demand"]["prefillReplicas"] == 1
+    d = pol.decide(_obs(30, 2, 1, request_rate=2.0, prefill_waiting=40.0, waiting=40.0), 30)
+    assert d.prefill == 2 and "prefill: requests still queued" in d.reason
     # Queue gone: released at once (the window's recommendations are all 1 by now).
-    d = pol.decide(_obs(40, 3, 1, request_rate=2.0), 40)
+    d = pol.decide(_obs(40, 2, 1, request_rate=2.0), 40)
     assert d.prefill == 1
 
 
@@ -118,6 +168,12 @@ def test_arrivals_before_any_completion():
     pol = _policy(queue_profile())
     pol.decide(_obs(0, 1, 1, request_rate=1.0), 0)  # an ISL is known from earlier completions
     d = pol.decide(_obs(10, 1, 1, request_rate=0.0, router_prompt_tokens_rate=40_000.0), 10)
+    # 40,000 arriving against one replica's 9,500 flat out: 30,500 x 30 s of start-up pile
+    # up, to drain within one 10 s interval on top of the arrivals: 131,500 / 9,500 -> 14.
+    assert d.prefill == math.ceil((30_500 * 30 / 10 + 40_000) / 9_500)
+    assert d.explanation["demand"]["terms"]["binding_prefill"] == "drain"
+    # Already 8 replicas (76,000 flat out): nothing piles up, the profile's capacity decides.
+    d = _policy(queue_profile()).decide(_obs(10, 8, 8, request_rate=1.0, router_prompt_tokens_rate=40_000.0), 10)
     cap = queue_profile().prefill_capacity(1024, 1000) * 0.85
     assert d.prefill == math.ceil(40_000 / cap) and d.prefill > 1
     fresh = _policy(queue_profile()).decide(_obs(0, 1, 1, request_rate=0.0, mean_isl=math.nan, mean_osl=math.nan,
@@ -127,15 +183,24 @@ def test_arrivals_before_any_completion():
 
 def test_burst_reserve_from_the_short_window_peak():
     # A recent peak of 90,000 prompt tokens/s must be absorbed by replicas already up:
-    # 90,000 / 30,000 flat out = 3 prefill; its KV over 100,000-token/s links: 0.9 -> 1 decode.
+    # 90,000 / 30,000 flat out = 3 prefill; its KV over 100,000-token/s links planned at
+    # 85 %: 85,000 per pair -> a second decode link (3 senders, 2 receivers: 170,000).
     cap = Capacity(prefill_slo=20_000, prefill_saturated=30_000, decode_slo=10_000, link=LINK)
     t = size(Load(rate=2, isl=1000, osl=100, peak_prompt_tokens=90_000), cap, drain_s=60)
-    assert t.prefill_peak == pytest.approx(3.0) and t.decode_peak == pytest.approx(0.9)
-    assert (t.prefill, t.decode) == (3, 1) and t.binding()["prefill"] == "peak"
+    assert t.prefill_peak == pytest.approx(3.0) and t.decode_peak == 2
+    assert (t.prefill, t.decode) == (3, 2) and t.binding()["prefill"] == "peak"
 
 
 def test_policy_keeps_the_peak_for_its_window_only():
+    # A planner that just started reads "arriving now" from the peak: its rate window still
+    # reaches back before the first request. 28,500 arriving against one replica's 9,500
+    # flat out piles up 19,000 x 30 s of start-up, to drain within a 10 s interval:
+    # 57,000 + 2,048 arriving = 59,048 tokens/s -> 7 replicas.
+    fresh = _policy(queue_profile(), peak_window_s=60.0).decide(
+        _obs(0, 1, 1, request_rate=2.0, router_prompt_tokens_peak=28_500.0), 0)
+    assert fresh.prefill == math.ceil((19_000 * 30 / 10 + 2 * 1024) / 9_500)
     pol = _policy(queue_profile(), peak_window_s=60.0, scale_down_stabilization_s=0)
+    pol.decide(_obs(-100, 1, 1, request_rate=2.0), -100)  # watching for longer than the 60 s window
     # 28,500 prompt tokens/s for one scrape: 28,500 / 9,500 flat out = 3 prefill replicas
     d = pol.decide(_obs(0, 1, 1, request_rate=2.0, router_prompt_tokens_peak=28_500.0), 0)
     assert d.prefill == 3 and d.explanation["demand"]["terms"]["binding_prefill"] == "peak"

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pdserve.planner import decision as D
 from pdserve.planner.budget import fit_budget, gpus
 from pdserve.planner.decision import ScalingDecision
+from pdserve.planner.link_model import budget_transfers, usable_utilization
 from pdserve.planner.observation import Observation
 from pdserve.planner.predictors import Forecast, Predictor, make_predictor
 from pdserve.planner.profile import CapacityProfile
@@ -57,12 +59,23 @@ class PolicyConfig:
     # Plan each replica for this fraction of its SLO-bound capacity: headroom for
     # forecast error and for the burstiness inside an interval.
     target_utilization: float = 0.85
+    # KV links: size them with the head-of-line blocking of links held at both ends
+    # (pdserve.planner.link_model), each transfer's tail wait within this fraction of the
+    # TTFT SLO; False: every link planned at target_utilization whatever the counts.
+    link_contention: bool = True
+    link_wait_fraction: float = 0.5
     # Never plan for less than the load observed right now (a forecast lagging a ramp).
     floor_on_observed: bool = True
     drain_backlog: bool = True  # size for draining the queues as well as for arrivals
-    # Queued work must be gone this long after a decision (None: start-up + TTFT SLO: the
-    # replica asked for now is ready, then the queue clears within one TTFT budget).
+    # The queue projected to when a replica requested now is ready (start-up later) must be
+    # gone this long after that (None: one interval, so the next decision sees it drained).
     drain_s: float | None = None
+    # What "arriving now" is for that projection: the rate window's mean ("rate"), or the
+    # highest short-window rate of the last interval ("peak"). With "rate", the peak still
+    # stands in until the planner has watched one whole rate window: before that the
+    # window reaches back before the first request and its mean reads low (the very first
+    # tick of a loaded service sees about a third of its load).
+    arriving_signal: str = "rate"
     # Keep capacity for the highest short-window prompt-token rate seen this long (0: off):
     # bursts shorter than the start-up delay can only be absorbed by replicas already up.
     # 900 s was chosen on the tuning set (bench/planner: 0 / 300 / 900 s on bursty seed 0).
@@ -102,6 +115,7 @@ class _State:
     recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
     peaks: deque = field(default_factory=deque)  # (time, short-window prompt tokens/s)
     last_busy: float | None = None  # last time requests were seen
+    first_seen: float | None = None  # first time requests were seen (the rate window fills from here)
     pending_since: dict[str, float] = field(default_factory=dict)
 
 
@@ -139,6 +153,8 @@ class PlannerPolicy:
                                                    obs.router_inflight, obs.router_prompt_tokens_rate))
         if busy or s.last_busy is None:  # the first interval counts as busy: no instant scale-to-zero
             s.last_busy = now
+        if busy and s.first_seen is None:
+            s.first_seen = now
         if cfg.scale_to_zero and cur == (0, 0):
             if busy:
                 p, d = max(cfg.prefill_min, 1), max(cfg.decode_min, 1)
@@ -221,12 +237,21 @@ class PlannerPolicy:
             prefill_saturated=(prof.prefill_saturated(isl) or cap_p) / corr_p,
             decode_slo=cap_d * cfg.target_utilization / corr_d,
             link=link, link_utilization=cfg.target_utilization,
+            link_usable=self._link_usable(isl * (1 - s.hit), link) if link and cfg.link_contention else None,
         )
         q_p, q_d = self._queue_tokens(obs, isl) if cfg.drain_backlog else (0.0, 0.0)
         tokens_now = obs.router_prompt_tokens_rate if cfg.floor_on_observed and _finite(obs.router_prompt_tokens_rate) else 0.0
+        arriving = tokens_now
+        window = obs.window_s if _finite(obs.window_s) else max(cfg.interval_s, 60.0)  # the live PromQL range
+        young = s.first_seen is None or now - s.first_seen < window
+        if (cfg.arriving_signal == "peak" or young) and _finite(obs.router_prompt_tokens_peak):
+            arriving = max(arriving, obs.router_prompt_tokens_peak)
         load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
-                    decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now, peak_prompt_tokens=self._peak(obs, now))
-        terms = size(load, capacity, drain_s=cfg.drain_s or (cfg.startup_s + cfg.ttft_slo_ms / 1000))
+                    decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now, peak_prompt_tokens=self._peak(obs, now),
+                    arriving_prompt_tokens=arriving if cfg.drain_backlog else 0.0,
+                    prefill_replicas=cur[0], decode_replicas=cur[1])
+        terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
+                     startup_s=cfg.startup_s if cfg.drain_backlog else 0.0)
         want = (terms.prefill, terms.decode)
         expl["capacity"] = {
             "prefillTokensPerSPerReplica": cap_p, "decodeTokensPerSPerReplica": cap_d,
@@ -242,6 +267,11 @@ class PlannerPolicy:
             "terms": terms.to_dict(),
         }
         return want
+
+    def _link_usable(self, tokens_per_transfer: float, link: float) -> Callable[[int, int], float]:
+        budget = budget_transfers(self.config.link_wait_fraction * self.config.ttft_slo_ms / 1000,
+                                  tokens_per_transfer / link)
+        return lambda p, d: usable_utilization(p, d, budget)
 
     def _peak(self, obs: Observation, now: float) -> float:
         """The highest short-window prompt-token rate within ``peak_window_s``."""

@@ -15,15 +15,21 @@ same terms. Each term is a fractional replica count:
   scaling, only absorbed by capacity already up: each pool keeps enough, at saturated
   speed (prefill) and link rate (decode), for the highest short-window prompt-token
   rate seen recently (``peak_prompt_tokens``; the policy decides how long "recently" is);
-* burst drain: queued prompt tokens must be gone ``drain_s`` from now (a replica
-  requested now is ready after the start-up delay, and the queue behind it must
-  then clear within one TTFT budget), at *saturated* speed (a queue is drained flat
-  out) on top of the arrivals; the same for KV waiting for the decode side's links.
+* burst drain, start-up taken into account: a replica requested now serves only after
+  ``startup_s``, so until then the queue keeps growing by whatever arrives beyond the
+  pool's current flat-out speed (``arriving_prompt_tokens`` over ``prefill_replicas`` x
+  saturated); the queue projected to that moment must then be gone within ``drain_s``,
+  at saturated speed, on top of the arrivals. A ramp with an empty queue but more
+  arriving than the current pool moves builds that queue too, so this term also asks
+  for it before anything is queued. The decode side drains the same way over its links,
+  and its links must also carry what the prefill pool sends while *it* drains (both ends:
+  a prefill queue drained flat out is a KV stream at the prefill pool's drain rate).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 
@@ -37,6 +43,11 @@ class Load:
     decode_queue_tokens: float = 0.0  # prompt tokens whose KV waits for a decode replica's link
     prompt_tokens_floor: float = 0.0  # arrival-time prompt tokens/s observed: never plan below it
     peak_prompt_tokens: float = 0.0  # recent short-window peak of arriving prompt tokens/s
+    # For the drain projection: prompt tokens/s arriving right now (short window), and the
+    # replicas each pool has now (ready or starting: all serve before one requested now).
+    arriving_prompt_tokens: float = 0.0
+    prefill_replicas: int = 0
+    decode_replicas: int = 0
 
     @property
     def prompt_tokens(self) -> float:
@@ -52,6 +63,35 @@ class Capacity:
     decode_slo: float  # generated tokens/s within the ITL SLO
     link: float | None = None  # KV tokens/s one instance's link moves at saturation; None: not modelled
     link_utilization: float = 0.85  # plan links for this fraction (FIFO queueing near saturation)
+    # Per-link usable fraction with (senders, receivers) instances (``pdserve.planner.link_model``:
+    # links held at both ends lose throughput to head-of-line blocking as instances grow).
+    # None: ``link_utilization`` for every count, the pair carrying min(P, D) links' worth.
+    link_usable: Callable[[int, int], float] | None = None
+
+    def link_throughput(self, p: int, d: int) -> float:
+        """KV tokens/s ``p`` prefill and ``d`` decode instances move within the wait budget."""
+        if not self.link:
+            return math.inf
+        if p < 1 or d < 1:
+            return 0.0
+        if self.link_usable is None:
+            return min(p, d) * self.link * self.link_utilization
+        return d * self.link_usable(p, d) * self.link
+
+    def link_pair(self, demand: float, p: int, d: int, *, limit: int = 64) -> tuple[int, int]:
+        """The fewest instances from (p, d) up whose links carry ``demand`` KV tokens/s: grow
+        the side that adds more throughput (ties: decode). ``limit`` steps at most (the
+        planner's bounds clamp the result anyway)."""
+        p, d = max(p, 1), max(d, 1)
+        for _ in range(limit):
+            have = self.link_throughput(p, d)
+            if have >= demand:
+                break
+            if self.link_throughput(p + 1, d) > self.link_throughput(p, d + 1):
+                p += 1
+            else:
+                d += 1
+        return p, d
 
 
 @dataclass(frozen=True)
@@ -84,28 +124,50 @@ class Terms:
         return asdict(self) | {f"binding_{k}": v for k, v in self.binding().items()}
 
 
-def size(load: Load, cap: Capacity, *, drain_s: float) -> Terms:
+def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -> Terms:
     if not (drain_s > 0):
         raise ValueError(f"drain time must be > 0, got {drain_s}")
+    if not (startup_s >= 0):
+        raise ValueError(f"start-up time must be >= 0, got {startup_s}")
     tokens = load.prompt_tokens  # prefilled, and their KV transferred, per second
-    link_ok = cap.link * cap.link_utilization if cap.link else math.inf
-    link_sat = cap.link if cap.link else math.inf
-    prefill_link = tokens / link_ok
-    decode_link = tokens / link_ok
-    q_p = max(load.prefill_queue_tokens, 0.0) * (1.0 - load.hit)
-    q_d = max(load.decode_queue_tokens, 0.0) * (1.0 - load.hit)
-    prefill_drain = (q_p / drain_s + tokens) / cap.prefill_saturated if q_p > 0 else 0.0
-    decode_drain = (q_d / drain_s + tokens) / link_sat if q_d > 0 else 0.0
-    peak = max(load.peak_prompt_tokens, 0.0) * (1.0 - load.hit)
+    fresh = 1.0 - load.hit
+    arriving = max(load.arriving_prompt_tokens * fresh, tokens)
+    cur_p, cur_d = max(load.prefill_replicas, 0), max(load.decode_replicas, 0)
+    # Queues as they will be when a replica requested now is ready.
+    moves_p = cur_p * cap.prefill_saturated
+    q_now = max(load.prefill_queue_tokens, 0.0) * fresh
+    q_p = max(q_now + (arriving - moves_p) * startup_s, 0.0) if (q_now > 0 or arriving > moves_p) else 0.0
+    # KV the prefill pool sends meanwhile: its queue and the arrivals, at most flat out.
+    sent = min(moves_p, arriving + (q_now / startup_s if startup_s > 0 else 0.0))
+    moves_d = cap.link_throughput(cur_p, cur_d) if cur_d else 0.0
+    q_d = max(load.decode_queue_tokens, 0.0) * fresh
+    q_d = max(q_d + (sent - moves_d) * startup_s, 0.0) if (q_d > 0 or sent > moves_d) else 0.0
+    prefill_out = q_p / drain_s + tokens  # what the prefill pool moves, and sends, while it drains
+    peak = max(load.peak_prompt_tokens, 0.0) * fresh
+
+    prefill_compute = tokens / cap.prefill_slo
+    prefill_drain = prefill_out / cap.prefill_saturated if q_p > 0 else 0.0
+    prefill_peak = peak / cap.prefill_saturated
+    decode_compute = load.rate * load.osl / cap.decode_slo
+    # Links, both ends: the pair (P, D) whose links carry each KV stream, starting from what
+    # compute asks for each pool (more prefill senders also ease the receivers' links).
+    p0, d0 = _ceil(max(prefill_compute, prefill_drain, prefill_peak)), _ceil(decode_compute)
+    steady = cap.link_pair(tokens, p0, d0) if cap.link and tokens > 0 else (0, 0)
+    drain = cap.link_pair(q_d / drain_s + prefill_out, p0, d0) if cap.link and (q_d > 0 or q_p > 0) else (0, 0)
+    burst = cap.link_pair(peak, p0, d0) if cap.link and peak > 0 else (0, 0)
+    # A link term shows only where the links ask for more than compute already does.
+    def over(n: int, base: int) -> float:
+        return float(n) if n > base else 0.0
+
     return Terms(
-        prefill_peak=peak / cap.prefill_saturated,
-        decode_peak=peak / link_sat,
-        prefill_compute=tokens / cap.prefill_slo,
-        prefill_link=prefill_link,
+        prefill_peak=max(prefill_peak, over(burst[0], p0)),
+        decode_peak=over(burst[1], d0),
+        prefill_compute=prefill_compute,
+        prefill_link=over(max(steady[0], drain[0]), p0),
         prefill_drain=prefill_drain,
-        decode_compute=load.rate * load.osl / cap.decode_slo,
-        decode_link=decode_link,
-        decode_drain=decode_drain,
+        decode_compute=decode_compute,
+        decode_link=over(steady[1], d0),
+        decode_drain=over(drain[1], d0),
     )
 
 
