@@ -62,15 +62,25 @@ def planner(d: dict[str, Any]) -> str:
     held = [r for r in runs if not r["tuned_on"]]
     met = sum(bool(r.get("target_met")) for r in runs)
 
-    def span(name: str, key: str, scale: float = 1.0, fmt: str = ".1f") -> str:
-        vals = [r["policies"][name][key] for r in runs if name in r["policies"] and r["policies"][name][key] is not None]
-        return f"{min(vals) * scale:{fmt}}..{max(vals) * scale:{fmt}}" if vals else "-"
+    def span(rs: list[dict[str, Any]], name: str, key: str, scale: float = 1.0, fmt: str = ".1f") -> str:
+        vals = [r["policies"][name][key] for r in rs if name in r["policies"] and r["policies"][name][key] is not None]
+        lo, hi = (min(vals) * scale, max(vals) * scale) if vals else (0.0, 0.0)
+        return "-" if not vals else f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}..{hi:{fmt}}"
 
-    return (f"{met}/{len(runs)} runs meet every target ({len(held)} held out); planner "
-            f"{span('planner', 'attainment_after_warmup', 100)} % after warm-up at "
-            f"{span('planner', 'gpu_hours_vs_best', 1, '.2f')}x the best schedule's GPU-hours; "
-            f"Dynamo's SLA planner {span('dynamo', 'attainment_after_warmup', 100)} %; "
-            f"reactive {span('reactive', 'attainment_after_warmup', 100)} %")
+    parts = [f"{met}/{len(runs)} runs meet every target ({len(held)} held out); attainment after warm-up, GPU-hours "
+             "as a multiple of the best schedule found's"]
+    for label, prefix in (("Azure conv", "azure"), ("bursty", "bursty"), ("Mooncake conv", "mooncake")):
+        rs = [r for r in runs if r["trace"].startswith(prefix)]
+        if not rs:
+            continue
+        parts.append(
+            f"{label} ({len(rs)}): planner {span(rs, 'planner', 'attainment_after_warmup', 100)} % at "
+            f"{span(rs, 'planner', 'gpu_hours_vs_best', 1, '.2f')}x, best {span(rs, 'best', 'attainment_after_warmup', 100)} %, "
+            f"static {span(rs, 'static', 'attainment_after_warmup', 100)} % at {span(rs, 'static', 'gpu_hours_vs_best', 1, '.2f')}x, "
+            f"Dynamo {span(rs, 'dynamo', 'attainment_after_warmup', 100)} %, reactive "
+            f"{span(rs, 'reactive', 'attainment_after_warmup', 100)} %")
+    parts.append(f"best schedule at {span(runs, 'best', 'gpu_hours_vs_lower_bound', 1, '.2f')}x the lower bound")
+    return "; ".join(parts)
 
 
 def distserve(d: dict[str, Any]) -> str:
