@@ -106,6 +106,12 @@ class PrometheusServer:
             self._proc.wait(10)
         self._proc = None
 
+    def freeze(self) -> None:
+        """Chaos: SIGSTOP the server, a hung Prometheus: connections are accepted (the kernel's
+        backlog), queries never answered. ``kill`` or ``restart`` end it."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGSTOP)
+
     def restart(self) -> None:
         """Start again on the same address with the same TSDB (a Prometheus pod back on its volume)."""
         self.kill()

@@ -240,42 +240,49 @@ def test_prometheus_down_holds_the_planner_visibly_and_it_plans_again_when_back(
     held_before = sample(metrics, "pdserve_planner_held_decisions_total", service=SERVICE, reason=HOLD_ERROR) or 0.0
 
     events_before = {e.metadata.uid for e in env.core.list_namespaced_event(NS).items}
+    seen: dict[str, dict[str, Any]] = {}  # status.planner by its time, once the pools are 2/2
+
+    def held_intervals(n: int, why: str) -> bool:
+        assert env.spec_replicas() == (2, 2), f"replicas written while Prometheus is down: {env.planner_status()}"
+        s = env.planner_status()
+        if s.get("time") and s.get("prefillReplicas") == 2 and s["time"] not in seen:
+            seen[s["time"]] = s
+            assert s["held"] is True and s["holdReason"] == HOLD_ERROR, s
+            assert (s["prefillReplicas"], s["decodeReplicas"]) == (2, 2), s
+        return sum(why in s["reason"] for s in seen.values()) >= n
+
     with Trickle(env) as trickle:
-        env.prom.kill()
+        # First hung (SIGSTOP: connections accepted, queries never answered), then dead.
+        env.prom.freeze()
         # Pools sized up (by hand, or for a burst) just as Prometheus went away: with metrics the
         # planner would bring them back to 1/1 after the 10 s stabilisation (checked at the end);
         # without metrics it must keep them.
         serve_at(env, 2, 2, planner_holds=True)
         generation = env.dsvc()["metadata"]["generation"]
-        seen: dict[str, dict[str, Any]] = {}  # status.planner by its time, after the patch
-
-        def held_intervals() -> bool:
-            assert env.spec_replicas() == (2, 2), f"replicas written while Prometheus is down: {env.planner_status()}"
-            s = env.planner_status()
-            if s.get("time") and s.get("prefillReplicas") == 2:
-                seen[s["time"]] = s
-            return len(seen) >= 4
-
-        e2e_env.wait_for("4 planner intervals without Prometheus", held_intervals, 8 * INTERVAL_S + 30, describe=env.diagnostics)
+        # Each hung interval waits out the source's 2 x 5 s query timeout.
+        hung = f"held: metrics unavailable: prometheus {env.prom.url}: timed out: no answer within 5 s"
+        e2e_env.wait_for("2 planner intervals with Prometheus hung", lambda: held_intervals(2, hung), 60, describe=env.diagnostics)
+        env.prom.kill()
+        # One line a user reads in `kubectl describe`: who and why, not the failed query's URL.
+        dead = (f"held: metrics unavailable: prometheus {env.prom.url}: unreachable: "
+                "ConnectionRefusedError: [Errno 111] Connection refused")
+        e2e_env.wait_for("3 planner intervals with Prometheus dead", lambda: held_intervals(3, dead), 6 * INTERVAL_S + 20,
+                         describe=env.diagnostics)
         assert env.dsvc()["metadata"]["generation"] == generation, "the planner patched the spec while Prometheus was down"
-        for s in seen.values():
-            assert s["held"] is True and s["holdReason"] == HOLD_ERROR, s
-            assert (s["prefillReplicas"], s["decodeReplicas"]) == (2, 2), s
-            # One line a user reads in `kubectl describe`: who and why, not the failed query's URL.
-            assert s["reason"] == (f"held: metrics unavailable: prometheus {env.prom.url}: unreachable: "
-                                   "ConnectionRefusedError: [Errno 111] Connection refused"), s["reason"]
+        assert all(s["reason"] in (hung, dead) for s in seen.values()), [s["reason"] for s in seen.values()]
         events = [e for e in env.core.list_namespaced_event(NS).items
                   if e.involved_object.name == SERVICE and e.reason == "PlannerHeld" and e.metadata.uid not in events_before]
         assert events and events[-1].type == "Warning" and "metrics unavailable" in events[-1].message, events
         metrics = env.planner_metrics()
         assert sample(metrics, "pdserve_planner_held", service=SERVICE, namespace=NS) == 1.0
         held_now = sample(metrics, "pdserve_planner_held_decisions_total", service=SERVICE, reason=HOLD_ERROR) or 0.0
-        assert held_now - held_before >= 4, (held_before, held_now)
+        assert held_now - held_before >= 5, (held_before, held_now)
     tally = trickle.tally
     print(tally.summary("prometheus down, requests through the router"))
-    print(f"prometheus down: {len(seen)} intervals held, status.planner.reason={next(iter(seen.values()))['reason']!r}, "
-          f"Event {events[-1].reason}: {events[-1].message!r}, pdserve_planner_held_decisions_total"
-          f"{{reason={HOLD_ERROR!r}}} +{held_now - held_before:.0f}")
+    print(f"prometheus hung then dead: {len(seen)} intervals held at 2P/2D, status.planner.reason: "
+          f"{sorted({s['reason'] for s in seen.values()})}; Event {events[-1].type} {events[-1].reason}: "
+          f"{events[-1].message!r}; pdserve_planner_held=1, held_decisions_total{{reason={HOLD_ERROR!r}}} "
+          f"+{held_now - held_before:.0f}")
     assert tally.sent >= 10 and not tally.failed, tally.summary("prometheus down") + f" {tally.failed[:3]}"
 
     env.prom.restart()

@@ -114,6 +114,7 @@ class PrometheusSource:
 
         self.url = url
         self.query = query
+        self.timeout_s = timeout_s
         # One quick retry: a dead Prometheus must turn into a held decision fast,
         # not stall the loop through the client's default exponential backoff.
         self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s,
@@ -125,7 +126,7 @@ class PrometheusSource:
             for key, q in self.query.queries().items():
                 values[key] = _scalar(self._prom.custom_query(query=q))
         except Exception as exc:  # network errors, HTTP 5xx, bad JSON: all mean "no data"
-            return Observation.failed(now, prefill, decode, f"prometheus {self.url}: {failure_reason(exc)}")
+            return Observation.failed(now, prefill, decode, f"prometheus {self.url}: {failure_reason(exc, self.timeout_s)}")
         return Observation(timestamp=now, prefill=prefill, decode=decode, **_metric_fields(values))
 
 
@@ -133,7 +134,7 @@ class PrometheusSource:
 REASON_LIMIT = 160
 
 
-def failure_reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException, timeout_s: float | None = None) -> str:
     """Why a query failed, in a line a user reads in ``kubectl describe``.
 
     requests/urllib3 wrap the socket error in three layers whose messages each repeat the
@@ -157,7 +158,10 @@ def failure_reason(exc: BaseException) -> str:
     kind = ("timed out" if isinstance(root, TimeoutError) or any(isinstance(e, (requests.Timeout, ReadTimeoutError)) for e in chain)
             else "unreachable" if isinstance(exc, requests.ConnectionError)
             else type(exc).__name__)
-    detail = str(root) if root is exc else f"{type(root).__name__}: {root}"
+    if kind == "timed out" and timeout_s is not None:
+        detail = f"no answer within {timeout_s:g} s"  # the socket's own message is only "timed out"
+    else:
+        detail = str(root) if root is exc else f"{type(root).__name__}: {root}"
     if "?query=" in detail or len(detail) > REASON_LIMIT:
         detail = detail.split("?query=", 1)[0][:REASON_LIMIT] + "..."
     return f"{kind}: {detail}"
