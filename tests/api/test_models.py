@@ -90,3 +90,20 @@ def test_readme_resource_is_valid() -> None:
     svc = DisaggregatedService.from_body(doc)
     # ... and show the current default release, not a stale pin.
     assert svc.spec.engine.vllm_version == DEFAULT_VERSION and svc.spec.engine.image is None
+
+
+def test_router_weights_reach_the_router_flags_including_the_recent_load_pair() -> None:
+    from pdserve.router.config import routing_flags
+
+    body = valid_manifest("w")
+    body["spec"]["router"] = {"weights": {"overlap": 4, "recentRequestTokens": 0, "recentHalfLifeSeconds": 30}}
+    spec = DisaggregatedService.from_body(body).spec.router.routing(block_size=16)
+    assert (spec.weights.overlap_weight, spec.weights.recent_request_tokens, spec.weights.recent_half_life_s) == (
+        4, 0, 30)
+    flags = routing_flags(spec)
+    for flag, value in (("--cost-overlap-weight", "4.0"), ("--cost-recent-request-tokens", "0.0"),
+                        ("--cost-recent-half-life-s", "30.0")):
+        assert flags[flags.index(flag) + 1] == value
+    body["spec"]["router"] = {"weights": {"recentHalfLifeSeconds": 0}}
+    with pytest.raises(ValidationError, match="recentHalfLifeSeconds|recent_half_life_seconds"):
+        DisaggregatedService.from_body(body)

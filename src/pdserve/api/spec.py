@@ -177,10 +177,13 @@ class RouterWeights(ApiModel):
     request_tokens: float | None = Field(None, ge=0, le=1e6, description="Load charge per running or waiting request, in tokens (router default 64).")
     kv_tokens: float | None = Field(None, ge=0, le=1e7, description="Load charge at full KV-cache usage, in tokens (router default 2048).")
     balance_factor: float | None = Field(None, ge=1, le=100, description="Herding guard: a worker above this multiple of the mean request count is avoided (router default 1.5).")
+    recent_request_tokens: float | None = Field(None, ge=0, le=1e6, description="Load charge per request routed to the worker lately, in tokens; each counts 2^(-age / recentHalfLifeSeconds). Spreads light load that in-flight counts cannot see (router default 512; 0 turns it off).")
+    recent_half_life_seconds: float | None = Field(None, gt=0, le=86400, description="Half-life of a routed request in recentRequestTokens' count (router default 120).")
 
     def cost_weights(self) -> CostWeights:
         given = {"overlap_weight": self.overlap, "request_tokens": self.request_tokens, "kv_tokens": self.kv_tokens,
-                 "balance_factor": self.balance_factor}
+                 "balance_factor": self.balance_factor, "recent_request_tokens": self.recent_request_tokens,
+                 "recent_half_life_s": self.recent_half_life_seconds}
         return CostWeights(**{k: v for k, v in given.items() if v is not None})
 
 
