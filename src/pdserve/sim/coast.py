@@ -91,12 +91,11 @@ def _run(sim: Simulation, c: Coast, n: int) -> float:
         st = states[req.request_id]
         itl.append(first - st.last_token_s)  # as Simulation._on_step_done measures a gap
         st.last_token_s = last
-    prev = first
-    seqs = len(eng.running)
-    for j in range(1, n):
-        t = ends[j]
-        itl.fromlist([t - prev] * seqs)
-        prev = t
+    if n > 1:
+        # every request of the batch has the same gap at each later step (the summary sorts the samples)
+        gaps = [t - prev for prev, t in zip(ends, ends[1:n])]
+        seqs = len(eng.running)
+        itl.fromlist(gaps if seqs == 1 else [g for g in gaps for _ in range(seqs)])
     advance(eng, n)
     sim.coasted_steps += n
     if last > sim.coasted_until:

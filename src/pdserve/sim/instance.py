@@ -91,6 +91,7 @@ def pool_spec(config: SimConfig, pool: str) -> PoolSpec:
         # vLLM's front-end time (API server, tokenisation, hand-off) is part of the
         # profile, so the simulator and the live mock worker charge the same.
         frontend_latency_s=profile.efficiency.frontend_latency_s,
+        kv_event_token_ids=False,  # RouterView indexes the hashes only
     )
     return PoolSpec(pool=pool, perf=perf, engine_config=ecfg, tp=profile.tp)
 

@@ -9,6 +9,7 @@ router that sees every engine at the instant it decides.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Iterable
 
 from pdserve.router.kv_index import KvIndex
@@ -24,7 +25,7 @@ class RouterView:
         self.scraping = config.view_refresh_s > 0 and not config.exact_views
         self.refresh_s = config.view_refresh_s
         self.event_lag_s = 0.0 if config.exact_views else config.kv_event_lag_s
-        self._refs: dict[str, dict[Hashable, int]] = {}  # worker -> block key -> copies held
+        self._refs: dict[str, Counter[Hashable]] = {}  # worker -> block key -> copies held
 
     def views(self, ready: Iterable[Instance]) -> list[WorkerView]:
         if self.scraping:
@@ -48,7 +49,9 @@ class RouterView:
         # same worker already holds that content, and one BlockRemoved per evicted block (as
         # vLLM does): count copies per worker so that evicting one copy does not drop a
         # block the worker still holds (the live router's KvIndex.apply counts them too).
-        refs = self._refs.setdefault(inst.instance_id, {})
+        refs = self._refs.get(inst.instance_id)
+        if refs is None:
+            refs = self._refs[inst.instance_id] = Counter()
         gone = []
         for h in ev.removed:
             n = refs.get(h, 0) - 1
@@ -60,6 +63,5 @@ class RouterView:
         if gone:
             self.index.remove(inst.instance_id, gone)
         for stored in ev.stored:
-            for h in stored.block_hashes:
-                refs[h] = refs.get(h, 0) + 1
+            refs.update(stored.block_hashes)  # +1 per hash, counted in C
             self.index.store(inst.instance_id, stored.block_hashes)

@@ -422,10 +422,8 @@ class Engine:
         bs = self.config.block_size
         start = req.num_cached_blocks
         self._extend_hashes(req, full)
-        self.pool.cache_blocks(
-            req.block_ids, req.block_hashes, start, full, req.token_range(start * bs, full * bs), bs, start,
-            req.extra_keys,
-        )
+        tokens = req.token_range(start * bs, full * bs) if self.config.kv_event_token_ids else ()
+        self.pool.cache_blocks(req.block_ids, req.block_hashes, start, full, tokens, bs, start, req.extra_keys)
         req.num_cached_blocks = full
 
     def _extend_hashes(self, req: EngineRequest, n_blocks: int) -> None:

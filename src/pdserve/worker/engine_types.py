@@ -33,6 +33,9 @@ class EngineConfig:
     # what the mock model emits: EOS and the ids it samples text from (the served tokenizer's)
     eos_token_id: int = EOS_ID
     output_token_ids: tuple[int, ...] = WORD_IDS
+    # BlockStored events carry the blocks' token ids, as vLLM's do; the simulator's router reads only the
+    # hashes, so it turns them off (copying a long prompt's ids into every event is a good part of its CPU)
+    kv_event_token_ids: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
