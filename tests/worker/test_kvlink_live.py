@@ -18,8 +18,10 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
+from aiohttp import web
 
 from pdserve.common.kvlink import Link, schedule_transfer
+from pdserve.worker.nixl import SCHEDULE_WAIT_S
 from pdserve.worker.perf import PerfModel, load_profile
 from pdserve.worker.testing import WorkerHandle, start_worker
 
@@ -117,3 +119,40 @@ def test_a_decode_worker_pulls_only_what_its_prefix_cache_lacks(workers: dict[st
     whole = n * PerfModel(load_profile(PROFILE)).kv_bytes_per_token / Link(GBPS).bytes_per_s
     assert whole - (expected - sent[0]) > 3 * TOLERANCE_S  # pulling the whole prompt would be far off
     assert expected <= done[0] + 0.01 and done[0] - expected < TOLERANCE_S, (expected, done, sent)
+
+
+def test_a_hung_sender_does_not_hold_the_receivers_link(workers: dict[str, WorkerHandle]) -> None:
+    """A prefill side channel that accepts a pull and never answers (a hung process, a node gone) moves no
+    bytes, so the decode worker's next hand-off must not wait for that pull to time out (30 s)."""
+    p1, d1 = workers["p1"], workers["d1"]
+
+    async def hung(_request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        return web.Response()
+
+    async def scenario() -> tuple[float, float]:
+        app = web.Application()
+        app.router.add_post("/kv/pull", hung)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        good, n = _prefill(p1, 20)
+        stuck = dict(good, remote_port=port, remote_engine_id="hung-engine")
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = {"model": "llama", "max_tokens": 1, "ignore_eos": True}
+            t0 = time.monotonic()
+            waiting = asyncio.create_task(client.post(f"{d1.url}/v1/completions", headers={"X-Request-Id": "link-21"},
+                                                      json={**body, "prompt": _prompt(20), "kv_transfer_params": stuck}))
+            await asyncio.sleep(STAGGER_S)
+            r = await client.post(f"{d1.url}/v1/completions", headers={"X-Request-Id": "link-20"},
+                                  json={**body, "prompt": _prompt(20), "kv_transfer_params": good})
+            took = time.monotonic() - t0
+            assert r.status_code == 200, r.text
+            await runner.cleanup()  # the hung side channel goes away: its pull fails at once
+            assert (await waiting).status_code == 500
+        return took, n * PerfModel(load_profile(PROFILE)).kv_bytes_per_token / Link(GBPS).bytes_per_s
+
+    took, transfer = asyncio.run(scenario())
+    assert took < SCHEDULE_WAIT_S + transfer + 2 * TOLERANCE_S, (took, transfer)

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +120,7 @@ class SideChannelServer:
             await self._web.cleanup()
             self._web = None
 
-    async def _pull(self, request: web.Request) -> web.Response:
+    async def _pull(self, request: web.Request) -> web.StreamResponse:
         try:
             body = PullRequest.model_validate(await request.json())
         except (ValidationError, ValueError) as err:
@@ -143,25 +145,31 @@ class SideChannelServer:
         now = self.runner.sim_now()
         tr = serve_pull(self.link, nbytes, now, receiver_gbps=body.receiver_gbps or self.link.gbps,
                         receiver_free_in_s=body.receiver_free_in_s)
+        # Two lines: the schedule at once (the puller books its own link from it and lets its next pull
+        # go), then the outcome once the bytes have crossed.
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        await resp.write(_line({"queued_s": tr.start_s - now, "transfer_s": tr.end_s - tr.start_s, "kv_bytes": nbytes}))
         await asyncio.sleep((tr.end_s - now) / self.speedup)
         if engine.get_held(held.request_id) is not held:
-            return web.json_response({"reason": "not_found", "detail": "lease expired during the transfer"}, status=404)
-        digest = prompt_digest(held.prompt_token_ids)
-        released = self.runner.release_kv(body.notif_request_id)
-        if not released:
-            # vLLM: "Potentially invalid KV blocks for unrecognized request %s were retrieved by a decode
-            # worker. They may have expired." -- and the blocks wait for the lease to run out.
-            print(f"pdserve worker: KV blocks for unrecognized request {body.notif_request_id} were retrieved by a "
-                  "decode worker; they stay held until the lease expires", file=sys.stderr, flush=True)
-        self.pulls_served += 1
-        return web.json_response({
-            "num_tokens": n_tokens,
-            "prompt_digest": digest,
-            "kv_bytes": nbytes,
-            "queued_s": tr.start_s - now,
-            "transfer_s": tr.end_s - tr.start_s,
-            "released": released,
-        })
+            outcome: dict[str, Any] = {"reason": "not_found", "detail": "lease expired during the transfer"}
+        else:
+            released = self.runner.release_kv(body.notif_request_id)
+            if not released:
+                # vLLM: "Potentially invalid KV blocks for unrecognized request %s were retrieved by a decode
+                # worker. They may have expired." -- and the blocks wait for the lease to run out.
+                print(f"pdserve worker: KV blocks for unrecognized request {body.notif_request_id} were retrieved "
+                      "by a decode worker; they stay held until the lease expires", file=sys.stderr, flush=True)
+            self.pulls_served += 1
+            outcome = {"num_tokens": n_tokens, "prompt_digest": prompt_digest(held.prompt_token_ids),
+                       "released": released}
+        await resp.write(_line(outcome))
+        await resp.write_eof()
+        return resp
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
 
 
 def notif_request_id(params: dict[str, Any], own_request_id: str, with_remote_request_id: bool) -> str:
@@ -177,13 +185,18 @@ def notif_request_id(params: dict[str, Any], own_request_id: str, with_remote_re
     return str(params["remote_request_id"]) if with_remote_request_id else own_request_id
 
 
+# Wall seconds a pull waits for the sender's schedule before letting the next pull through: a sender that
+# has not answered by then (hung, or its node gone) is not moving bytes over this link.
+SCHEDULE_WAIT_S = 1.0
+
+
 class KvReceiver:
     """The decode side of the hand-off: pulls KV over this worker's link.
 
-    The link model holds the receiver's link from a transfer's start to its end, but here that end is known
-    only when the sender answers (its own link may be busy). So pulls through one receiver go one at a time,
-    in arrival order (asyncio.Lock is FIFO): the queue the simulator's receiver link forms. Times are the
-    runner's model seconds, as on the sending side."""
+    The link model holds the receiver's link from a transfer's start to its end, but that end is known only
+    from the sender's schedule (its own link may be busy). So a pull waits for the previous one's schedule
+    (asyncio.Lock is FIFO, so in arrival order), books this link from its own, and lets the next one go: the
+    queue the simulator's receiver link forms. Times are the runner's model seconds, as on the sending side."""
 
     def __init__(self, runner: EngineRunner, link_gbps: float) -> None:
         self.runner = runner
@@ -193,21 +206,44 @@ class KvReceiver:
     async def pull(self, session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int],
                    notif_id: str, timeout_s: float, cached_blocks: int = 0) -> PullResult:
         """Pull all but the first ``cached_blocks`` blocks (those this worker's prefix cache holds)."""
-        async with self._turn:
-            sent = self.runner.sim_now()
-            result = await pull_kv(session, params, prompt_ids, notif_id, timeout_s, receiver=self.link,
-                                   free_in_s=max(0.0, self.link.free_at - sent), skip_blocks=cached_blocks)
-            self.link.book(sent + result.queued_s + result.transfer_s, result.kv_bytes, result.transfer_s)
-            return result
+        await self._turn.acquire()
+        holding = True
+
+        def release() -> None:
+            nonlocal holding
+            if holding:
+                holding = False
+                self._turn.release()
+
+        sent = self.runner.sim_now()
+
+        def booked(queued_s: float, transfer_s: float, nbytes: int) -> None:
+            self.link.book(sent + queued_s + transfer_s, nbytes, transfer_s)
+            release()
+
+        task = asyncio.ensure_future(pull_kv(
+            session, params, prompt_ids, notif_id, timeout_s, receiver=self.link,
+            free_in_s=max(0.0, self.link.free_at - sent), skip_blocks=cached_blocks, on_schedule=booked))
+        try:
+            await asyncio.wait({task}, timeout=SCHEDULE_WAIT_S)
+            release()
+            return await task
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            release()
 
 
 async def pull_kv(
     session: aiohttp.ClientSession, params: dict[str, Any], prompt_ids: list[int], notif_id: str, timeout_s: float,
     *, receiver: Link, free_in_s: float, skip_blocks: int = 0,
+    on_schedule: Callable[[float, float, int], None] | None = None,
 ) -> PullResult:
     """Fetch a prompt's KV from the prefill worker named in ``kv_transfer_params``, then notify it.
 
-    ``receiver`` is this side's link, free in ``free_in_s`` model seconds (``KvReceiver`` keeps both)."""
+    ``receiver`` is this side's link, free in ``free_in_s`` model seconds (``KvReceiver`` keeps both);
+    ``on_schedule(queued_s, transfer_s, kv_bytes)`` is called as soon as the sender has booked the transfer."""
     try:
         host = str(params["remote_host"])
         port = int(params["remote_port"])
@@ -223,12 +259,20 @@ async def pull_kv(
     url = f"http://{host}:{port}/kv/pull"
     try:
         async with session.post(url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            data = await resp.json(content_type=None)
             if resp.status != 200:
+                data = await resp.json(content_type=None)
                 raise KvLoadError(str(data.get("reason", f"http_{resp.status}")), str(data.get("detail", "")))
+            head = json.loads(await resp.content.readline())
+            queued_s, transfer_s, kv_bytes = float(head["queued_s"]), float(head["transfer_s"]), int(head["kv_bytes"])
+            if on_schedule is not None:
+                on_schedule(queued_s, transfer_s, kv_bytes)
+            data = json.loads(await resp.content.readline())
     except (TimeoutError, aiohttp.ClientError, OSError) as err:
         raise KvLoadError("unreachable", f"side channel {host}:{port}: {err!r}") from None
+    except (ValueError, KeyError, TypeError) as err:  # cut off mid-transfer, or not a side channel's answer
+        raise KvLoadError("unreachable", f"side channel {host}:{port} broke off the transfer: {err!r}") from None
+    if "reason" in data:
+        raise KvLoadError(str(data["reason"]), str(data.get("detail", "")))
     if data.get("prompt_digest") != prompt_digest(prompt_ids) or data.get("num_tokens") != len(prompt_ids):
         raise KvLoadError("prompt_mismatch", "the remote KV belongs to a different prompt")
-    return PullResult(int(data["num_tokens"]), int(data["kv_bytes"]), float(data["queued_s"]),
-                      float(data["transfer_s"]), bool(data.get("released")))
+    return PullResult(int(data["num_tokens"]), kv_bytes, queued_s, transfer_s, bool(data.get("released")))
