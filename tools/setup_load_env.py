@@ -6,8 +6,12 @@ aiperf pins versions of packages pdserve's own venv holds newer (pyzmq, rich, pa
 prometheus-client, ...), so it gets a venv of its own and runs as a program: the demo's
 ``--load-engine aiperf`` and the live benchmarks start ``.cache/load-venv/bin/aiperf``.
 The list comes from ``pyproject.toml``'s ``load`` extra; a venv whose list did not change
-is kept (its stamp holds the list), so a warm run only reads the stamp. Cold: about
-1.2 GB installed, 1.5-2 minutes here. Times go to ``.cache/load-venv/setup-times.json``.
+is kept (its stamp holds the list), so a warm run only reads the stamp. The wheels are
+kept in the user's cache, ``~/.cache/pdserve/load-wheels`` (``$XDG_CACHE_HOME``, or
+``$PDSERVE_WHEEL_CACHE``/load-wheels; pip's own cache does not keep them: the index answers
+``no-store``), so a fresh clone on the same machine (CI) installs offline from there. Cold:
+about 1.2 GB installed, 1.5-7 minutes here depending on load. Times go to
+``.cache/load-venv/setup-times.json``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / ".cache" / "load-venv"
+_BASE = os.environ.get("PDSERVE_WHEEL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pdserve"
+WHEELS = Path(_BASE) / "load-wheels"
 
 
 def requirements() -> list[str]:
@@ -42,13 +49,20 @@ def build(python: str, force: bool) -> dict[str, object]:
         shutil.rmtree(TARGET)
     subprocess.run([python, "-m", "venv", str(TARGET)], check=True)
     pip = [str(TARGET / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-    print("+ pip install " + " ".join(reqs), flush=True)
-    subprocess.run([*pip, "install", "-q", *reqs], check=True)
+    offline = [*pip, "install", "-q", "--no-index", "--find-links", str(WHEELS), *reqs]
+    # From the kept wheels when they are all there (pip download would fetch them again: it took
+    # as long as a cold download here); else fetch what is missing and install from the folder.
+    t_download = 0.0
+    if not WHEELS.is_dir() or subprocess.run(offline, capture_output=True).returncode != 0:
+        print(f"+ pip download {' '.join(reqs)} -> {WHEELS}", flush=True)
+        subprocess.run([*pip, "download", "-q", "-d", str(WHEELS), *reqs], check=True)
+        t_download = time.monotonic() - t0
+        subprocess.run(offline, check=True)
     # Smoke: the program starts and names its version.
     version = subprocess.run([str(TARGET / "bin" / "aiperf"), "--version"], check=True, capture_output=True, text=True)
     stamp.write_text(want + "\n")
     return {"built": True, "requirements": reqs, "aiperf_version": version.stdout.strip()[-40:],
-            "total_s": round(time.monotonic() - t0, 1)}
+            "download_s": round(t_download, 1), "total_s": round(time.monotonic() - t0, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
