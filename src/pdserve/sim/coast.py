@@ -104,15 +104,19 @@ def _run(sim: Simulation, c: Coast, n: int) -> float:
 
 
 def end_coast(sim: Simulation, c: Coast) -> None:
-    """The coast's last step has ended (``sim.now``): the steps before it are done, it is handled as usual."""
+    """The coast's last step has ended (``sim.now``): all its steps are done, and the engine goes on as
+    ``Simulation._on_step_done`` would after a plain step (which has no KV events, first tokens or finishes:
+    only the gaps that ``_run`` records)."""
     inst = c.inst
     inst.coast = None
     k = len(c.ends)
-    start = _run(sim, c, k - 1)
-    out = inst.engine.step(start)  # plain, as planned
+    inst.step_start = c.ends[-2] if k > 1 else c.start
+    _run(sim, c, k)
     sim.steps += k
-    inst.step_start = start
-    sim._on_step_done(inst, out)
+    sim.coasted_steps -= 1  # the last one is this event's own step
+    inst.busy = False
+    if not inst.kicked:  # a plain step leaves its requests running: the engine has work
+        sim._step(inst)
 
 
 def materialize(sim: Simulation, inst: Instance) -> None:
