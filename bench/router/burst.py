@@ -45,6 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import cpu_seconds, free_port, pct, start_proc  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
+from burst_client import prompts_for  # noqa: E402
+
+from pdserve.tokenization import load_tokenizer  # noqa: E402
 from pdserve.tokenization.testing import build_bpe_tokenizer  # noqa: E402
 from pdserve.worker.testing import start_worker  # noqa: E402
 
@@ -96,6 +99,15 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
         out["router_cpu_s"] = round(cpu, 3)
         out["router_cpu_us_per_token"] = round(cpu * 1e6 / max(tokens, 1), 2)
     return out
+
+
+def peer_versions(python: Path) -> dict[str, str]:
+    if not python.exists():
+        return {}
+    code = ("import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
+            "('vllm-router', 'sglang-router')}))")
+    r = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else {}
 
 
 def median_range(xs: list[float]) -> dict:
@@ -158,7 +170,8 @@ def markdown(doc: dict) -> str:
     lines = [f"# Router burst benchmark\n\nCommand: `{m['command']}`  ",
              f"Commit {m['commit'][:10]}{' (dirty)' if m['dirty'] else ''}, {m['date']}, load average (1 min) "
              f"{m['loadavg_before']['1m']} before, {m['loadavg_after']['1m']} after; {m['cpus']} CPUs; "
-             f"{doc['setup']}\n",
+             f"{doc['setup']}; chat prompt {doc.get('prompt_tokens')} tokens (the router's tokenizer); peers "
+             f"{', '.join(f'{k} {v}' for k, v in doc.get('peers', {}).items()) or 'not installed'}\n",
              "Median over rounds [min..max]; ratios are per round against the better of vllm-router and "
              "sglang-router in the same round.\n",
              "| streams | target | TTFT p50 ms | TTFT p99 ms | TTFT p99 / best Rust | router CPU µs/token "
@@ -282,6 +295,8 @@ def main() -> int:
                           f"p99 {r['ttft_p99_ms']} ms, errors {r['errors']}, CPU/token "
                           f"{r.get('router_cpu_us_per_token', '-')} µs, load {r['load_average_1m']}", flush=True)
             rounds[str(streams)] = rs
+        prompt_tokens = len(load_tokenizer(str(tok)).chat_ids(
+            [{"role": "user", "content": prompts_for(1, 0, args.prompt_words)[0]}]))
     summary = {s: summarise(rs) for s, rs in rounds.items()}
     doc = {"bench": "router_burst",
            "setup": (f"one mock worker (--mock-speedup {args.speedup:g}), aggregated (no P/D split), chat requests "
@@ -289,6 +304,7 @@ def main() -> int:
                      f"tokenizer with Llama 3's chat template; pdserve policy kv_aware, Rust routers "
                      f"{args.rust_policy}; {args.client_procs} load processes, one connection per stream; "
                      f"pin {args.pin or 'none'}; {args.rounds} rounds, rotating order, one warm-up burst each"),
+           "prompt_tokens": prompt_tokens, "peers": peer_versions(args.peers_python),
            "summary": summary, "verdicts": verdicts(summary), "rounds": rounds, "errors": errors}
     print(json.dumps({"summary": summary, "verdicts": doc["verdicts"]}, indent=1))
     if args.out:
