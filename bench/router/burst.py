@@ -15,7 +15,9 @@ vLLM does, the Rust routers do not tokenize). Targets, each its own process:
   cgroup default gives a 2-CPU pod), policy kv_aware (pdserve's default);
 - ``vllm-router`` 0.1.17 and ``sglang-router`` 0.3.2 from PyPI (``--peers-python``: a venv
   with both; policy ``--rust-policy``, round_robin by default: their cheapest);
-- ``pdserve-baseline`` with ``--baseline-src``: pdserve's router from another source tree.
+- ``pdserve-baseline`` with ``--baseline-src``: pdserve's router from another source tree;
+- ``pdserve-mock-tokenizer`` (only when named): ``--tokenizer-mode mock``, the router without
+  the model's tokenizer (approximate ids: not a deployable setting, an attribution of its CPU).
 
 Each burst: ``--client-procs`` load processes (``burst_client.py``, one connection per
 stream, so the load generator is not one saturated event loop) open N streams at one
@@ -220,7 +222,7 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=2, help="load processes sharing each burst")
     ap.add_argument("--speedup", type=float, default=1e9, help="mock worker --mock-speedup (1e9: no GPU time)")
     ap.add_argument("--targets", nargs="+", default=list(TARGETS),
-                    choices=[*TARGETS, "pdserve-baseline"], help="direct is always run")
+                    choices=[*TARGETS, "pdserve-baseline", "pdserve-mock-tokenizer"], help="direct is always run")
     ap.add_argument("--rust-policy", default="round_robin", help="vllm-router / sglang-router --policy")
     ap.add_argument("--peers-python", type=Path, default=ROOT / ".cache" / "peers-venv" / "bin" / "python",
                     help="a Python with vllm-router and sglang-router installed (the `peers` extra)")
@@ -254,7 +256,8 @@ def main() -> int:
                   "--log-level", "WARNING"]
         for name, extra, src in (("pdserve", ["--processes", "1"], None),
                                  ("pdserve-2proc", ["--processes", "2"], None),
-                                 ("pdserve-baseline", ["--processes", "1"], args.baseline_src)):
+                                 ("pdserve-baseline", ["--processes", "1"], args.baseline_src),
+                                 ("pdserve-mock-tokenizer", ["--processes", "1", "--tokenizer-mode", "mock"], None)):
             if name not in targets:
                 continue
             env = {**os.environ, "PYTHONPATH": str(src.resolve())} if src else None
