@@ -228,6 +228,20 @@ def overhead(d: dict[str, Any]) -> str:
             + ", ".join(parts) + ". This box cannot resolve 2 ms for any router")
 
 
+def burst(d: dict[str, Any]) -> str:
+    parts = []
+    for streams, targets in d["summary"].items():
+        for name in ("pdserve", "pdserve-2proc"):
+            o = targets.get(name, {})
+            t, c = o.get("ttft_p99_vs_best_rust"), o.get("cpu_per_token_vs_best_rust")
+            if t and c:
+                errors = o.get("errors", 0)
+                parts.append(f"{streams} streams, {name}: TTFT p99 {_spread(t, '.2f')}x, CPU/token {_spread(c, '.2f')}x"
+                             + (f", {errors} errors" if errors else ""))
+    return ("ratio to the better of vllm-router / sglang-router in the same round, median [range] over "
+            f"{d['meta']['runs']} rounds: " + "; ".join(parts))
+
+
 def calibration(d: dict[str, Any]) -> str:
     s = d["distinct_summary"]
     errs = s["held_out_errors"]
@@ -275,6 +289,11 @@ ROWS: list[Row] = [
     Row("Routing decision time", "< 200 µs p99 (CPU)", "bench/router/results/decision_time.json", decision),
     Row("Router overhead vs direct, side by side with vllm-router and sglang-router", "<= 2 ms TTFT p99 at 256 streams",
         "bench/router/results/overhead_pinned_256x7.json", overhead),
+    *(Row(f"Router burst: simultaneous streaming chats (one connection each), side by side with vllm-router and "
+          f"sglang-router, theirs with {policy} (bench/router/burst.py)", "TTFT p99 <= 1.2x and CPU per streamed token "
+          "<= 1.3x the better Rust router", rel, burst)
+      for policy, rel in (("round_robin", "bench/router/results/burst.json"),
+                          ("cache_aware", "bench/router/results/burst_cache_aware.json"))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",

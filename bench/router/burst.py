@@ -194,6 +194,7 @@ def plot(doc: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     levels = list(doc["summary"])
+    colour = {name: f"C{i}" for i, name in enumerate(doc["summary"][levels[0]])}  # one colour per target
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     for ax, key, title in ((axes[0], "ttft_p99_ms", "TTFT p99 (ms)"),
                            (axes[1], "router_cpu_us_per_token", "router CPU per streamed token (µs)")):
@@ -204,7 +205,7 @@ def plot(doc: dict, path: Path) -> None:
             xs = [j + i * width for j in range(len(levels))]
             med = [o["median"] if o else 0 for o in os_]
             err = [[o["median"] - o["min"] if o else 0 for o in os_], [o["max"] - o["median"] if o else 0 for o in os_]]
-            ax.bar(xs, med, width, yerr=err, capsize=3, label=name)
+            ax.bar(xs, med, width, yerr=err, capsize=3, label=name, color=colour[name])
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(levels))], [f"{lv} streams" for lv in levels])
         ax.set_title(title)
         ax.legend(fontsize=8)
@@ -235,7 +236,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="per stream")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--replot", type=Path, default=None, help="only redraw --plot and the .md from a results JSON")
     args = ap.parse_args()
+    if args.replot:
+        doc = json.loads(args.replot.read_text())
+        args.replot.with_suffix(".md").write_text(markdown(doc))
+        plot(doc, args.plot or args.replot.with_suffix(".png"))
+        return 0
     targets = ["direct", *[t for t in args.targets if t != "direct"]]
     if "pdserve-baseline" in targets and not args.baseline_src:
         ap.error("target pdserve-baseline needs --baseline-src")
