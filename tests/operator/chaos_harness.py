@@ -56,6 +56,7 @@ class Traffic:
         self.url = f"{router_url}/v1/completions"
         self.concurrency, self.max_tokens, self.prompt_words = concurrency, max_tokens, prompt_words
         self.counts = Counts()
+        self.done_at: list[float] = []  # monotonic time of each completion
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._client, args=(k,), daemon=True) for k in range(concurrency)]
@@ -95,10 +96,16 @@ class Traffic:
                 else:
                     with self._lock:
                         self.counts.completed += 1
+                        self.done_at.append(time.monotonic())
                 finally:
                     with self._lock:
                         self.counts.slowest_s = max(self.counts.slowest_s, time.monotonic() - t0)
                 i += 1
+
+    def rate(self, start: float, end: float) -> float:
+        """Completed requests per second between two monotonic times."""
+        with self._lock:
+            return sum(1 for t in self.done_at if start <= t < end) / max(end - start, 1e-9)
 
     def completed(self) -> int:
         with self._lock:
@@ -126,6 +133,9 @@ class StatusLog:
         self.custom, self.namespace = custom, namespace
         self.seen: list[tuple[float, int, dict[str, str]]] = []
         self.messages: dict[str, str] = {}  # "Type=Status/Reason" -> its last message
+        self.replicas: list[tuple[float, int, int]] = []  # spec (prefill, decode) on each change
+        # status.planner per decision: seen at (s), its decision time, held, holdReason, replicas, the request rate it saw
+        self.decisions: list[dict[str, Any]] = []
         self.api_errors = 0
         self.t0 = time.monotonic()
         self._stop = threading.Event()
@@ -139,9 +149,20 @@ class StatusLog:
                 self.api_errors += 1
                 continue
             status = obj.get("status") or {}
+            now = round(time.monotonic() - self.t0, 1)
+            reps = (obj["spec"]["prefill"]["replicas"], obj["spec"]["decode"]["replicas"])
+            if not self.replicas or self.replicas[-1][1:] != reps:
+                self.replicas.append((now, *reps))
+            planner = status.get("planner") or {}
+            decided = float(((planner.get("explanation") or {}).get("inputs") or {}).get("timestamp") or 0)
+            if planner and (not self.decisions or self.decisions[-1]["decided"] != decided):
+                inputs = (planner.get("explanation") or {}).get("inputs") or {}
+                self.decisions.append({"at": now, "decided": decided, "held": bool(planner.get("held")),
+                                       "holdReason": planner.get("holdReason") or "", "prefill": planner.get("prefillReplicas"),
+                                       "decode": planner.get("decodeReplicas"), "requestRate": inputs.get("request_rate")})
             conds = {c["type"]: f"{c['status']}/{c['reason']}" for c in status.get("conditions") or []}
             self.messages.update({f"{c['type']}={c['status']}/{c['reason']}": c.get("message", "") for c in status.get("conditions") or []})
-            entry = (round(time.monotonic() - self.t0, 1), int(status.get("observedGeneration") or 0), conds)
+            entry = (now, int(status.get("observedGeneration") or 0), conds)
             if not self.seen or self.seen[-1][1:] != entry[1:]:
                 self.seen.append(entry)
 
