@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--prefill-timeout", type=float, default=600.0)
     t.add_argument("--read-timeout", type=float, default=120.0, help="longest silence between streamed chunks")
     t.add_argument("--request-timeout", type=float, default=3600.0)
+    t.add_argument("--shutdown-timeout", type=float, default=10.0,
+                   help="after SIGTERM, seconds in-flight requests have to finish; streams still running one second "
+                        "before it end with an OpenAI-style error event and [DONE]. Keep it below the pod's "
+                        "terminationGracePeriodSeconds minus its preStop sleep")
     t.add_argument("--max-retries", type=int, default=2)
     t.add_argument("--no-migration", action="store_true", help="end a stream with an error instead of migrating")
     t.add_argument("--scrape-interval", type=float, default=0.5, help="seconds between worker /metrics scrapes")
@@ -94,6 +98,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         max_concurrency=args.max_concurrency, max_body_bytes=args.max_body_bytes,
         connect_timeout_s=args.connect_timeout, prefill_timeout_s=args.prefill_timeout,
         read_timeout_s=args.read_timeout, request_timeout_s=args.request_timeout, max_retries=args.max_retries,
+        shutdown_timeout_s=args.shutdown_timeout,
         migrate=not args.no_migration, scrape_interval_s=args.scrape_interval,
         debug_header=not args.no_debug_header, upstream_client=args.upstream_client,
         tokenizer=args.tokenizer, tokenizer_mode=args.tokenizer_mode, tokenizer_revision=args.tokenizer_revision,
@@ -128,7 +133,7 @@ def main(argv: list[str]) -> int:
         from pdserve.router.supervisor import supervise
 
         try:
-            return supervise(argv, args.host, args.port, args.processes)
+            return supervise(argv, args.host, args.port, args.processes, grace_s=args.shutdown_timeout + 5.0)
         except OSError as e:
             print(f"pdserve router: {e}", file=sys.stderr)
             return 1
@@ -153,7 +158,7 @@ def main(argv: list[str]) -> int:
     # at 256 streams in bench/router/overhead.py); the kernel caps it at somaxconn.
     web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, print=lambda *_: None, backlog=4096,
                 reuse_port=args.reuse_port or None,
-                handle_signals=True, shutdown_timeout=10.0, loop=_new_loop(args.event_loop))
+                handle_signals=True, shutdown_timeout=cfg.shutdown_timeout_s, loop=_new_loop(args.event_loop))
     return 0
 
 

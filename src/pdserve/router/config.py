@@ -29,6 +29,9 @@ class RouterConfig:
     connect_timeout_s: float = 3.0
     prefill_timeout_s: float = 600.0
     read_timeout_s: float = 120.0  # longest silence tolerated between streamed chunks
+    # After SIGTERM: how long in-flight requests may finish; streams still running a second
+    # before it end with an error event (router/relay.py end_streams) rather than a cut connection.
+    shutdown_timeout_s: float = 10.0
     request_timeout_s: float = 3600.0
     max_retries: int = 2
     migrate: bool = True
@@ -61,7 +64,7 @@ class RouterConfig:
         for name in ("max_concurrency", "max_body_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        for name in ("connect_timeout_s", "prefill_timeout_s", "read_timeout_s", "request_timeout_s"):
+        for name in ("connect_timeout_s", "prefill_timeout_s", "read_timeout_s", "request_timeout_s", "shutdown_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.upstream_client not in ("http1", "aiohttp"):

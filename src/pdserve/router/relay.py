@@ -41,6 +41,28 @@ class _ClientGone(Exception):
     pass
 
 
+class RouterShuttingDown(Exception):
+    """Raised into a relay whose stream the router ends because it is shutting down."""
+
+
+SHUTDOWN_MESSAGE = "the router is shutting down and ended this stream before it finished; retry the request"
+
+
+def end_streams(state: RouterState) -> int:
+    """End every stream being relayed (the router is shutting down): each relay then writes
+    an error event and [DONE] and returns. Returns how many."""
+    streams = list(state.relaying)
+    if streams:
+        log.warning("shutting down: ending %d streams still in flight with an error event", len(streams))
+    for upstream in streams:
+        if isinstance(upstream, Http1Response):
+            upstream.set_sink(None)
+            upstream.abort(RouterShuttingDown())
+        else:  # aiohttp's ClientResponse
+            upstream.content.set_exception(RouterShuttingDown())
+    return len(streams)
+
+
 class _Clock:
     """Client-side TTFT and inter-token latency."""
 
@@ -148,6 +170,7 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
     clock = _Clock(state, flow, policy)
     upstream = att.resp
     transport = request.transport
+    state.relaying.add(upstream)
     try:
         try:
             if isinstance(upstream, Http1Response) and transport is not None:
@@ -156,6 +179,8 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
                 upstream.set_sink(None)
             else:
                 await _relay_by_reads(state, resp, att, tracker, clock)
+        except RouterShuttingDown:
+            await _fail(resp, SHUTDOWN_MESSAGE)
         except RETRYABLE as e:
             if not tracker.done:
                 await _migrate(state, flow, resp, tracker, clock, failed=att.url, why=f"{type(e).__name__}")
@@ -177,6 +202,7 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
         except (_ClientGone, RuntimeError):
             pass
     finally:
+        state.relaying.discard(upstream)
         clock.flush()
     return resp
 

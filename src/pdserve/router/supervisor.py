@@ -48,7 +48,7 @@ def hold_port(host: str, port: int) -> socket.socket:
     return s
 
 
-def supervise(argv: list[str], host: str, port: int, processes: int) -> int:
+def supervise(argv: list[str], host: str, port: int, processes: int, grace_s: float = 15.0) -> int:
     holder = hold_port(host, port)
     port = holder.getsockname()[1]
     metrics_dir = tempfile.mkdtemp(prefix="pdserve-router-metrics-")
@@ -80,7 +80,7 @@ def supervise(argv: list[str], host: str, port: int, processes: int) -> int:
         for c in children:
             if c.poll() is None:
                 c.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15.0  # each drains within its own 10 s shutdown timeout
+        deadline = time.monotonic() + grace_s  # each drains within its own --shutdown-timeout, shorter
         for c in children:
             try:
                 c.wait(max(0.1, deadline - time.monotonic()))

@@ -20,6 +20,7 @@ from pdserve.router.shell.handler import CompletionHandler, error_response
 from pdserve.router.http1 import Http1Pool
 from pdserve.router.kv_events import KvEventSubscriber
 from pdserve.router.metrics import exposition
+from pdserve.router.relay import end_streams
 from pdserve.router.shell.state import RouterState
 
 log = logging.getLogger("pdserve.router")
@@ -76,7 +77,17 @@ def build_app(cfg: RouterConfig) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_route("*", "/{tail:.*}", not_found)
     app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_end_streams_before_the_cut)
     return app
+
+
+async def _end_streams_before_the_cut(app: web.Application) -> None:
+    """On SIGTERM aiohttp stops listening, then waits ``shutdown_timeout`` for the handlers
+    and cuts the connections of those still running: a client would see a truncated body (over
+    HTTP/1.0 indistinguishable from a short answer). A second before that, end the streams
+    still relayed with an OpenAI-style error event and [DONE] instead."""
+    state = app[STATE_KEY]
+    asyncio.get_running_loop().call_later(max(0.0, state.cfg.shutdown_timeout_s - 1.0), end_streams, state)
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -52,6 +52,8 @@ class RouterState:
         self.http: Http1Pool | None = None
         self.kv_sub: KvEventSubscriber | None = None
         self.active = 0
+        # Upstream responses being relayed to clients, so a shutdown can end them (relay.end_streams).
+        self.relaying: set[Any] = set()
         self.models_cache: tuple[float, list[dict]] = (0.0, [])
         self.tracing: Tracing | None = None
         if cfg.otlp_traces_endpoint:  # the SDK is imported only then: off costs nothing
