@@ -13,6 +13,7 @@ cannot run here and are reported, not faked.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pdserve.common.procs import stop_group
 
 PDSERVE_SUBCOMMANDS = {"worker", "router", "operator", "planner"}
 # Roles whose processes serve on the pod IP (rather than only calling the API server).
@@ -40,6 +43,7 @@ class ContainerRun:
     env: dict[str, str]
     service_account: str | None  # run with this ServiceAccount's token, or no API access
     labels: dict[str, str] = field(default_factory=dict)  # the pod's
+    grace_s: float = 30.0  # the pod's terminationGracePeriodSeconds
 
     @property
     def key(self) -> str:
@@ -113,7 +117,8 @@ def plan_pod(pod: dict[str, Any]) -> tuple[list[ContainerRun], list[Skipped]]:
         argv = [_bind_to(a, ip) for a in argv]
         if argv[0] in BINDS_HOST and "--host" not in argv:
             argv += ["--host", ip]
-        runs.append(ContainerRun(ns, name, meta.get("uid", ""), c["name"], ip, argv, _env(pod, c), sa, dict(meta.get("labels") or {})))
+        runs.append(ContainerRun(ns, name, meta.get("uid", ""), c["name"], ip, argv, _env(pod, c), sa, dict(meta.get("labels") or {}),
+                                 float(spec.get("terminationGracePeriodSeconds", 30))))
     return runs, skipped
 
 
@@ -142,6 +147,10 @@ class PodRunner:
     # reported, which is what most tests want to see.
     restart_exited: bool = False
     restarts: dict[str, int] = field(default_factory=dict)
+    # As a kubelet: a removed pod's process gets SIGTERM and the pod's grace period before SIGKILL,
+    # in the background (its replacement starts meanwhile). Off: 5 s, before anything else starts.
+    pod_grace: bool = False
+    _draining: list[subprocess.Popen[bytes]] = field(default_factory=list)
     running: dict[str, _Running] = field(default_factory=dict)
     skipped: dict[str, Skipped] = field(default_factory=dict)
     exited: list[tuple[ContainerRun, int, str]] = field(default_factory=list)
@@ -164,6 +173,11 @@ class PodRunner:
         with self._lock:
             for key in list(self.running):
                 self._terminate(key)
+            for proc in self._draining:  # the test is over: no more grace
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -183,7 +197,11 @@ class PodRunner:
                 wanted[r.key] = r
         with self._lock:
             for key in list(self.running):
-                if key not in wanted:
+                if key not in wanted and self.pod_grace:
+                    r = self.running.pop(key)
+                    self._draining.append(r.proc)
+                    threading.Thread(target=stop_group, args=(r.proc, r.run.grace_s), daemon=True).start()
+                elif key not in wanted:
                     self._terminate(key)
                 elif (rc := self.running[key].proc.poll()) is not None:
                     r = self.running.pop(key)
