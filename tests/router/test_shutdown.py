@@ -40,12 +40,13 @@ def _running(worker_url: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running"))
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_sigterm_ends_a_stream_in_flight_with_an_error_event_after_the_drain(worker, processes: int) -> None:
+@pytest.mark.parametrize(("processes", "client"), [(1, "http1"), (2, "http1"), (1, "aiohttp")])
+def test_sigterm_ends_a_stream_in_flight_with_an_error_event_after_the_drain(worker, processes: int, client: str) -> None:
     port = _free_port()
     router = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "router", "--decode", worker.url, "--port", str(port),
                                "--processes", str(processes), "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
-                               "--tokenizer-mode", "mock", "--log-level", "WARNING"], start_new_session=True)
+                               "--upstream-client", client, "--tokenizer-mode", "mock", "--log-level", "WARNING"],
+                              start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
