@@ -39,7 +39,18 @@ def _lognormal(rng: random.Random, mean: float, sigma: float, lo: int, hi: int) 
 
 
 def bursty_trace(seed: int, spec: BurstySpec = BurstySpec()) -> Trace:
+    return from_rows(_rows(seed, spec)[0], format="synthetic",
+                     source=f"bursty seed={seed} " + " ".join(f"{k}={v}" for k, v in asdict(spec).items()))
+
+
+def bursts(seed: int, spec: BurstySpec = BurstySpec()) -> list[dict[str, float]]:
+    """The bursts of a seed's trace: start (s), requests, duration (s)."""
+    return _rows(seed, spec)[1]
+
+
+def _rows(seed: int, spec: BurstySpec) -> tuple[list[tuple[float, int, int, tuple[int, ...]]], list[dict[str, float]]]:
     rng = random.Random(seed)
+    found: list[dict[str, float]] = []
     rows: list[tuple[float, int, int, tuple[int, ...]]] = []
     t = 0.0
     while True:
@@ -51,13 +62,28 @@ def bursty_trace(seed: int, spec: BurstySpec = BurstySpec()) -> Trace:
     start = rng.expovariate(1 / spec.burst_gap_s)
     while start < spec.duration_s:
         n = min(spec.burst_max, int(spec.burst_min * rng.paretovariate(spec.alpha)))
-        at = start
+        at, sent = start, 0
         for _ in range(n):
             at += rng.expovariate(spec.burst_rate)
             if at >= spec.duration_s:
                 break
+            sent += 1
             rows.append((at, _lognormal(rng, spec.burst_isl, spec.sigma, 16, 32000),
                          _lognormal(rng, spec.osl, spec.sigma, 1, 4000), ()))
+        found.append({"start_s": round(start, 1), "requests": sent, "duration_s": round(at - start, 1)})
         start = at + rng.expovariate(1 / spec.burst_gap_s)
-    desc = f"bursty seed={seed} " + " ".join(f"{k}={v}" for k, v in asdict(spec).items())
-    return from_rows(rows, format="synthetic", source=desc)
+    return rows, found
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="Print a seed's bursts (start, requests, duration) as JSON.")
+    ap.add_argument("--seed", type=int, nargs="+", default=[0])
+    args = ap.parse_args()
+    for seed in args.seed:
+        b = bursts(seed)
+        total = len(bursty_trace(seed).requests)
+        print(json.dumps({"seed": seed, "requests": total, "burst_requests": sum(x["requests"] for x in b),
+                          "bursts": b}))
