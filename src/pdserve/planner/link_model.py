@@ -6,8 +6,8 @@ served. One sender and one receiver make a plain FIFO queue; several of each do 
 than their sum: a transfer waiting for a busy receiver keeps its sender booked until
 then, so the sender's next transfer, to an idle receiver, waits too (head-of-line
 blocking across the pools). With many instances on both sides the usable share of
-each link falls well below what one FIFO queue sustains (e.g. 8 senders and 4
-receivers collapse near 60 % per link, where one receiver is still fine at 70 %).
+each link falls well below what one FIFO queue sustains (8 senders, p99 hand-off within
+32 mean transfer times: one receiver ~85 % of its link, four receivers ~46 % each).
 
 So the planner cannot size links as ``KV tokens/s / (link x constant)``: adding
 receivers adds less and less. ``usable_utilization(senders, receivers, budget)`` is the
@@ -15,7 +15,7 @@ highest per-link utilisation at which the tail wait of a transfer stays within
 ``budget`` mean transfer times, measured by replaying seeded Poisson transfers
 (log-normal sizes, the decode side picked least-loaded as the router does) through the
 very ``schedule_transfer`` the simulator and the mock use. Pure and deterministic;
-results are cached, each new (senders, receivers, budget) costs a few tens of ms.
+results are cached; each new (senders, receivers, budget) costs a few hundred ms.
 A measured profile of a real link (fair-shared NIXL reads) would replace it.
 """
 
