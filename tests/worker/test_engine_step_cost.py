@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdserve.worker.perf import PerfModel, available_profiles, load_profile
-from pdserve.worker.step_cost import step_cost_fn
+from pdserve.worker.step_cost import step_cost_fn, step_ends_fn
 
 MODELS = [PerfModel(load_profile(name, tp)) for name in available_profiles() for tp in (1, 2, 4, 8)]
 
@@ -46,3 +46,29 @@ def test_a_subclass_keeps_its_own_cost() -> None:
     slow = Slow(load_profile("llama-3.1-8b-h100"))
     base = PerfModel(load_profile("llama-3.1-8b-h100"))
     assert step_cost_fn(slow)(4, 40.0, 30, 4) == pytest.approx(2 * step_cost_fn(base)(4, 40.0, 30, 4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    model=st.sampled_from(MODELS),
+    seqs=st.integers(1, 512),
+    ctx=st.integers(0, 2**24),
+    n=st.integers(1, 200),
+    now=st.floats(0, 1e5),
+    gap=st.sampled_from([0.0, 0.0004, 0.003]),
+    cut=st.floats(0, 2),
+)
+def test_runs_of_decode_steps_equal_step_by_step_costs(
+    model: PerfModel, seqs: int, ctx: int, n: int, now: float, gap: float, cut: float
+) -> None:
+    cost = step_cost_fn(model)
+    until = now + cut
+    want, t, attn, kv = [], now, ctx + seqs, ctx
+    for _ in range(n):
+        t = t + cost(seqs, float(attn), kv, seqs) + gap
+        want.append(t)
+        if not t < until:
+            break
+        attn += seqs
+        kv += seqs
+    assert step_ends_fn(model)(now, n, seqs, ctx + seqs, ctx, until, gap) == want

@@ -62,18 +62,8 @@ def plan(engine: Engine, now: float, n: int, until: float, gap_s: float = 0.0) -
         ctx = req.num_computed
         attn_pairs += ctx + 1
         kv_read += ctx
-    cost = engine._step_cost
-    ends: list[float] = []
-    t = now
-    for _ in range(n):
-        # Engine._decode_step's arithmetic: an int sum of (context + 1) per request, converted once
-        t = t + cost(seqs, float(attn_pairs), kv_read, seqs) + gap_s
-        ends.append(t)
-        if not t < until:
-            break
-        attn_pairs += seqs
-        kv_read += seqs
-    return ends
+    # Engine._decode_step's arithmetic: an int sum of (context + 1) per request, converted per step
+    return engine._step_ends(now, n, seqs, attn_pairs, kv_read, until, gap_s)
 
 
 def advance(engine: Engine, k: int) -> None:

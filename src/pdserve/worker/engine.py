@@ -41,7 +41,7 @@ from pdserve.worker.engine_types import (
 )
 from pdserve.worker.kvcache import BlockPool, KvEvents
 from pdserve.worker.perf import PerfModel
-from pdserve.worker.step_cost import step_cost_fn
+from pdserve.worker.step_cost import step_cost_fn, step_ends_fn
 
 __all__ = [
     "FINISH_ABORT", "FINISH_LENGTH", "FINISH_STOP", "Engine", "EngineConfig", "EngineRequest", "EngineStats",
@@ -69,6 +69,7 @@ class Engine:
         self.config = config
         self.perf = perf
         self._step_cost = step_cost_fn(perf)
+        self._step_ends = step_ends_fn(perf)  # runs of plain decode steps (pdserve.worker.decode_run)
         self._frontend_s = config.frontend_latency_s
         self.pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
         self.waiting: deque[EngineRequest] = deque()

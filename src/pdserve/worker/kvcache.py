@@ -56,7 +56,7 @@ class BlockPool:
         return 1.0 - len(self.free) / self.num_blocks
 
     def drain_events(self) -> KvEvents:
-        ev, self.events = self.events, KvEvents()
+        ev, self.events = self.events, KvEvents([], [], False)  # positional: no default_factory calls
         return ev
 
     def find_prefix(self, hashes: Sequence[bytes], max_blocks: int) -> list[int]:

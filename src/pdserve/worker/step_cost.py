@@ -57,3 +57,56 @@ def step_cost_fn(perf: PerfModel) -> StepCostFn:
         return (memory if memory > compute else compute) + comm + (step_overhead + per_seq_overhead * n_seqs)
 
     return cost_tp
+
+
+# ends(now, n, seqs, attn_pairs, kv_read, until, gap_s) -> end times of up to n decode steps of `seqs`
+# requests run back to back from `now` (step j reads attn_pairs + j * seqs pairs and kv_read + j * seqs
+# tokens), up to and including the first that does not end before `until`
+StepEndsFn = Callable[[float, int, int, int, int, float, float], list[float]]
+
+
+def step_ends_fn(perf: PerfModel) -> StepEndsFn:
+    """Runs of decode steps (pdserve.worker.decode_run.plan) with ``step_cost_fn``'s expression inlined in
+    the loop: the same floats, without a call per step (a test checks it against ``step_cost_fn``)."""
+    cost = step_cost_fn(perf)
+    if type(perf) is not PerfModel or perf.tp != 1:
+        def ends_by_call(now: float, n: int, seqs: int, attn_pairs: int, kv_read: int, until: float,
+                         gap_s: float) -> list[float]:
+            out: list[float] = []
+            t = now
+            for _ in range(n):
+                t = t + cost(seqs, float(attn_pairs), kv_read, seqs) + gap_s
+                out.append(t)
+                if not t < until:
+                    break
+                attn_pairs += seqs
+                kv_read += seqs
+            return out
+
+        return ends_by_call
+    flops_per_token = perf._flops_per_token
+    attn_flops = perf._attn_flops
+    flops_rate = perf._flops_rate
+    weight_bytes = perf.weight_bytes
+    kv_bytes = perf.kv_bytes_per_token
+    byte_rate = perf._byte_rate
+    step_overhead = perf._eff.step_overhead_s
+    per_seq_overhead = perf._eff.per_seq_overhead_s
+
+    def ends(now: float, n: int, seqs: int, attn_pairs: int, kv_read: int, until: float, gap_s: float) -> list[float]:
+        out: list[float] = []
+        t = now
+        token_flops = flops_per_token * seqs  # the same products and sums as cost(), in the same order
+        overhead = step_overhead + per_seq_overhead * seqs
+        for _ in range(n):
+            compute = (token_flops + attn_flops * float(attn_pairs)) / flops_rate
+            memory = (weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate
+            t = t + ((memory if memory > compute else compute) + overhead) + gap_s
+            out.append(t)
+            if not t < until:
+                break
+            attn_pairs += seqs
+            kv_read += seqs
+        return out
+
+    return ends
