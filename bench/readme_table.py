@@ -231,7 +231,7 @@ def overhead(d: dict[str, Any]) -> str:
 def burst(d: dict[str, Any]) -> str:
     parts = []
     for streams, targets in d["summary"].items():
-        for name in ("pdserve", "pdserve-2proc"):
+        for name in ("pdserve", "pdserve-2proc", "pdserve-baseline"):
             o = targets.get(name, {})
             t, c = o.get("ttft_p99_vs_best_rust"), o.get("cpu_per_token_vs_best_rust")
             if t and c:
@@ -293,7 +293,8 @@ ROWS: list[Row] = [
           f"sglang-router, theirs with {policy} (bench/router/burst.py)", "TTFT p99 <= 1.2x and CPU per streamed token "
           "<= 1.3x the better Rust router", rel, burst)
       for policy, rel in (("round_robin", "bench/router/results/burst.json"),
-                          ("cache_aware", "bench/router/results/burst_cache_aware.json"))),
+                          ("cache_aware", "bench/router/results/burst_cache_aware.json"),
+                          ("round_robin; A/B of the encode change", "bench/router/results/burst_ab.json"))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",
