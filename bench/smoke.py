@@ -90,6 +90,7 @@ SMOKES: list[Smoke] = [
           timeout_s=240),
     Smoke("planner_suite", "bench/planner/suite.py", ["--summarise-only", "--folder", "{out}"], ["summary.json"]),
     Smoke("planner_report", "bench/planner/report.py", ["--out", "{out}/report.md"], ["report.md"]),
+    Smoke("planner_bursty", "bench/planner/bursty.py", ["--seed", "0"]),
     Smoke("planner_dynamo_peer", "bench/planner/dynamo_peer.py",
           ["--trace", MOONCAKE, "--calibration", str(REPO / "bench/planner/data/calibration_llama-3.1-8b-h100.json"),
            "--limit", "200", "--out", "{out}/dynamo.json"], ["dynamo.json"], timeout_s=300, needs_peers=True,
