@@ -183,12 +183,15 @@ def test_arrivals_before_any_completion():
 
 def test_burst_reserve_from_the_short_window_peak():
     # A recent peak of 90,000 prompt tokens/s must be absorbed by replicas already up:
-    # 90,000 / 30,000 flat out = 3 prefill; its KV over 100,000-token/s links planned at
-    # 85 %: 85,000 per pair -> a second decode link (3 senders, 2 receivers: 170,000).
+    # 90,000 / 30,000 flat out = 3 prefill; its KV over 100,000-token/s links, also flat out:
+    # 0.9 -> 1 decode link, no more than decode compute asks (no decode_peak term shows).
     cap = Capacity(prefill_slo=20_000, prefill_saturated=30_000, decode_slo=10_000, link=LINK)
     t = size(Load(rate=2, isl=1000, osl=100, peak_prompt_tokens=90_000), cap, drain_s=60)
-    assert t.prefill_peak == pytest.approx(3.0) and t.decode_peak == 2
-    assert (t.prefill, t.decode) == (3, 2) and t.binding()["prefill"] == "peak"
+    assert t.prefill_peak == pytest.approx(3.0) and t.decode_peak == 0
+    assert (t.prefill, t.decode) == (3, 1) and t.binding()["prefill"] == "peak"
+    # 150,000 flat out: 5 prefill, and 2 decode links for the reserve.
+    t = size(Load(rate=2, isl=1000, osl=100, peak_prompt_tokens=150_000), cap, drain_s=60)
+    assert t.decode_peak == 2 and (t.prefill, t.decode) == (5, 2)
 
 
 def test_policy_keeps_the_peak_for_its_window_only():
