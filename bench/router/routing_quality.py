@@ -182,7 +182,7 @@ def plot(docs: list[dict], path: Path) -> None:
     names = [*docs[0]["results"], *(f"dynamo {k}" for k in docs[0].get("dynamo", {}))]
     width = 0.8 / len(docs)
     for k, doc in enumerate(docs):
-        label = f"{doc['layout']} {doc['window']}"
+        label = f"{doc['layout']} {Path(doc['trace']).stem} {doc['window']}"
         rows = {**doc["results"], **{f"dynamo {n}": v for n, v in doc.get("dynamo", {}).items()}}
         xs = [i + k * width for i in range(len(names))]
         axes[0].bar(xs, [_median(rows[n]["prefix_hit_ratio"]) if n in rows else 0 for n in names], width, label=label)
