@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +116,40 @@ def write_sd_file(path: Path, pods: list[dict[str, Any]]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(kubernetes_sd_targets(pods)))
     tmp.replace(path)
+
+
+@contextlib.contextmanager
+def kubernetes_sd(path: Path, list_pods: Callable[[], list[dict[str, Any]]], interval_s: float = 0.5) -> Iterator[None]:
+    """Keeps ``path`` (a file_sd file) listing the pods' targets while the block runs: what
+    Prometheus's Kubernetes SD would discover (see ``kubernetes_sd_targets``)."""
+    write_sd_file(path, [])
+    stop = threading.Event()
+
+    def discover() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):  # the API server may be briefly unavailable; keep going
+                write_sd_file(path, list_pods())
+            stop.wait(interval_s)
+
+    thread = threading.Thread(target=discover, name="kubernetes-sd", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def service_account_kubeconfigs(cluster: Any) -> Callable[[str, str], Path]:
+    """``(namespace, service account) -> kubeconfig`` for the PodRunner, one token per identity."""
+    made: dict[tuple[str, str], Path] = {}
+
+    def kubeconfig_for(ns: str, sa: str) -> Path:
+        if (ns, sa) not in made:
+            made[(ns, sa)] = cluster.kubeconfig_for_service_account(ns, sa)
+        return made[(ns, sa)]
+
+    return kubeconfig_for
 
 
 def podmonitor_scrape_configs(sd_file: Path, release_namespace: str, planner: bool = True) -> list[dict[str, Any]]:

@@ -112,34 +112,18 @@ def chaos(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     kubeconfig = Path(kube_cluster.kubeconfig)
     api = e2e_env.api_client(kubeconfig)
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
-    tokens: dict[tuple[str, str], Path] = {}
-
-    def kubeconfig_for(ns: str, sa: str) -> Path:
-        if (ns, sa) not in tokens:
-            tokens[(ns, sa)] = kube_cluster.kubeconfig_for_service_account(ns, sa)
-        return tokens[(ns, sa)]
-
+    kubeconfig_for = e2e_env.service_account_kubeconfigs(kube_cluster)
     sd_file = work / "kubernetes_sd.json"
     list_pods = e2e_env.pod_lister(core, [e2e_env.SYSTEM_NS, NS])
-    e2e_env.write_sd_file(sd_file, [])
     planner_port = e2e_env.free_port()
     with contextlib.ExitStack() as stack:
+        stack.enter_context(e2e_env.kubernetes_sd(sd_file, list_pods))
         prom = stack.enter_context(PrometheusServer(e2e_env.podmonitor_scrape_configs(sd_file, e2e_env.SYSTEM_NS)))
         hc = stack.enter_context(helm.Config(kubeconfig_path=str(kubeconfig), namespace=e2e_env.SYSTEM_NS))
         # As a kubelet: a killed container restarts in its pod (restartPolicy Always), a deleted
         # pod's processes get SIGTERM and the pod's terminationGracePeriodSeconds.
         runner = stack.enter_context(PodRunner(list_pods, kubeconfig_for, work / "pods", restart_exited=True, pod_grace=True))
         env = Chaos(core, apps, custom, runner, prom, planner_port, work / "pods")
-        stop = threading.Event()
-
-        def discover() -> None:  # Prometheus's Kubernetes SD, as in test_mock_disagg
-            while not stop.is_set():
-                with contextlib.suppress(Exception):
-                    e2e_env.write_sd_file(sd_file, list_pods())
-                stop.wait(0.5)
-
-        discovery = threading.Thread(target=discover, name="kubernetes-sd", daemon=True)
-        discovery.start()
         values = {"planner": {"prometheusUrl": prom.url, "intervalSeconds": INTERVAL_S, "metricsPort": planner_port},
                   "monitoring": {"podMonitors": False, "prometheusRule": False}}
         try:
@@ -158,8 +142,6 @@ def chaos(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE)
             with contextlib.suppress(TimeoutError):
                 e2e_env.wait_for("the service's pods gone", lambda: not core.list_namespaced_pod(NS).items, 60)
-            stop.set()
-            discovery.join(timeout=5)
             with contextlib.suppress(helm.HelmError):
                 hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
 

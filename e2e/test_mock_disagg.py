@@ -100,42 +100,21 @@ def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     kubeconfig = Path(EXTERNAL_KUBECONFIG or kube_cluster.kubeconfig)
     api = e2e_env.api_client(kubeconfig)
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
-    tokens: dict[tuple[str, str], Path] = {}
-
-    def kubeconfig_for(ns: str, sa: str) -> Path:
-        if (ns, sa) not in tokens:
-            tokens[(ns, sa)] = kube_cluster.kubeconfig_for_service_account(ns, sa)
-        return tokens[(ns, sa)]
-
     planner_port = e2e_env.free_port()
     sd_file = work / "kubernetes_sd.json"
     list_pods = e2e_env.pod_lister(core, [e2e_env.SYSTEM_NS, NS])
-    e2e_env.write_sd_file(sd_file, [])
     scrape = e2e_env.podmonitor_scrape_configs(sd_file, e2e_env.SYSTEM_NS)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(e2e_env.kubernetes_sd(sd_file, list_pods))
         prom = stack.enter_context(PrometheusServer(scrape, host=PROMETHEUS_HOST))
         hc = stack.enter_context(helm.Config(kubeconfig_path=str(kubeconfig), namespace=e2e_env.SYSTEM_NS))
         runner = None
         if kube_cluster is not None:
-            runner = stack.enter_context(PodRunner(list_pods, kubeconfig_for, work / "pods"))
+            runner = stack.enter_context(PodRunner(list_pods, e2e_env.service_account_kubeconfigs(kube_cluster), work / "pods"))
         e = Env(kubeconfig, core, apps, custom, runner, prom, hc, planner_port, work / "pods")
-        stop = threading.Event()
-
-        def discover() -> None:
-            while not stop.is_set():
-                try:
-                    e2e_env.write_sd_file(sd_file, list_pods())
-                except Exception:  # the API server may be briefly unavailable; keep going
-                    pass
-                stop.wait(0.5)
-
-        discovery = threading.Thread(target=discover, name="kubernetes-sd", daemon=True)
-        discovery.start()
         try:
             yield e
         finally:
-            stop.set()
-            discovery.join(timeout=5)
             try:
                 hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
             except helm.HelmError:
