@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from pdserve.router.kv_index import KvIndex
+from pdserve.router.core.kv_index import KvIndex
 from pdserve.router.core.build import build_policy
 from pdserve.router.core.spec import PolicyName
 from pdserve.router.policies import RouteRequest, WorkerView

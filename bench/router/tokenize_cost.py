@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     import_s = time.perf_counter() - t0
 
     from pdserve.worker.vllm_hash import BlockHasher as VllmBlockHasher
-    from pdserve.router.block_hasher import BlockHasher
-    from pdserve.router.requests import parse_request
+    from pdserve.router.core.block_hasher import BlockHasher
+    from pdserve.router.core.requests import parse_request
     from pdserve.tokenization import load_tokenizer
     from pdserve.tokenization.testing import build_bpe_tokenizer, shipped_mistral_tokenizer
 

@@ -4,7 +4,7 @@ The simulator's default ``kv_event_lag_s`` (pdserve.sim.config) models when a st
 events reach the router's index. This measures it on what the router really runs
 against: a mock worker publishing vLLM's ZMQ ``EventBatch`` (``[ts, events, rank]``,
 ``ts`` = the worker's wall clock at publish) and a SUB socket on loopback decoding each
-message with the router's own parser (``pdserve.router.kv_events.parse_message``).
+message with the router's own parser (``pdserve.router.shell.kv_events.parse_message``).
 Lag = receive time - ``ts``. Requests run a few at a time so batches come from busy
 steps, as in service.
 
@@ -26,7 +26,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from pdserve.router.kv_events import parse_message
+from pdserve.router.shell.kv_events import parse_message
 from pdserve.worker.testing import start_worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

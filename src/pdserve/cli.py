@@ -16,7 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("pdserve.dashboard.cli", "generate the Grafana dashboard JSON (grafana-foundation-sdk)"),
     "operator": ("pdserve.operator.cli", "run the kopf operator (reconciles DisaggregatedServices)"),
     "worker": ("pdserve.worker.cli", "run a mock vLLM worker (vllm serve flags, no GPU)"),
-    "router": ("pdserve.router.cli", "run the KV-aware prefill/decode router"),
+    "router": ("pdserve.router.shell.cli", "run the KV-aware prefill/decode router"),
     "planner": ("pdserve.planner.cli", "run the forecasting planner, or backtest its predictors"),
     "profile": ("pdserve.planner.profile_cli", "measure or derive a capacity profile"),
     "sim": ("pdserve.sim.cli", "replay a trace in the discrete-event simulator"),

@@ -93,7 +93,7 @@ def test_readme_resource_is_valid() -> None:
 
 
 def test_router_weights_reach_the_router_flags_including_the_recent_load_pair() -> None:
-    from pdserve.router.config import routing_flags
+    from pdserve.router.shell.config import routing_flags
 
     body = valid_manifest("w")
     body["spec"]["router"] = {"weights": {"overlap": 4, "recentRequestTokens": 0, "recentHalfLifeSeconds": 30}}

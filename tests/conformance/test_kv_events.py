@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from pdserve.api.vllm_versions import VERSIONS
-from pdserve.router import kv_events as router_events
-from pdserve.router.kv_index import AllBlocksCleared, BlockRemoved, BlockStored
+from pdserve.router.shell import kv_events as router_events
+from pdserve.router.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored
 from pdserve.worker.testing import kv_event_subscriber, start_worker
 from tests.conformance.conftest import Counts
 from tests.conformance.vllm_env import run_probe

@@ -20,8 +20,8 @@ import msgpack
 import pytest
 
 from pdserve.api.vllm_versions import VERSIONS
-from pdserve.router.errors import RequestError
-from pdserve.router.requests import parse_request
+from pdserve.router.core.errors import RequestError
+from pdserve.router.core.requests import parse_request
 from pdserve.tokenization import load_tokenizer
 from pdserve.worker.testing import kv_event_subscriber, start_worker
 from tests.conformance.conftest import Counts

@@ -15,7 +15,7 @@ from pdserve.kube.client import NoClusterAccess, load_api_client
 from pdserve.kube.constants import ROLE_LABEL, SERVICE_LABEL, pool_selector
 from pdserve.kube.errors import KubeError
 from pdserve.kube.pods import is_pending, is_ready, is_terminating
-from pdserve.router.discovery import pods_to_endpoints
+from pdserve.router.shell.discovery import pods_to_endpoints
 
 
 def pod(name: str, phase: str | None, ready: bool, *, ip: str | None = "10.0.0.1", deleting: bool = False) -> dict[str, Any]:

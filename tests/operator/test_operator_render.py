@@ -13,7 +13,7 @@ import yaml
 from pdserve.api import DisaggregatedService
 from pdserve.operator.names import RenderOptions
 from pdserve.operator.render import render
-from pdserve.router import cli as router_cli  # the project's own modules: an import error fails, never skips
+from pdserve.router.shell import cli as router_cli  # the project's own modules: an import error fails, never skips
 from pdserve.worker import cli as worker_cli
 
 ROOT = Path(__file__).resolve().parents[2]

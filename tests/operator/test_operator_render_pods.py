@@ -231,7 +231,7 @@ _MODES = [(v, m, "vllm") for v, info in VERSIONS.items() for m in info.tokenizer
 def test_router_and_mock_worker_clis_take_the_same_tokenizer_and_block_size(version: str, mode: str, kind: str) -> None:
     """Every tokenizer mode the CRD admits for a version is one the router (and the mock worker, as
     that version) accepts, and both get the same values."""
-    from pdserve.router.cli import build_parser as router_parser
+    from pdserve.router.shell.cli import build_parser as router_parser
     from pdserve.worker.cli import build_parser as worker_parser
 
     out = render(_svc(model={"name": "org/model", "tokenizer": "org/tok", "tokenizerMode": mode}, engine={"kind": kind, "vllmVersion": version, "blockSize": 64}))

@@ -6,7 +6,7 @@ import pydantic
 import pytest
 
 from pdserve.operator.render import render
-from pdserve.router import cli as router_cli
+from pdserve.router.shell import cli as router_cli
 from pdserve.worker import cli as worker_cli
 from tests.operator.test_operator_render import _engine, _svc
 

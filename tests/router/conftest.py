@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from pdserve.router.shell.app import STATE_KEY, build_app
-from pdserve.router.config import RouterConfig
+from pdserve.router.shell.config import RouterConfig
 from pdserve.router.shell.state import RouterState
 
 MODEL = "mock-llama"

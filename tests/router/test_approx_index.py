@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from pdserve.router.approx_index import ApproxPrefixIndex
+from pdserve.router.core.approx_index import ApproxPrefixIndex
 
 
 def test_records_and_expires_by_ttl() -> None:
@@ -71,7 +71,7 @@ def test_overlaps_match_a_naive_model(records, prompt, ttl) -> None:
 
 
 def test_recent_routes_tracks_the_latest_worker_per_block() -> None:
-    from pdserve.router.approx_index import RecentRoutes
+    from pdserve.router.core.approx_index import RecentRoutes
 
     r = RecentRoutes(ttl_s=5, max_blocks=10)
     r.record("w1", [1, 2, 3], now=0)

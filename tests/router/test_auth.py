@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pdserve.router.auth import ApiKeys, api_keys
-from pdserve.router.cli import build_parser, config_from_args
+from pdserve.router.shell.auth import ApiKeys, api_keys
+from pdserve.router.shell.cli import build_parser, config_from_args
 from tests.router.conftest import MODEL, router_config, run_router, spawn
 
 BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 2}

@@ -44,7 +44,7 @@ def test_a_router_without_the_models_tokenizer_does_not_start(tmp_path) -> None:
 
 
 def test_weight_flags_reach_the_policies() -> None:
-    from pdserve.router.cli import build_parser, config_from_args
+    from pdserve.router.shell.cli import build_parser, config_from_args
     from pdserve.router.shell.state import RouterState
 
     args = build_parser().parse_args(["--decode", "http://127.0.0.1:1", "--cost-overlap-weight", "3",

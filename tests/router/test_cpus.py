@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pdserve.router.cpus import cgroup_cpus, default_processes, parse_cpu_quantity, processes_for_cpu
+from pdserve.router.shell.cpus import cgroup_cpus, default_processes, parse_cpu_quantity, processes_for_cpu
 
 
 def _files(root: Path, files: dict[str, str]) -> Path:

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from pdserve.router.discovery import (
+from pdserve.router.shell.discovery import (
     DiscoveryError,
     Endpoint,
     FileWatcher,

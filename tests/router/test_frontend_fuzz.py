@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pdserve.router.body_guard import MAX_DEPTH, check_value, load_json_body
-from pdserve.router.errors import RequestError
+from pdserve.router.core.body_guard import MAX_DEPTH, check_value, load_json_body
+from pdserve.router.core.errors import RequestError
 from tests.router.conftest import MODEL, router_config, run_router, spawn, wait_for
 
 # The bar is 5,000 examples; PDSERVE_FUZZ_EXAMPLES raises it for a longer soak.

@@ -6,7 +6,7 @@ import asyncio
 
 from kubernetes import client
 
-from pdserve.router.discovery import Endpoints, KubernetesWatcher
+from pdserve.router.shell.discovery import Endpoints, KubernetesWatcher
 from tests.router.test_discovery import pod
 
 

@@ -4,9 +4,9 @@ import msgpack
 import pytest
 import zmq
 
-from pdserve.router.block_hasher import BlockHasher
-from pdserve.router.kv_events import KvEventFormatError, KvEventSubscriber, parse_event, parse_message
-from pdserve.router.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvIndex
+from pdserve.router.core.block_hasher import BlockHasher
+from pdserve.router.shell.kv_events import KvEventFormatError, KvEventSubscriber, parse_event, parse_message
+from pdserve.router.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvIndex
 
 
 def msg(seq: int, events: list) -> list[bytes]:

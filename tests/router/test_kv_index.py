@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdserve.router.kv_index import BlockRemoved, KvIndex
+from pdserve.router.core.kv_index import BlockRemoved, KvIndex
 
 
 def test_store_match_walks_chain_until_first_miss() -> None:

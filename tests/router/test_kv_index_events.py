@@ -9,8 +9,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdserve.router.block_hasher import BlockHasher
-from pdserve.router.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvIndex
+from pdserve.router.core.block_hasher import BlockHasher
+from pdserve.router.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvIndex
 
 BS = 4
 

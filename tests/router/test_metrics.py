@@ -1,6 +1,6 @@
 from prometheus_client import generate_latest
 
-from pdserve.router.metrics import RouterMetrics
+from pdserve.router.shell.metrics import RouterMetrics
 
 
 def _itl_lines(m: RouterMetrics) -> list[str]:
@@ -11,7 +11,7 @@ def test_batched_zero_gaps_expose_exactly_what_n_zero_observations_would() -> No
     # Tokens that arrive in one read are n gaps of 0 s, added to prometheus_client's
     # first-bucket child in one update (hot path); if the library ever changes how it
     # stores buckets, this catches it.
-    from pdserve.router.metrics import HistogramBatch
+    from pdserve.router.shell.metrics import HistogramBatch
 
     fast, slow = RouterMetrics(), RouterMetrics()
     for m in (fast, slow):
@@ -28,7 +28,7 @@ def test_batched_zero_gaps_expose_exactly_what_n_zero_observations_would() -> No
 
 
 def test_histogram_batch_exposes_exactly_what_single_observations_would() -> None:
-    from pdserve.router.metrics import HistogramBatch
+    from pdserve.router.shell.metrics import HistogramBatch
 
     gaps = [0.0, 0.004, 0.01, 0.0100001, 0.3, 2.0, 99.0, 0.05]  # edges, between edges, beyond the last
     fast, slow = RouterMetrics(), RouterMetrics()

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pdserve.router.core.build import build_policy
 from pdserve.router.core.spec import PolicyName
-from pdserve.router.kv_index import KvIndex
+from pdserve.router.core.kv_index import KvIndex
 from pdserve.router.policies import (
     CacheAwarePolicy,
     CostWeights,

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdserve.router.block_hasher import BlockHasher, block_key
-from pdserve.router.requests import RequestError
-from pdserve.router.requests import parse_request as _parse
+from pdserve.router.core.block_hasher import BlockHasher, block_key
+from pdserve.router.core.requests import RequestError
+from pdserve.router.core.requests import parse_request as _parse
 from pdserve.tokenization import load_tokenizer
 from pdserve.tokenization.testing import build_bpe_tokenizer
 

@@ -145,7 +145,7 @@ async def test_prefill_pool_down_falls_back_to_local_prefill(worker_stack) -> No
 
 
 async def test_no_decode_worker_at_all_is_503() -> None:
-    from pdserve.router.discovery import Endpoints
+    from pdserve.router.shell.discovery import Endpoints
 
     cfg = router_config(decode=[dead_url()], scrape_interval_s=60)
     async with run_router(cfg) as r:
@@ -236,7 +236,7 @@ async def _raw_stream(url: str, version: str, max_tokens: int, rcvbuf: int | Non
 
 
 async def test_slow_client_pauses_the_worker_and_gets_the_whole_stream(worker_stack, monkeypatch) -> None:
-    from pdserve.router.http1 import Response
+    from pdserve.router.shell.http1 import Response
 
     pauses = []
     real_pause = Response.pause

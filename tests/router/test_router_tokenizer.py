@@ -40,8 +40,8 @@ async def test_fallback_is_opt_in_and_visible(tmp_path) -> None:
 def test_chat_preprocessing_follows_the_workers_vllm_version(tmp_path) -> None:
     import json
 
-    from pdserve.router.cli import build_parser, config_from_args
-    from pdserve.router.requests import parse_request
+    from pdserve.router.shell.cli import build_parser, config_from_args
+    from pdserve.router.core.requests import parse_request
 
     d = build_bpe_tokenizer(tmp_path)
     body = json.dumps({"messages": [{"role": "developer", "content": "Rules."}, {"role": "user", "content": "q"}],

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pdserve.api.spec import RouterSpec
-from pdserve.router.cli import build_parser, config_from_args
-from pdserve.router.config import RouterConfig, routing_flags
+from pdserve.router.shell.cli import build_parser, config_from_args
+from pdserve.router.shell.config import RouterConfig, routing_flags
 from pdserve.router.core.build import PolicySet
 from pdserve.router.core.spec import AdmissionSpec, PolicyName, RoutingSpec
 from pdserve.router.policies import CostWeights, Policy
@@ -74,7 +74,7 @@ def test_default_sim_prefill_pool_kv_aware_has_no_kv_charge() -> None:
 
 def test_the_live_state_decides_on_its_injected_clock() -> None:
     from pdserve.common.clock import VirtualClock
-    from pdserve.router.discovery import Endpoint, Endpoints
+    from pdserve.router.shell.discovery import Endpoint, Endpoints
     from pdserve.router.policies import RouteRequest
 
     clock = VirtualClock(1000.0)
@@ -95,7 +95,7 @@ def test_the_live_state_decides_on_its_injected_clock() -> None:
 
 def test_worker_cooldowns_follow_the_injected_clock() -> None:
     from pdserve.common.clock import VirtualClock
-    from pdserve.router.discovery import Endpoint, Endpoints
+    from pdserve.router.shell.discovery import Endpoint, Endpoints
 
     # Far from the machine's monotonic reading: a cool-down set on the wall clock would
     # already be over (or never end) at this virtual time.
@@ -114,7 +114,7 @@ def test_relay_reports_prefill_done_on_the_injected_clock() -> None:
     from types import SimpleNamespace
 
     from pdserve.common.clock import VirtualClock
-    from pdserve.router.relay import _Clock
+    from pdserve.router.shell.relay import _Clock
 
     clock = VirtualClock(1e9)
     st = RouterState(RouterConfig(decode=["http://d:1"], routing=RoutingSpec(policy=PolicyName.LEAST_LOADED),

@@ -1,6 +1,6 @@
 import json
 
-from pdserve.router import sse
+from pdserve.router.shell import sse
 
 
 def chunk(kind: str, text: str, finish: str | None = None) -> bytes:

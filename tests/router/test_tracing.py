@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-from pdserve.router.cli import build_parser, config_from_args
+from pdserve.router.shell.cli import build_parser, config_from_args
 from pdserve.router.core.spec import RoutingSpec
 from pdserve.router.shell.tracing import Tracing, traces_url
 from tests.router.conftest import (MODEL, RouterHandle, kill, read_sse, router_config, run_router, serve_app, spawn,

@@ -1,8 +1,8 @@
 import pytest
 
 from pdserve.router.core.admission import AdmissionControl
-from pdserve.router.discovery import parse_discovery
-from pdserve.router.workers import WorkerPool, parse_load
+from pdserve.router.shell.discovery import parse_discovery
+from pdserve.router.shell.workers import WorkerPool, parse_load
 
 METRICS = """# HELP vllm:num_requests_running x
 vllm:num_requests_running{engine="0",model_name="m"} 3.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pdserve.api import DisaggregatedService
-from pdserve.router.config import routing_flags
-from pdserve.router.cpus import processes_for_cpu
+from pdserve.router.shell.config import routing_flags
+from pdserve.router.shell.cpus import processes_for_cpu
 from pdserve.operator.names import HTTP_PORT, KV_EVENTS_PORT, RenderOptions, child_name, labels, owner_reference, selector_labels, service_name
 from pdserve.operator.render_workers import HF_HOME, PDSERVE_UID, SMALL_CACHE, cache_volume, hf_env, tokenizer_args
 
@@ -56,7 +56,7 @@ def router_env(svc: DisaggregatedService) -> list[dict[str, Any]]:
     # The router loads the workers' tokenizer: same token Secret, HF cache layout under a writable HOME.
     env = [{"name": "HOME", "value": ROUTER_HOME}, *hf_env(svc)]
     ref = svc.spec.router.api_key_secret
-    if ref is not None:  # read by the router as vLLM reads it (router/auth.py): never on the command line
+    if ref is not None:  # read by the router as vLLM reads it (router/shell/auth.py): never on the command line
         env.append({"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     return env
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pdserve.router.config import add_routing_args, routing_from_args
+from pdserve.router.shell.config import add_routing_args, routing_from_args
 from pdserve.sim.config import DEFAULT_KV_EVENT_LAG_S, SimConfig, SimConfigError, parse_layout
 from pdserve.sim.metrics import Slo
 from pdserve.sim.plots import attainment_curves, latency_cdfs

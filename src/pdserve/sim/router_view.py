@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Iterable
 
-from pdserve.router.kv_index import KvIndex
+from pdserve.router.core.kv_index import KvIndex
 from pdserve.router.policies import WorkerView
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import Instance, State

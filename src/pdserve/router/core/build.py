@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from pdserve.router.kv_index import KvIndex
+from pdserve.router.core.kv_index import KvIndex
 from pdserve.router.policies import (
     CacheAwarePolicy,
     CostWeights,

@@ -26,7 +26,7 @@ from enum import StrEnum
 from pdserve.router.core.admission import AdmissionControl, Verdict
 from pdserve.router.core.build import Pool, PolicySet
 from pdserve.router.core.spec import RoutingSpec
-from pdserve.router.kv_index import KvIndex
+from pdserve.router.core.kv_index import KvIndex
 from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 
 

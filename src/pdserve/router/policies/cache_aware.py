@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pdserve.router.approx_index import ApproxPrefixIndex
+from pdserve.router.core.approx_index import ApproxPrefixIndex
 from pdserve.router.policies.types import Decision, Policy, RouteRequest, WorkerView
 
 

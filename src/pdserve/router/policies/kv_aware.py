@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pdserve.router.approx_index import RecentRoutes
-from pdserve.router.kv_index import KvIndex
+from pdserve.router.core.approx_index import RecentRoutes
+from pdserve.router.core.kv_index import KvIndex
 from pdserve.router.policies.cost import CostWeights, pick, raw_scores
 from pdserve.router.policies.ledger import RecentLoad
 from pdserve.router.policies.types import Decision, Policy, RouteRequest, WorkerView

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pdserve.router.approx_index import ApproxPrefixIndex
+from pdserve.router.core.approx_index import ApproxPrefixIndex
 from pdserve.router.policies.cost import CostWeights
 from pdserve.router.policies.kv_aware import KvAwarePolicy
 from pdserve.router.policies.types import Decision, RouteRequest, WorkerView

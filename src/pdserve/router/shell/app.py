@@ -13,14 +13,14 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from pdserve.router.config import RouterConfig
-from pdserve.router.auth import ApiKeys
-from pdserve.router.discovery import Endpoints, FileWatcher, KubernetesWatcher, parse_discovery
+from pdserve.router.shell.config import RouterConfig
+from pdserve.router.shell.auth import ApiKeys
+from pdserve.router.shell.discovery import Endpoints, FileWatcher, KubernetesWatcher, parse_discovery
 from pdserve.router.shell.handler import CompletionHandler, error_response
-from pdserve.router.http1 import Http1Pool
-from pdserve.router.kv_events import KvEventSubscriber
-from pdserve.router.metrics import exposition
-from pdserve.router.relay import end_streams
+from pdserve.router.shell.http1 import Http1Pool
+from pdserve.router.shell.kv_events import KvEventSubscriber
+from pdserve.router.shell.metrics import exposition
+from pdserve.router.shell.relay import end_streams
 from pdserve.router.shell.state import RouterState
 
 log = logging.getLogger("pdserve.router")

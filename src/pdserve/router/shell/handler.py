@@ -21,8 +21,8 @@ from aiohttp import web
 from pdserve.router.core import pd
 from pdserve.router.core.scheduler import Mode, RoutePlan
 from pdserve.router.policies import Decision, Policy, RouteRequest
-from pdserve.router.relay import relay_stream
-from pdserve.router.requests import Kind, ParsedRequest, RequestError, parse_request
+from pdserve.router.shell.relay import relay_stream
+from pdserve.router.core.requests import Kind, ParsedRequest, RequestError, parse_request
 from pdserve.router.shell.state import Choice, RouterState
 from pdserve.router.shell.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
 

@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from pdserve.common.clock import WALL, Clock
-from pdserve.router.block_hasher import BlockHasher
+from pdserve.router.core.block_hasher import BlockHasher
 from pdserve.router.core.scheduler import PoolViews, Scheduler
-from pdserve.router.http1 import Http1Pool
-from pdserve.router.config import RouterConfig
-from pdserve.router.discovery import Endpoints
-from pdserve.router.kv_events import KvEventSubscriber
-from pdserve.router.kv_index import KvIndex
-from pdserve.router.metrics import RouterMetrics
-from pdserve.router.tokenizing import load_router_tokenizer
+from pdserve.router.shell.http1 import Http1Pool
+from pdserve.router.shell.config import RouterConfig
+from pdserve.router.shell.discovery import Endpoints
+from pdserve.router.shell.kv_events import KvEventSubscriber
+from pdserve.router.core.kv_index import KvIndex
+from pdserve.router.shell.metrics import RouterMetrics
+from pdserve.router.shell.tokenizing import load_router_tokenizer
 from pdserve.router.policies import Decision, Policy, RouteRequest
-from pdserve.router.workers import WorkerPool
+from pdserve.router.shell.workers import WorkerPool
 
 if TYPE_CHECKING:
     from pdserve.router.shell.tracing import Tracing

@@ -18,8 +18,8 @@ from typing import Any
 
 import aiohttp
 
-from pdserve.router.http1 import ConnectError
-from pdserve.router.http1 import Response as Http1Response
+from pdserve.router.shell.http1 import ConnectError
+from pdserve.router.shell.http1 import Response as Http1Response
 from pdserve.router.policies import Policy, RouteRequest
 from pdserve.router.shell.state import Choice, RouterState
 

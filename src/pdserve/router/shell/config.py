@@ -30,7 +30,7 @@ class RouterConfig:
     prefill_timeout_s: float = 600.0
     read_timeout_s: float = 120.0  # longest silence tolerated between streamed chunks
     # After SIGTERM: how long in-flight requests may finish; streams still running a second
-    # before it end with an error event (router/relay.py end_streams) rather than a cut connection.
+    # before it end with an error event (router/shell/relay.py end_streams) rather than a cut connection.
     shutdown_timeout_s: float = 10.0
     request_timeout_s: float = 3600.0
     max_retries: int = 2
@@ -46,8 +46,8 @@ class RouterConfig:
     trust_remote_code: bool = False
     chat_template: str | None = None
     chat_template_content_format: str = "auto"
-    tokenizer_fallback: str = "none"  # none | approx (see router/tokenizing.py)
-    api_keys: list[str] = field(default_factory=list)  # --api-key / VLLM_API_KEY (router/auth.py)
+    tokenizer_fallback: str = "none"  # none | approx (see router/shell/tokenizing.py)
+    api_keys: list[str] = field(default_factory=list)  # --api-key / VLLM_API_KEY (router/shell/auth.py)
     vllm_version: str | None = None  # the workers' release: its chat preprocessing rules (tokenization/rules.py)
     otlp_traces_endpoint: str | None = None  # OTLP/HTTP collector; None: tracing off (router/shell/tracing.py)
     otlp_traces_sample_ratio: float = 1.0  # new traces kept; a client's sampled flag is always followed

@@ -15,7 +15,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from pdserve.router.config import RouterConfig
+from pdserve.router.shell.config import RouterConfig
 from pdserve.tokenization import ModelTokenizer, TokenizerLoadError, load_tokenizer
 from pdserve.tokenization.mock import MockTokenizer
 

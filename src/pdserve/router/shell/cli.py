@@ -13,9 +13,9 @@ from aiohttp import web
 
 from pdserve.api.vllm_versions import DEFAULT_VERSION
 from pdserve.api.vllm_versions import VERSIONS as VLLM_VERSIONS
-from pdserve.router.auth import api_keys
-from pdserve.router.cpus import default_processes
-from pdserve.router.config import RouterConfig, add_routing_args, routing_from_args
+from pdserve.router.shell.auth import api_keys
+from pdserve.router.shell.cpus import default_processes
+from pdserve.router.shell.config import RouterConfig, add_routing_args, routing_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "workers; https:// ones always use aiohttp) or aiohttp's")
     p.add_argument("--processes", type=int, default=None,
                    help="serve from N router processes sharing the port (SO_REUSEPORT); each has its own routing "
-                        "state, /metrics is summed over all (see router/supervisor.py). Default: one per whole CPU "
-                        "of the container's cgroup quota, else per usable CPU (router/cpus.py)")
+                        "state, /metrics is summed over all (see router/shell/supervisor.py). Default: one per whole CPU "
+                        "of the container's cgroup quota, else per usable CPU (router/shell/cpus.py)")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each of --processes N
     p.add_argument("--api-key", nargs="+", default=None,
                    help="require 'Authorization: Bearer <one of these keys>' on /v1/* (vLLM's --api-key; default: "
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
             # Refuse bad flags and an unloadable tokenizer once, not N times.
             from prometheus_client import CollectorRegistry
 
-            from pdserve.router.tokenizing import load_router_tokenizer
+            from pdserve.router.shell.tokenizing import load_router_tokenizer
 
             cfg = config_from_args(args)
             cfg.validate()
@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
         except ValueError as e:
             print(f"pdserve router: {e}", file=sys.stderr)
             return 2
-        from pdserve.router.supervisor import supervise
+        from pdserve.router.shell.supervisor import supervise
 
         try:
             return supervise(argv, args.host, args.port, args.processes, grace_s=args.shutdown_timeout + 5.0)

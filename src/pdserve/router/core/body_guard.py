@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pdserve.router.errors import RequestError
+from pdserve.router.core.errors import RequestError
 
 # Deep enough for any OpenAI request (content parts, tool JSON schemas), far below
 # the interpreter's recursion limit.

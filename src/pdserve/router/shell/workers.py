@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from pdserve.common.clock import WALL, Clock
-from pdserve.router.discovery import Endpoint, Endpoints
+from pdserve.router.shell.discovery import Endpoint, Endpoints
 from pdserve.router.policies import WorkerView
 
-log = logging.getLogger("pdserve.router.workers")
+log = logging.getLogger("pdserve.router.shell.workers")
 
 _GAUGES = {
     "vllm:num_requests_running": "running",

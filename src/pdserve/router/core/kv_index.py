@@ -33,7 +33,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdserve.router.block_hasher import BlockHasher, freeze
+from pdserve.router.core.block_hasher import BlockHasher, freeze
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from pdserve.kube.constants import ROLE_LABEL, SERVICE_LABEL, pool_selector
 from pdserve.kube.pods import is_ready
 
-log = logging.getLogger("pdserve.router.discovery")
+log = logging.getLogger("pdserve.router.shell.discovery")
 
 
 class DiscoveryError(ValueError):

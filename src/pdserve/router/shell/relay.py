@@ -21,10 +21,10 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Histogram
 
-from pdserve.router import sse
+from pdserve.router.shell import sse
 from pdserve.router.core import pd
-from pdserve.router.http1 import Response as Http1Response
-from pdserve.router.metrics import HistogramBatch
+from pdserve.router.shell.http1 import Response as Http1Response
+from pdserve.router.shell.metrics import HistogramBatch
 from pdserve.router.policies import Policy
 from pdserve.router.shell.upstream import RETRYABLE, Attempt, UpstreamFailed, send_with_retries
 from pdserve.tokenization import ModelTokenizer
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pdserve.router.shell.state import RouterState
 
 CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
-log = logging.getLogger("pdserve.router.relay")
+log = logging.getLogger("pdserve.router.shell.relay")
 
 
 class _ClientGone(Exception):

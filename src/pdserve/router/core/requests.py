@@ -18,8 +18,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from pdserve.tokenization import ChatTemplateError, ModelTokenizer
-from pdserve.router.body_guard import load_json_body
-from pdserve.router.errors import RequestError
+from pdserve.router.core.body_guard import load_json_body
+from pdserve.router.core.errors import RequestError
 
 Kind = Literal["completions", "chat"]
 

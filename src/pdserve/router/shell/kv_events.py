@@ -22,9 +22,9 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from pdserve.router.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent, KvIndex
+from pdserve.router.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent, KvIndex
 
-log = logging.getLogger("pdserve.router.kv_events")
+log = logging.getLogger("pdserve.router.shell.kv_events")
 _MASK64 = (1 << 64) - 1
 
 
