@@ -32,7 +32,7 @@ from chaos_client import Tally, stream_completion
 from podrunner import PodRunner
 from prometheus_server import PrometheusServer, available
 from pdserve.kube.constants import GROUP, MERGE_PATCH, PLURAL, VERSION
-from pdserve.planner.decision import HOLD_ERROR
+from pdserve.planner.core.decision import HOLD_ERROR
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.prometheus, pytest.mark.timeout(300)]
 

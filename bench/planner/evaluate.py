@@ -33,9 +33,9 @@ from bursty import BurstySpec, bursty_trace  # noqa: E402
 from references import BestSchedule, Setup, lower_bound  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
-from pdserve.planner.policy import PlannerPolicy, PolicyConfig  # noqa: E402
-from pdserve.planner.profile_model import derive_profile  # noqa: E402
-from pdserve.planner.sim_hook import PlannerAutoscaler  # noqa: E402
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
+from pdserve.planner.core.profile_model import derive_profile  # noqa: E402
+from pdserve.planner.core.sim_hook import PlannerAutoscaler  # noqa: E402
 from pdserve.sim.metrics import Slo  # noqa: E402
 from pdserve.sim.simulator import run_simulation  # noqa: E402
 from pdserve.sim.traces import Trace, from_rows, load_trace  # noqa: E402

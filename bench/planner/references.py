@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pdserve.planner.profile import CapacityProfile
-from pdserve.planner.profile_model import UTILISATION
+from pdserve.planner.core.profile import CapacityProfile
+from pdserve.planner.core.profile_model import UTILISATION
 from pdserve.sim.autoscale import PoolSizes, WindowMetrics
 from pdserve.sim.config import SimConfig
 from pdserve.sim.metrics import RequestRecord, Slo
@@ -224,7 +224,7 @@ def dynamo_inputs(trace: Trace, s: Setup, *, max_replicas: int, out_dir) -> tupl
     import json
     from pathlib import Path
 
-    from pdserve.planner.profile_model import _prefill_alone_s
+    from pdserve.planner.core.profile_model import _prefill_alone_s
     from pdserve.worker.perf import PerfModel, load_profile
 
     out = Path(out_dir)

@@ -63,7 +63,7 @@ def test_rfc3339_is_what_kubernetes_writes() -> None:
 # Clock or a ``now`` argument; direct reads are left to latency measurement, load generators and I/O
 # deadlines (docs/internals.md, "Time").
 DECIDING = ("router/core", "router/policies", "operator", "kube", "sim", "common/kvlink.py",
-            "planner/policy.py", "planner/loop.py", "planner/hosting", "planner/decision.py", "planner/sizing.py",
+            "planner/core", "planner/shell/loop.py", "planner/hosting",
             "worker/engine.py", "worker/runner.py", "worker/server.py", "worker/nixl.py")
 _READS = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("time", "time_ns"),
           ("time", "monotonic_ns"), ("datetime", "now"), ("datetime", "utcnow"), ("date", "today")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdserve.planner.profile import CapacityProfile
+from pdserve.planner.core.profile import CapacityProfile
 
 PREFILL_TOK_S = 10_000.0  # one prefill replica's prompt-token throughput at saturation
 

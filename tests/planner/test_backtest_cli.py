@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from pdserve.planner.backtest import backtest, interval_rates
-from pdserve.planner.cli import main
+from pdserve.planner.shell.backtest import backtest, interval_rates
+from pdserve.planner.shell.cli import main
 
 
 def test_interval_rates():
@@ -74,7 +74,7 @@ def test_cli_run_static_against_a_metrics_endpoint(tmp_path):
 
 
 def test_worker_speedup_is_read_from_worker_flags():
-    from pdserve.planner.cli import _worker_speedup
+    from pdserve.planner.shell.cli import _worker_speedup
 
     assert _worker_speedup(["--host=x", "--mock-speedup=25"]) == 25.0
     assert _worker_speedup(["--mock-speedup", "4"]) == 4.0

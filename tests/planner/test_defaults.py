@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pdserve.api.crd import build_crd
 from pdserve.kube.constants import GROUP, VERSION
-from pdserve.planner.policy import PolicyConfig
-from pdserve.planner.spec_config import settings_from_body
+from pdserve.planner.core.policy import PolicyConfig
+from pdserve.planner.core.spec_config import settings_from_body
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_crd_schema_defaults_are_the_policy_defaults() -> None:
 def test_planner_cli_defaults_are_the_policy_defaults() -> None:
     import argparse
 
-    from pdserve.planner import cli
+    from pdserve.planner.shell import cli
 
     parser = argparse.ArgumentParser()
     cli._run_parser(parser.add_subparsers(dest="cmd"))

@@ -8,7 +8,7 @@ from kubernetes import client
 
 from pdserve.kube.constants import GROUP, PLURAL, VERSION
 from pdserve.planner.hosting.actuator import KubernetesActuator
-from pdserve.planner.decision import ScalingDecision
+from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.hosting.daemon import run_hosted
 
 RES = f"{GROUP}/{VERSION}/{PLURAL}"
@@ -103,7 +103,7 @@ async def test_hosted_stops_when_the_resource_is_gone(kmock):
 
 
 def test_the_cli_refuses_a_second_kubernetes_planner_host():
-    from pdserve.planner.cli import main
+    from pdserve.planner.shell.cli import main
 
     # One host on a cluster: the operator's kopf daemon (leader-elected), never a side process.
     assert main(["run", "--actuator", "kubernetes", "--service", "svc"]) == 2

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from pdserve.planner.link_model import budget_transfers, transfer_times, usable_utilization
+from pdserve.planner.core.link_model import budget_transfers, transfer_times, usable_utilization
 
 
 def test_one_sender_one_receiver_is_a_fifo_queue():

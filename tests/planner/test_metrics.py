@@ -2,9 +2,9 @@
 
 from prometheus_client import generate_latest
 
-from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.metrics import PlannerMetrics
-from pdserve.planner.observation import Observation, PoolState
+from pdserve.planner.core.decision import ScalingDecision
+from pdserve.planner.shell.metrics import PlannerMetrics
+from pdserve.planner.core.observation import Observation, PoolState
 
 
 def test_planner_metrics_exposition():

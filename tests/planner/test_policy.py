@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdserve.planner import decision as D
-from pdserve.planner.observation import Observation, PoolState
-from pdserve.planner.policy import PlannerPolicy, PolicyConfig
-from pdserve.planner.predictors import Forecast
+from pdserve.planner.core import decision as D
+from pdserve.planner.core.observation import Observation, PoolState
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
+from pdserve.planner.core.predictors import Forecast
 
 from conftest import queue_profile
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from pdserve.planner.predictors import (
+from pdserve.planner.core.predictors import (
     ArimaPredictor, ConstantPredictor, Forecast, HoltWintersPredictor, MovingAveragePredictor, finish, make_predictor,
 )
 

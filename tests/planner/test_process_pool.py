@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from pdserve.planner.actuator_process_pool import ProcessPool
-from pdserve.planner.decision import ScalingDecision
+from pdserve.planner.shell.actuator_process_pool import ProcessPool
+from pdserve.planner.core.decision import ScalingDecision
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from pdserve.planner.profile import CapacityProfile
+from pdserve.planner.core.profile import CapacityProfile
 from conftest import PREFILL_TOK_S, queue_profile
 
 

@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from pdserve.planner.profile import CapacityProfile
-from pdserve.planner.profile_cli import main
-from pdserve.planner.profile_model import derive_profile
+from pdserve.planner.core.profile import CapacityProfile
+from pdserve.planner.shell.profile_cli import main
+from pdserve.planner.core.profile_model import derive_profile
 
 
 def test_derived_profile_is_consistent():

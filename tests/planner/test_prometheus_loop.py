@@ -23,12 +23,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pdserve.planner.actuator_process_pool import ProcessPool, free_port
-from pdserve.planner.decision import HOLD_ERROR
-from pdserve.planner.loop import run_loop
-from pdserve.planner.policy import PlannerPolicy, PolicyConfig
-from pdserve.planner.profile import CapacityProfile
-from pdserve.planner.source_prometheus import PrometheusSource, PromQL
+from pdserve.planner.shell.actuator_process_pool import ProcessPool, free_port
+from pdserve.planner.core.decision import HOLD_ERROR
+from pdserve.planner.shell.loop import run_loop
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
+from pdserve.planner.core.profile import CapacityProfile
+from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
 
 pytestmark = [
     pytest.mark.prometheus,

@@ -1,7 +1,7 @@
 import math
 
-from pdserve.planner.policy import PlannerPolicy, PolicyConfig
-from pdserve.planner.sim_hook import PlannerAutoscaler, observation_from_window
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
+from pdserve.planner.core.sim_hook import PlannerAutoscaler, observation_from_window
 from pdserve.sim.autoscale import Autoscaler, PoolMetrics, PoolSizes, WindowMetrics
 
 from conftest import queue_profile

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from pdserve.planner.observation import Observation, PoolState
-from pdserve.planner.policy import PlannerPolicy, PolicyConfig
-from pdserve.planner.profile import CapacityProfile, KvLink
-from pdserve.planner.sizing import Capacity, Load, size
+from pdserve.planner.core.observation import Observation, PoolState
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
+from pdserve.planner.core.profile import CapacityProfile, KvLink
+from pdserve.planner.core.sizing import Capacity, Load, size
 
 from conftest import queue_profile
 
@@ -34,7 +34,7 @@ def test_link_bound_decode():
 
 
 def test_link_contention_asks_for_more_receivers():
-    # Links held at both ends lose throughput as instances grow (pdserve.planner.link_model);
+    # Links held at both ends lose throughput as instances grow (pdserve.planner.core.link_model);
     # here by hand: one receiver uses 80 % of its link, more use 50 % each. 200,000 KV
     # tokens/s over 100,000-token/s links: D=1 80,000, D=2 100,000, D=3 150,000, D=4 200,000.
     cap = Capacity(prefill_slo=150_000, prefill_saturated=180_000, decode_slo=10_000, link=LINK,

@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
-from pdserve.planner.observation import PoolState
-from pdserve.planner.source_prometheus import PrometheusSource, PromQL
-from pdserve.planner.source_scrape import ScrapeSource, Target, histogram_quantile, parse_target
+from pdserve.planner.core.observation import PoolState
+from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
+from pdserve.planner.shell.source_scrape import ScrapeSource, Target, histogram_quantile, parse_target
 
 from fake_vllm_metrics import FakeVllm
 
@@ -168,7 +168,7 @@ def test_router_target_gives_the_wake_up_signal():
 
 
 def test_promql_keys_are_observation_metric_fields():
-    from pdserve.planner.source_prometheus import METRIC_FIELDS, _metric_fields
+    from pdserve.planner.shell.source_prometheus import METRIC_FIELDS, _metric_fields
 
     assert set(PromQL("").queries()) <= METRIC_FIELDS
     # Keys reach Observation(**...) unchecked by the type checker: a non-metric field is refused.

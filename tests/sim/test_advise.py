@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pdserve.api.spec import DisaggregatedServiceSpec
-from pdserve.planner.profile import CapacityProfile
+from pdserve.planner.core.profile import CapacityProfile
 from rich.console import Console
 
 from pdserve.sim import advise as advise_mod

@@ -18,7 +18,7 @@ from pdserve.api import vllm_versions
 from pdserve.api.cel import CelRule
 from pdserve.api.pods import EnvFromSource, EnvVar, LocalObjectReference, ModelCacheSpec, RdmaSpec, SecretKey
 from pdserve.api.spec_base import QUANTITY_PATTERN, QUANTITY_RE, ApiModel, Quantity
-from pdserve.planner.policy import PolicyConfig
+from pdserve.planner.core.policy import PolicyConfig
 from pdserve.router.core.spec import PolicyName, RoutingSpec
 from pdserve.router.policies.cost import CostWeights
 from pdserve.api.vllm_versions import DEFAULT_VERSION, OFFERED_CONNECTORS, VERSIONS, VersionName

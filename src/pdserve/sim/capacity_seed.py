@@ -1,6 +1,6 @@
 """A capacity-profile seed for the planner, measured in the simulator.
 
-Writes the planner's format (:class:`pdserve.planner.profile.CapacityProfile`).
+Writes the planner's format (:class:`pdserve.planner.core.profile.CapacityProfile`).
 Prefill points are measured: one prefill engine under Poisson arrivals of a fixed
 prompt length at increasing load, TTFT taken when its KV is ready (queueing and
 batching included). Decode points come from the engine's step model at each
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pdserve.planner.profile import PROFILE_VERSION, CapacityProfile
+from pdserve.planner.core.profile import PROFILE_VERSION, CapacityProfile
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import pool_spec
 from pdserve.sim.metrics import percentile

@@ -24,8 +24,8 @@ from pdserve.kube.constants import (
     pool_selector,
 )
 from pdserve.kube.pods import has_labels, is_pending, is_ready, is_terminating
-from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.observation import PoolState
+from pdserve.planner.core.decision import ScalingDecision
+from pdserve.planner.core.observation import PoolState
 
 
 def replicas_patch(decision: ScalingDecision) -> dict[str, Any]:

@@ -22,12 +22,12 @@ from pdserve.common.clock import WALL, Clock
 from pdserve.kube import events
 from pdserve.planner.hosting.actuator import KubernetesActuator
 from pdserve.planner.hosting.options import HostOptions
-from pdserve.planner.loop import is_stopped, sleep_unless_stopped, tick
-from pdserve.planner.metrics import PlannerMetrics
-from pdserve.planner.policy import PlannerPolicy
-from pdserve.planner.predictors import make_predictor
-from pdserve.planner.source_prometheus import PrometheusSource, PromQL
-from pdserve.planner.spec_config import (
+from pdserve.planner.shell.loop import is_stopped, sleep_unless_stopped, tick
+from pdserve.planner.shell.metrics import PlannerMetrics
+from pdserve.planner.core.policy import PlannerPolicy
+from pdserve.planner.core.predictors import make_predictor
+from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
+from pdserve.planner.core.spec_config import (
     load_profile_for,
     rate_window,
     settings_from_body,

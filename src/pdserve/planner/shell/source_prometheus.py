@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
-from pdserve.planner.observation import Observation, PoolState
+from pdserve.planner.core.observation import Observation, PoolState
 
 
 @dataclass(frozen=True)

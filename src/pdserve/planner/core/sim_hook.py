@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.observation import Observation, PoolState
-from pdserve.planner.policy import PlannerPolicy
+from pdserve.planner.core.decision import ScalingDecision
+from pdserve.planner.core.observation import Observation, PoolState
+from pdserve.planner.core.policy import PlannerPolicy
 from pdserve.sim.autoscale import PoolMetrics, PoolSizes, WindowMetrics
 
 

@@ -22,9 +22,9 @@ from typing import IO
 
 import httpx
 
-from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.observation import PoolState
-from pdserve.planner.source_scrape import Target
+from pdserve.planner.core.decision import ScalingDecision
+from pdserve.planner.core.observation import PoolState
+from pdserve.planner.shell.source_scrape import Target
 
 ROLES = ("prefill", "decode")
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import httpx
 import numpy as np
 
-from pdserve.planner.profile import PROFILE_VERSION, CapacityProfile
+from pdserve.planner.core.profile import PROFILE_VERSION, CapacityProfile
 
 
 @dataclass

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pdserve.common.clock import WALL, Clock
-from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.metrics import PlannerMetrics
-from pdserve.planner.observation import Observation, PoolState
-from pdserve.planner.policy import PlannerPolicy
+from pdserve.planner.core.decision import ScalingDecision
+from pdserve.planner.shell.metrics import PlannerMetrics
+from pdserve.planner.core.observation import Observation, PoolState
+from pdserve.planner.core.policy import PlannerPolicy
 
 
 class MetricSource(Protocol):

@@ -17,8 +17,8 @@ from typing import TypedDict
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from pdserve.planner.observation import Observation, PoolState
-from pdserve.planner.source_prometheus import Names
+from pdserve.planner.core.observation import Observation, PoolState
+from pdserve.planner.shell.source_prometheus import Names
 
 Snapshot = dict[str, float]  # "name" or "name|le" -> value summed over label sets
 

@@ -2,7 +2,7 @@
 
 Each interval: validate the inputs (hold on anything doubtful), append to the history,
 forecast rate / ISL / OSL for the start-up horizon, and size each pool for whichever
-bottleneck binds (``pdserve.planner.sizing``: prefill compute within the TTFT SLO,
+bottleneck binds (``pdserve.planner.core.sizing``: prefill compute within the TTFT SLO,
 decode compute and KV memory within the ITL SLO, the P/D KV link at both ends, and
 draining the queues that a burst left behind), with the profile corrected by observed vs
 expected latency. Then clamp: min/max, pending pods, scale-down only once the queues are
@@ -20,14 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdserve.planner import decision as D
-from pdserve.planner.budget import fit_budget, gpus
-from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.link_model import budget_transfers, usable_utilization
-from pdserve.planner.observation import Observation
-from pdserve.planner.predictors import Forecast, Predictor, make_predictor
-from pdserve.planner.profile import CapacityProfile
-from pdserve.planner.sizing import Capacity, Load, size
+from pdserve.planner.core import decision as D
+from pdserve.planner.core.budget import fit_budget, gpus
+from pdserve.planner.core.decision import ScalingDecision
+from pdserve.planner.core.link_model import budget_transfers, usable_utilization
+from pdserve.planner.core.observation import Observation
+from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
+from pdserve.planner.core.profile import CapacityProfile
+from pdserve.planner.core.sizing import Capacity, Load, size
 
 
 @dataclass
@@ -60,7 +60,7 @@ class PolicyConfig:
     # forecast error and for the burstiness inside an interval.
     target_utilization: float = 0.85
     # KV links: size them with the head-of-line blocking of links held at both ends
-    # (pdserve.planner.link_model), each transfer's tail wait within this fraction of the
+    # (pdserve.planner.core.link_model), each transfer's tail wait within this fraction of the
     # TTFT SLO; False: every link planned at target_utilization whatever the counts.
     link_contention: bool = True
     link_wait_fraction: float = 0.5

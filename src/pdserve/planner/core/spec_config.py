@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pdserve.planner.policy import PolicyConfig
-from pdserve.planner.profile import CapacityProfile
+from pdserve.planner.core.policy import PolicyConfig
+from pdserve.planner.core.profile import CapacityProfile
 
 # Annotation naming a ConfigMap (key profile.json) with a measured capacity profile.
 PROFILE_ANNOTATION = "pdserve.io/capacity-profile"
@@ -73,7 +73,7 @@ def load_profile_for(settings: HostedSettings, namespace: str, core_api: Any = N
         if raw is None:
             raise ValueError(f"ConfigMap {namespace}/{settings.profile_configmap} has no key profile.json")
         return CapacityProfile.model_validate(json.loads(raw))
-    from pdserve.planner.profile_model import derive_profile
+    from pdserve.planner.core.profile_model import derive_profile
 
     return derive_profile(settings.perf_profile, prefill_tp=settings.config.prefill_tp,
                           decode_tp=settings.config.decode_tp)

@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     try:
         if args.sim:
-            from pdserve.planner.profile_model import derive_profile
+            from pdserve.planner.core.profile_model import derive_profile
 
             prof = derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                                   max_num_batched_tokens=args.max_num_batched_tokens)
@@ -56,7 +56,7 @@ async def _sweep(args):
     import httpx
     from rich.console import Console
 
-    from pdserve.planner.profile_sweep import SweepConfig, Sweeper
+    from pdserve.planner.shell.profile_sweep import SweepConfig, Sweeper
 
     console = Console(stderr=True)
     cfg = SweepConfig(endpoint=args.endpoint, model=args.model, isls=args.isl, contexts=args.context,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.observation import PoolState
+from pdserve.planner.core.decision import ScalingDecision
+from pdserve.planner.core.observation import PoolState
 
 
 @dataclass

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from pdserve.planner.profile import PROFILE_VERSION, CapacityProfile
+from pdserve.planner.core.profile import PROFILE_VERSION, CapacityProfile
 
 ISLS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 CONTEXTS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)

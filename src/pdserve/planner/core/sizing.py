@@ -63,7 +63,7 @@ class Capacity:
     decode_slo: float  # generated tokens/s within the ITL SLO
     link: float | None = None  # KV tokens/s one instance's link moves at saturation; None: not modelled
     link_utilization: float = 0.85  # plan links for this fraction (FIFO queueing near saturation)
-    # Per-link usable fraction with (senders, receivers) instances (``pdserve.planner.link_model``:
+    # Per-link usable fraction with (senders, receivers) instances (``pdserve.planner.core.link_model``:
     # links held at both ends lose throughput to head-of-line blocking as instances grow).
     # None: ``link_utilization`` for every count, the pair carrying min(P, D) links' worth.
     link_usable: Callable[[int, int], float] | None = None

@@ -6,9 +6,9 @@ import math
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from pdserve.planner import decision as _decision
-from pdserve.planner.decision import ScalingDecision
-from pdserve.planner.observation import Observation
+from pdserve.planner.core import decision as _decision
+from pdserve.planner.core.decision import ScalingDecision
+from pdserve.planner.core.observation import Observation
 
 _OBSERVED = {
     "request_rate": "request_rate", "isl": "mean_isl", "osl": "mean_osl",

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from pdserve.planner.predictors import PREDICTORS, make_predictor
+from pdserve.planner.core.predictors import PREDICTORS, make_predictor
 
 
 def interval_rates(arrivals_s: Sequence[float], interval_s: float) -> list[float]:

@@ -10,8 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
-from pdserve.planner.policy import PolicyConfig
-from pdserve.planner.predictors import PREDICTORS
+from pdserve.planner.core.policy import PolicyConfig
+from pdserve.planner.core.predictors import PREDICTORS
 
 
 def _run_parser(sub) -> None:
@@ -100,7 +100,7 @@ def _backtest(args) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from pdserve.planner.backtest import backtest, interval_rates
+    from pdserve.planner.shell.backtest import backtest, interval_rates
     from pdserve.sim.traces import load_trace
 
     trace = load_trace(args.trace)
@@ -142,16 +142,16 @@ async def _run(args, parser) -> int:
 
 
 async def _run_local(args, stopped, log) -> int:
-    from pdserve.planner.actuator_process_pool import ProcessPool
-    from pdserve.planner.actuator_static import RecordingActuator
-    from pdserve.planner.loop import Actuator, MetricSource, run_loop
-    from pdserve.planner.metrics import PlannerMetrics
-    from pdserve.planner.policy import PlannerPolicy
-    from pdserve.planner.profile import CapacityProfile
-    from pdserve.planner.profile_model import derive_profile
-    from pdserve.planner.source_prometheus import PrometheusSource, PromQL
-    from pdserve.planner.source_scrape import ScrapeSource, parse_target
-    from pdserve.planner.spec_config import rate_window
+    from pdserve.planner.shell.actuator_process_pool import ProcessPool
+    from pdserve.planner.core.actuator_static import RecordingActuator
+    from pdserve.planner.shell.loop import Actuator, MetricSource, run_loop
+    from pdserve.planner.shell.metrics import PlannerMetrics
+    from pdserve.planner.core.policy import PlannerPolicy
+    from pdserve.planner.core.profile import CapacityProfile
+    from pdserve.planner.core.profile_model import derive_profile
+    from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
+    from pdserve.planner.shell.source_scrape import ScrapeSource, parse_target
+    from pdserve.planner.core.spec_config import rate_window
 
     if args.profile:
         profile = CapacityProfile.load(args.profile)
