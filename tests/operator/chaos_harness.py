@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import e2e_env
 import httpx
 from kubernetes import client
 from operator_harness import GROUP, PLURAL, VERSION, OperatorProcess, eventually, load_example
@@ -273,13 +274,6 @@ class Stack:
 def start_stack(kube_cluster: Any, admin: client.ApiClient, operator_kubeconfig: Path, namespace: str, log_dir: Path,
                 lease_timings: tuple[float, float, float] = (15.0, 10.0, 2.0)) -> Iterator[Stack]:
     """The operator (chart's lease timings by default) and the PodRunner; yields, then stops both."""
-    tokens: dict[tuple[str, str], Path] = {}
-
-    def kubeconfig_for(ns: str, sa: str) -> Path:
-        if (ns, sa) not in tokens:
-            tokens[(ns, sa)] = kube_cluster.kubeconfig_for_service_account(ns, sa)
-        return tokens[(ns, sa)]
-
     core = client.CoreV1Api(admin)
 
     def list_pods() -> list[dict[str, Any]]:
@@ -289,7 +283,7 @@ def start_stack(kube_cluster: Any, admin: client.ApiClient, operator_kubeconfig:
 
     operator = OperatorProcess(operator_kubeconfig, log_dir / "operator.log", resync_seconds=5.0, namespaces=[namespace],
                                identity="operator-0", lease_timings=lease_timings)
-    with PodRunner(list_pods, kubeconfig_for, log_dir / "pods") as runner:
+    with PodRunner(list_pods, e2e_env.service_account_kubeconfigs(kube_cluster), log_dir / "pods") as runner:
         operator.start()
         stack = Stack(admin, namespace, runner, operator)
         try:

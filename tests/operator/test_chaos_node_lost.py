@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,24 +45,9 @@ def _prometheus(core: client.CoreV1Api, namespace: str, work: Path) -> Iterator[
     if not available():
         pytest.fail("Debian's prometheus binary is needed (make system-deps)", pytrace=False)
     sd_file = work / "kubernetes_sd.json"
-    list_pods = e2e_env.pod_lister(core, [namespace])
-    e2e_env.write_sd_file(sd_file, [])
-    stop = threading.Event()
-
-    def discover() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(Exception):  # the API server may be briefly unavailable
-                e2e_env.write_sd_file(sd_file, list_pods())
-            stop.wait(0.5)
-
-    with PrometheusServer(e2e_env.podmonitor_scrape_configs(sd_file, namespace)) as prom:
-        thread = threading.Thread(target=discover, name="kubernetes-sd", daemon=True)
-        thread.start()
-        try:
+    with e2e_env.kubernetes_sd(sd_file, e2e_env.pod_lister(core, [namespace])):
+        with PrometheusServer(e2e_env.podmonitor_scrape_configs(sd_file, namespace)) as prom:
             yield prom
-        finally:
-            stop.set()
-            thread.join(5)
 
 
 def test_gpu_node_deleted_pods_rescheduled_status_says_so(
