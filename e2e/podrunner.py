@@ -150,7 +150,7 @@ class PodRunner:
     # As a kubelet: a removed pod's process gets SIGTERM and the pod's grace period before SIGKILL,
     # in the background (its replacement starts meanwhile). Off: 5 s, before anything else starts.
     pod_grace: bool = False
-    _draining: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _draining: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)  # (pod IP, process)
     running: dict[str, _Running] = field(default_factory=dict)
     skipped: dict[str, Skipped] = field(default_factory=dict)
     exited: list[tuple[ContainerRun, int, str]] = field(default_factory=list)
@@ -173,7 +173,7 @@ class PodRunner:
         with self._lock:
             for key in list(self.running):
                 self._terminate(key)
-            for proc in self._draining:  # the test is over: no more grace
+            for _, proc in self._draining:  # the test is over: no more grace
                 if proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, signal.SIGKILL)
@@ -199,7 +199,7 @@ class PodRunner:
             for key in list(self.running):
                 if key not in wanted and self.pod_grace:
                     r = self.running.pop(key)
-                    self._draining.append(r.proc)
+                    self._draining.append((r.run.pod_ip, r.proc))
                     threading.Thread(target=stop_group, args=(r.proc, r.run.grace_s), daemon=True).start()
                 elif key not in wanted:
                     self._terminate(key)
@@ -207,8 +207,13 @@ class PodRunner:
                     r = self.running.pop(key)
                     self.exited.append((r.run, rc, _tail(r.log)))
                     self._exited_at[key] = time.monotonic()
+            # kwok may give a new pod the IP of a deleted one whose process still drains: on a
+            # node each pod has its own network namespace, here they would collide on the port.
+            # The new pod's process waits until that IP is free.
+            self._draining = [(ip, proc) for ip, proc in self._draining if proc.poll() is None]
+            busy = {ip for ip, _ in self._draining}
             for key, run in wanted.items():
-                if key in self.running:
+                if key in self.running or run.pod_ip in busy:
                     continue
                 if not any(e[0].key == key for e in self.exited):
                     self._start(run)
