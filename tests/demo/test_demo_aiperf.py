@@ -9,17 +9,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
 import pytest
 
-from pdserve.common.procs import stop_group
 from pdserve.loadgen.aiperf_run import find_aiperf
 from pdserve.tokenization.testing import build_bpe_tokenizer
 from pdserve.worker.testing import start_worker
+
+from .router_proc import start_router
 
 MODEL = "mock-llama"
 AIPERF = find_aiperf(os.environ.get("PDSERVE_AIPERF"))
@@ -29,40 +28,13 @@ pytestmark = pytest.mark.skipif(
     reason="aiperf not installed (make load-env; make test sets PDSERVE_LOAD_REQUIRED=1)")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def router_with_tokenizer(tmp_path: Path):
     tok = str(build_bpe_tokenizer(tmp_path / "tok"))
     with ExitStack() as stack:
         # Slow enough that tokens arrive in separate chunks (inter-token gaps are then not all zero).
         workers = [stack.enter_context(start_worker(MODEL, speedup=5.0, tokenizer=tok)) for _ in range(2)]
-        port = _free_port()
-        log = open(tmp_path / "router.log", "w")
-        stack.callback(log.close)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pdserve.cli", "router", "--host", "127.0.0.1", "--port", str(port),
-             "--tokenizer", tok, "--decode", *[w.url for w in workers]],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        stack.callback(stop_group, proc)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200 and \
-                        httpx.get(f"{url}/v1/models", timeout=1).json()["data"]:
-                    break
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError((tmp_path / "router.log").read_text()[-2000:])
-            time.sleep(0.2)
+        url = start_router(stack, tmp_path, [w.url for w in workers], ["--tokenizer", tok])
         yield url, tok
 
 

@@ -6,51 +6,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
 import pytest
 
-from pdserve.common.procs import stop_group
 from pdserve.worker.testing import start_worker
 
+from .router_proc import free_port, start_router
+
 MODEL = "mock-llama"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 def running_router(tmp_path: Path):
     with ExitStack() as stack:
         workers = [stack.enter_context(start_worker(MODEL, speedup=50.0)) for _ in range(2)]
-        port = _free_port()
-        log = open(tmp_path / "router.log", "w")
-        stack.callback(log.close)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pdserve.cli", "router", "--host", "127.0.0.1", "--port", str(port),
-             "--tokenizer-mode", "mock", "--decode", *[w.url for w in workers]],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        stack.callback(stop_group, proc)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200 and \
-                        httpx.get(f"{url}/v1/models", timeout=1).json()["data"]:
-                    break
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError((tmp_path / "router.log").read_text()[-2000:])
-            time.sleep(0.2)
+        url = start_router(stack, tmp_path, [w.url for w in workers], ["--tokenizer-mode", "mock"])
         yield url
 
 
@@ -78,7 +50,7 @@ def test_demo_against_a_running_router_writes_the_same_report(running_router: st
 
 def test_endpoint_that_does_not_answer_is_a_clear_error(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pdserve.cli", "demo", "--endpoint", f"http://127.0.0.1:{_free_port()}",
+        [sys.executable, "-m", "pdserve.cli", "demo", "--endpoint", f"http://127.0.0.1:{free_port()}",
          "--duration", "5", "--no-live", "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "GET /v1/models failed" in proc.stderr, proc.stderr
     proc = subprocess.run([sys.executable, "-m", "pdserve.cli", "demo", "--endpoint", "localhost:8000"],
