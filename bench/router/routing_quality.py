@@ -45,7 +45,8 @@ from pdserve.router.core.spec import PolicyName
 from pdserve.router.policies import CacheAwarePolicy, Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import PD_BATCHED_TOKENS, pool_spec
-from pdserve.sim.simulator import Simulation, default_block_size
+from pdserve.sim.simulator import Simulation
+from pdserve.sim.traces import default_block_size
 from pdserve.sim.traces import Trace, from_rows, load_trace
 
 HERE = Path(__file__).resolve().parent

@@ -56,7 +56,8 @@ from pdserve.sim.config import SimConfig, parse_layout
 from pdserve.sim.metrics import percentile
 from pdserve.sim.outcome import SimResult
 from pdserve.sim.prompts import token_ids
-from pdserve.sim.simulator import Simulation, default_block_size
+from pdserve.sim.simulator import Simulation
+from pdserve.sim.traces import default_block_size
 from pdserve.sim.traces import Trace, load_trace
 
 HERE = Path(__file__).resolve().parent

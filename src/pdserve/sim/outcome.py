@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pdserve.sim.autoscale import ScalingEvent
 from pdserve.sim.config import SimConfig
-from pdserve.sim.instance import Instance
-from pdserve.sim.metrics import RequestRecord, Summary
+from pdserve.sim.instance import Instance, State
+from pdserve.sim.metrics import RequestRecord, Summary, summarize
 
 
 @dataclass(slots=True)
@@ -45,3 +46,29 @@ def instance_report(i: Instance) -> dict[str, object]:
         "kv_link_bytes": i.link.bytes_moved,
         "kv_link_busy_s": round(i.link.busy_s, 6),
     }
+
+
+def collect_result(cfg: SimConfig, records: list[RequestRecord], itl: Sequence[float], instances: list[Instance],
+                   end: float, *, gpus: int, kv_recomputes: int, rejected: int, steps: int,
+                   scaling_events: list[ScalingEvent]) -> SimResult:
+    """Close every instance still held at ``end`` and total the run."""
+    for i in instances:
+        if i.state is not State.RELEASED:
+            i.released_at = end
+    hits = sum(i.engine.prefix_hits for i in instances if i.pool != "decode")
+    queries = sum(i.engine.prefix_queries for i in instances if i.pool != "decode")
+    summary = summarize(records, cfg.slo, itl_samples=itl, prefix_hits=hits, prefix_queries=queries)
+    return SimResult(
+        config=cfg,
+        records=records,
+        summary=summary,
+        gpus=gpus,
+        gpu_seconds=sum(i.gpu_seconds(end) for i in instances),
+        end_time_s=end,
+        kv_recomputes=kv_recomputes,
+        rejected=rejected,
+        preemptions=sum(i.engine.preemptions for i in instances),
+        steps=steps,
+        instances=[instance_report(i) for i in instances],
+        scaling_events=scaling_events,
+    )

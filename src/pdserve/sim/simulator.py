@@ -56,12 +56,12 @@ from pdserve.sim.events import STEP_DONE as _STEP_DONE
 from pdserve.sim.events import TICK as _TICK
 from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
 from pdserve.common.kvlink import schedule_transfer
-from pdserve.sim.metrics import RequestRecord, summarize
-from pdserve.sim.outcome import SimResult, instance_report
+from pdserve.sim.metrics import RequestRecord
+from pdserve.sim.outcome import SimResult, collect_result
 from pdserve.sim.prompts import block_keys
 from pdserve.sim.router_view import RouterView
 from pdserve.sim.scaling import apply_tick
-from pdserve.sim.traces import Trace
+from pdserve.sim.traces import Trace, default_block_size
 from pdserve.sim.windows import WindowTracker
 from pdserve.worker.decode_run import plain_steps
 from pdserve.worker.engine import StepOutput
@@ -475,34 +475,9 @@ class Simulation:
         # A coast's steps are events the loop never popped; the last of them may be the latest step
         # before max_sim_time_s stopped the clock.
         end = max(self.now, self.coasted_until)
-        for inst in self.all_instances:
-            if inst.state is not State.RELEASED:
-                inst.released_at = end
-        hits = sum(i.engine.prefix_hits for i in self.all_instances if i.pool != "decode")
-        queries = sum(i.engine.prefix_queries for i in self.all_instances if i.pool != "decode")
-        summary = summarize(
-            self.records, self.cfg.slo, itl_samples=self.itl, prefix_hits=hits, prefix_queries=queries
-        )
-        per_inst = [instance_report(i) for i in self.all_instances]
-        return SimResult(
-            config=self.cfg,
-            records=self.records,
-            summary=summary,
-            gpus=self.static_gpus,
-            gpu_seconds=sum(i.gpu_seconds(end) for i in self.all_instances),
-            end_time_s=end,
-            kv_recomputes=self.kv_recomputes,
-            rejected=self.rejected,
-            preemptions=sum(i.engine.preemptions for i in self.all_instances),
-            steps=self.steps,
-            instances=per_inst,
-            scaling_events=self.scaling_events,
-        )
-
-
-def default_block_size(trace: Trace) -> int:
-    """16 like vLLM, or the trace's prefix-block size when it carries hash ids."""
-    return trace.hash_block_tokens if any(r.hash_ids for r in trace.requests[:1000]) else 16
+        return collect_result(self.cfg, self.records, self.itl, self.all_instances, end, gpus=self.static_gpus,
+                              kv_recomputes=self.kv_recomputes, rejected=self.rejected, steps=self.steps,
+                              scaling_events=self.scaling_events)
 
 
 def run_simulation(

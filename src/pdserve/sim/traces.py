@@ -319,3 +319,8 @@ def synthetic_trace(
         (t, draw(input_tokens, "input_tokens"), draw(output_tokens, "output_tokens"), ()) for t in times]
     desc = f"synthetic n={n} rate={rate} in={input_tokens} out={output_tokens} {process} cv={cv} seed={seed}"
     return from_rows(rows, format="synthetic", source=desc)
+
+
+def default_block_size(trace: Trace) -> int:
+    """16 like vLLM, or the trace's prefix-block size when it carries hash ids."""
+    return trace.hash_block_tokens if any(r.hash_ids for r in trace.requests[:1000]) else 16
