@@ -17,18 +17,18 @@ from pdserve.worker.perf import PerfModel
 StepCostFn = Callable[[int, float, int, int], float]
 
 
+def _coefficients(perf: PerfModel) -> tuple[float, float, float, float, float, float, float, float]:
+    """The perf model's terms both closures bind to locals (the same objects, so the same floats)."""
+    return (perf._flops_per_token, perf._attn_flops, perf._flops_rate, perf.weight_bytes, perf.kv_bytes_per_token,
+            perf._byte_rate, perf._eff.step_overhead_s, perf._eff.per_seq_overhead_s)
+
+
 def step_cost_fn(perf: PerfModel) -> StepCostFn:
     """``f(new_tokens, attn_pairs, kv_read_tokens, n_seqs) -> seconds``, same as ``perf.step_time_aggregate``."""
     if type(perf) is not PerfModel:
         return perf.step_time_aggregate
-    flops_per_token = perf._flops_per_token
-    attn_flops = perf._attn_flops
-    flops_rate = perf._flops_rate
-    weight_bytes = perf.weight_bytes
-    kv_bytes = perf.kv_bytes_per_token
-    byte_rate = perf._byte_rate
-    step_overhead = perf._eff.step_overhead_s
-    per_seq_overhead = perf._eff.per_seq_overhead_s
+    (flops_per_token, attn_flops, flops_rate, weight_bytes, kv_bytes, byte_rate, step_overhead,
+     per_seq_overhead) = _coefficients(perf)
     tp = perf.tp
 
     if tp == 1:
@@ -84,14 +84,8 @@ def step_ends_fn(perf: PerfModel) -> StepEndsFn:
             return out
 
         return ends_by_call
-    flops_per_token = perf._flops_per_token
-    attn_flops = perf._attn_flops
-    flops_rate = perf._flops_rate
-    weight_bytes = perf.weight_bytes
-    kv_bytes = perf.kv_bytes_per_token
-    byte_rate = perf._byte_rate
-    step_overhead = perf._eff.step_overhead_s
-    per_seq_overhead = perf._eff.per_seq_overhead_s
+    (flops_per_token, attn_flops, flops_rate, weight_bytes, kv_bytes, byte_rate, step_overhead,
+     per_seq_overhead) = _coefficients(perf)
 
     def ends(now: float, n: int, seqs: int, attn_pairs: int, kv_read: int, until: float, gap_s: float) -> list[float]:
         out: list[float] = []
