@@ -140,6 +140,21 @@ async def test_decode_failure_after_reading_kv_goes_back_through_prefill(how: st
     assert len(set(ledger.prefill_ids)) == 2  # a new attempt id for the new P/D attempt
 
 
+async def test_a_lone_decode_worker_gets_the_fresh_kv_after_a_failed_load() -> None:
+    """A scale-down stops a prefill worker whose KV a decode worker is about to read: the read
+    fails (vLLM's 500), the router prefills again elsewhere, and the only decode worker left must
+    get the new ``kv_transfer_params``: they are fresh blocks, so asking it again is safe, where
+    excluding it left no worker and answered 503 "no worker available"."""
+    ledger = Ledger(fail_first=1, fail_how="500")
+    async with fake_pd(ledger, n_decode=1) as (purl, durls), run_router(_cfg(purl, durls)) as r:
+        resp = await r.post("/v1/completions", {"model": MODEL, "prompt": PROMPT, "max_tokens": 4})
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["choices"][0]["text"] == "ok"
+        assert "prefill again" in resp.headers["x-pdserve-route"]
+    _assert_read_once(ledger)  # the same decode worker, but never the same KV twice
+    assert [b for _, b, _ in ledger.reads] == [1, 2] and len(ledger.issued) == 2, ledger
+
+
 async def test_decode_failures_on_every_round_end_in_a_clean_502() -> None:
     ledger = Ledger(fail_first=100)
     async with fake_pd(ledger, n_decode=3) as (purl, durls), run_router(_cfg(purl, durls)) as r:

@@ -212,13 +212,17 @@ class CompletionHandler:
             if kv is None:
                 return None
             body = pd.decode_request(flow.parsed.body, kv)
+            # This round's KV is fresh, so a worker that failed an earlier round may take it; others
+            # first, but when none is left (a lone decode worker whose read failed because a
+            # scale-down stopped the prefill worker) it beats a certain 503.
+            avoid = spent_on if any(u not in spent_on for u in st.pool.urls("decode")) else set()
             try:
                 if flow.trace is not None:
                     return await flow.trace.decode_call(partial(
-                        self._decode, flow, request, plan.decode_policy, None, body, exclude=spent_on,
+                        self._decode, flow, request, plan.decode_policy, None, body, exclude=avoid,
                         consumable=bool(kv)), attempt, lambda: flow.decode)
                 return await self._decode(flow, request, plan.decode_policy, None, body,
-                                          attempt, exclude=spent_on, consumable=bool(kv))
+                                          attempt, exclude=avoid, consumable=bool(kv))
             except UpstreamFailed as e:
                 if not e.spent:
                     raise
