@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from api.invalid_cases import valid_manifest
-from operator_harness import api_client, eventually
+from operator_harness import api_client, eventually, strip_finalizers
 from pdserve.api.crd import build_crd
 from pdserve.api.crd_apply import CrdUpgradeRefused, apply_crd, check_upgrade
 
@@ -55,6 +55,8 @@ def cluster_api(kube_cluster: Any) -> Iterator[client.ApiClient]:
     with api_client(kube_cluster.kubeconfig) as api:
         ext = client.ApiextensionsV1Api(api)
         name = build_crd()["metadata"]["name"]
+        # A resource an earlier test's operator left with its finalizer would hold the CRD in "terminating".
+        strip_finalizers(client.CustomObjectsApi(api))
         try:
             ext.delete_custom_resource_definition(name)
         except ApiException as e:
