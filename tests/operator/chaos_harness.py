@@ -20,7 +20,7 @@ from typing import Any
 import e2e_env
 import httpx
 from kubernetes import client
-from operator_harness import GROUP, PLURAL, VERSION, OperatorProcess, eventually, load_example, strip_finalizers
+from operator_harness import GROUP, PLURAL, VERSION, OperatorProcess, Ticker, eventually, load_example, strip_finalizers
 from podrunner import PodRunner
 
 from pdserve.tokenization import mock as tokenizer
@@ -126,7 +126,7 @@ class Traffic:
         assert not hung, f"client threads hung: {hung}"
 
 
-class StatusLog:
+class StatusLog(Ticker):
     """Polls the resource (through any API server outage) and keeps each distinct status it saw:
     (seconds since start, observedGeneration, {condition: "Status/Reason"})."""
 
@@ -139,41 +139,31 @@ class StatusLog:
         self.decisions: list[dict[str, Any]] = []
         self.api_errors = 0
         self.t0 = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            try:
-                obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, NAME, _request_timeout=2)
-            except Exception:  # the API server is down: that is the point
-                self.api_errors += 1
-                continue
-            status = obj.get("status") or {}
-            now = round(time.monotonic() - self.t0, 1)
-            reps = (obj["spec"]["prefill"]["replicas"], obj["spec"]["decode"]["replicas"])
-            if not self.replicas or self.replicas[-1][1:] != reps:
-                self.replicas.append((now, *reps))
-            planner = status.get("planner") or {}
-            decided = float(((planner.get("explanation") or {}).get("inputs") or {}).get("timestamp") or 0)
-            if planner and (not self.decisions or self.decisions[-1]["decided"] != decided):
-                inputs = (planner.get("explanation") or {}).get("inputs") or {}
-                self.decisions.append({"at": now, "decided": decided, "held": bool(planner.get("held")),
-                                       "holdReason": planner.get("holdReason") or "", "prefill": planner.get("prefillReplicas"),
-                                       "decode": planner.get("decodeReplicas"), "requestRate": inputs.get("request_rate")})
-            conds = {c["type"]: f"{c['status']}/{c['reason']}" for c in status.get("conditions") or []}
-            self.messages.update({f"{c['type']}={c['status']}/{c['reason']}": c.get("message", "") for c in status.get("conditions") or []})
-            entry = (now, int(status.get("observedGeneration") or 0), conds)
-            if not self.seen or self.seen[-1][1:] != entry[1:]:
-                self.seen.append(entry)
-
-    def __enter__(self) -> StatusLog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
+    def tick(self) -> None:
+        try:
+            obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, NAME, _request_timeout=2)
+        except Exception:  # the API server is down: that is the point
+            self.api_errors += 1
+            return
+        status = obj.get("status") or {}
+        now = round(time.monotonic() - self.t0, 1)
+        reps = (obj["spec"]["prefill"]["replicas"], obj["spec"]["decode"]["replicas"])
+        if not self.replicas or self.replicas[-1][1:] != reps:
+            self.replicas.append((now, *reps))
+        planner = status.get("planner") or {}
+        decided = float(((planner.get("explanation") or {}).get("inputs") or {}).get("timestamp") or 0)
+        if planner and (not self.decisions or self.decisions[-1]["decided"] != decided):
+            inputs = (planner.get("explanation") or {}).get("inputs") or {}
+            self.decisions.append({"at": now, "decided": decided, "held": bool(planner.get("held")),
+                                   "holdReason": planner.get("holdReason") or "", "prefill": planner.get("prefillReplicas"),
+                                   "decode": planner.get("decodeReplicas"), "requestRate": inputs.get("request_rate")})
+        conds = {c["type"]: f"{c['status']}/{c['reason']}" for c in status.get("conditions") or []}
+        self.messages.update({f"{c['type']}={c['status']}/{c['reason']}": c.get("message", "") for c in status.get("conditions") or []})
+        entry = (now, int(status.get("observedGeneration") or 0), conds)
+        if not self.seen or self.seen[-1][1:] != entry[1:]:
+            self.seen.append(entry)
 
 
 @dataclass

@@ -9,11 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 import yaml
@@ -225,3 +226,28 @@ def strip_finalizers(custom: client.CustomObjectsApi, namespace: str | None = No
             except client.ApiException as e:
                 if e.status != 404:
                     raise
+
+
+class Ticker:
+    """Calls ``tick()`` every ``period_s`` on a daemon thread while inside the ``with`` block."""
+
+    period_s = 0.2
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.tick()
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)

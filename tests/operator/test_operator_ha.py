@@ -33,6 +33,7 @@ from operator_harness import (
     PLURAL,
     VERSION,
     OperatorProcess,
+    Ticker,
     eventually,
     load_example,
 )
@@ -59,29 +60,18 @@ def _profile() -> dict[str, Any]:
     return {"prefill": {"points": pre}, "decode": {"points": dec}}
 
 
-class Load:
+class Load(Ticker):
     """Completed requests on both fake pools at ``rate`` req/s, until stopped."""
 
     def __init__(self, fakes: list[FakeVllm]) -> None:
-        self.fakes, self.rate = fakes, LOW
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.fakes, self.rate, self._owed = fakes, LOW, 0.0
+        super().__init__()
 
-    def _run(self) -> None:
-        owed = 0.0
-        while not self._stop.wait(0.2):
-            owed += self.rate * 0.2
-            n, owed = int(owed), owed - int(owed)
-            for f in self.fakes:
-                f.finish(n, ISL, OSL, ttft=0.3, itl=0.03)
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
+    def tick(self) -> None:
+        self._owed += self.rate * self.period_s
+        n, self._owed = int(self._owed), self._owed - int(self._owed)
+        for f in self.fakes:
+            f.finish(n, ISL, OSL, ttft=0.3, itl=0.03)
 
 
 @dataclass
