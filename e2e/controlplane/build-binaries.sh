@@ -5,8 +5,10 @@
 #
 # Idempotent: when every binary exists in OUTDIR and OUTDIR/VERSION matches the
 # versions below, it does nothing. Only the Go toolchain and a Go module proxy
-# are needed (no Docker, no release downloads). The Go module and build caches
-# (~/go/pkg/mod, ~/.cache/go-build) make rebuilds fast.
+# are needed (no Docker, no release downloads). The Go module and build caches of
+# a build (~1.2 GB modules + ~3.5 GB objects) go to a temporary folder removed at
+# exit: nothing needs them once the binaries are cached in OUTDIR, and a CI disk
+# is small. GOCACHE / GOMODCACHE / GOPATH set by the user are used and kept.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
@@ -32,6 +34,19 @@ STAMP="k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION recipe=$RECIPE"
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
+
+# Temporary Go caches (see the header), created only when a build runs.
+GO_TMP=""
+go_caches() {
+  [[ -z "${GOCACHE:-}" || ( -z "${GOMODCACHE:-}" && -z "${GOPATH:-}" ) ]] || return 0
+  GO_TMP="$(mktemp -d "${TMPDIR:-/tmp}/pdserve-k8s-go.XXXXXX")"
+  trap 'chmod -R u+w "$GO_TMP" 2>/dev/null; rm -rf "$GO_TMP"' EXIT
+  [[ -n "${GOCACHE:-}" ]] || export GOCACHE="$GO_TMP/build"
+  if [[ -z "${GOMODCACHE:-}" && -z "${GOPATH:-}" ]]; then
+    # -modcacherw: module files writable, so the folder can be removed without chmod.
+    export GOMODCACHE="$GO_TMP/mod" GOFLAGS="$GOFLAGS -modcacherw"
+  fi
+}
 
 all_present() {
   local b
@@ -159,7 +174,8 @@ build_kwok() {
     "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
-log "output: $OUT ($STAMP), $(go version)"
+go_caches
+log "output: $OUT ($STAMP), $(go version); GOCACHE=$(go env GOCACHE) GOMODCACHE=$(go env GOMODCACHE)"
 [[ -x "$OUT/etcd" ]] || step "etcd $ETCD_VERSION" build_etcd
 K8S_DIR="$(k8s_wrapper)"
 for b in kube-apiserver kube-controller-manager kube-scheduler; do
@@ -173,3 +189,6 @@ done
 echo "$STAMP" >"$OUT/VERSION"
 rm -f "$PARTIAL"
 log "done: ${BINARIES[*]} in $OUT"
+if [[ -n "$GO_TMP" ]]; then
+  log "Go caches used: $(du -sb "$GO_TMP" | cut -f1) bytes in $GO_TMP (removed now)"
+fi

@@ -72,3 +72,46 @@ def test_stale_binaries_are_removed_before_rebuilding(tmp_path: Path) -> None:
     assert not any((out / b).exists() for b in BINARIES)
     assert not (out / "VERSION").exists()
     assert (out / ".partial").read_text().strip() == _stamp()
+
+
+def _recording_go(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A `go` that writes the cache folders it was given (and leaves a file in each), then fails."""
+    bin_dir = tmp_path / "tools"
+    bin_dir.mkdir()
+    log = tmp_path / "go-env.log"
+    go = bin_dir / "go"
+    go.write_text("#!/bin/sh\n[ \"$1\" = version ] && echo 'go version fake' && exit 0\n"
+                  "[ \"$1\" = env ] && exit 0\n"
+                  f"echo \"GOCACHE=$GOCACHE GOMODCACHE=$GOMODCACHE GOFLAGS=$GOFLAGS\" >> {log}\n"
+                  "mkdir -p \"$GOCACHE\" \"$GOMODCACHE\" && echo x > \"$GOCACHE/obj\" && echo x > \"$GOMODCACHE/mod\"\n"
+                  "exit 1\n")
+    go.chmod(0o755)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("GOCACHE", "GOMODCACHE", "GOPATH", "GOFLAGS")}
+    return {**env, **VERSIONS, "TMPDIR": str(tmp), "PATH": f"{bin_dir}:/usr/bin:/bin"}, log
+
+
+def test_go_caches_are_temporary_and_removed(tmp_path: Path) -> None:
+    # ~4.7 GB of Go caches nothing reads after the build: CI ran out of disk with them kept.
+    env, log = _recording_go(tmp_path)
+    proc = _run([str(tmp_path / "out")], env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    calls = log.read_text().splitlines()
+    assert calls, "go was never asked to build"
+    tmp = tmp_path / "tmp"
+    for line in calls:
+        fields = dict(f.split("=", 1) for f in line.split(" ") if "=" in f)
+        assert fields["GOCACHE"].startswith(f"{tmp}/pdserve-k8s-go."), line
+        assert fields["GOMODCACHE"].startswith(f"{tmp}/pdserve-k8s-go."), line
+    assert "-modcacherw" in calls[0]
+    assert list(tmp.iterdir()) == [], "the temporary Go caches were left behind"
+
+
+def test_go_caches_set_by_the_user_are_kept(tmp_path: Path) -> None:
+    env, log = _recording_go(tmp_path)
+    cache, mods = tmp_path / "gocache", tmp_path / "gomod"
+    proc = _run([str(tmp_path / "out")], {**env, "GOCACHE": str(cache), "GOMODCACHE": str(mods)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"GOCACHE={cache} GOMODCACHE={mods} " in log.read_text().splitlines()[0]
+    assert (cache / "obj").exists() and (mods / "mod").exists()
