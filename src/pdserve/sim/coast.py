@@ -8,9 +8,10 @@ time, each costs a heap push and pop, a StepOutput and a TokenEvent per request.
 
 When an engine is about to start a step and its next ``k`` steps are plain, the
 simulator plans them (their end times; pdserve.worker.decode_run.plan; at most
-``MAX_STEPS``, and for a colocated engine up to the first that ends at or after the next
-arrival, which may be routed to it) and pushes one ``COAST_DONE`` event at the end of the
-last. Until then nothing about the engine that
+``MAX_STEPS``, up to the first that ends at or after the gate of a request waiting in the
+engine's modelled front-end, and for a colocated engine up to the first that ends at or
+after the next arrival, which may be routed to it) and pushes one ``COAST_DONE`` event at
+the end of the last. Until then nothing about the engine that
 anyone reads changes, so nothing needs its steps done, except:
 
 * a request reaching the engine (a dispatch, a KV transfer landing): ``materialize``
@@ -95,7 +96,7 @@ def _run(sim: Simulation, c: Coast, n: int) -> float:
         # every request of the batch has the same gap at each later step (the summary sorts the samples)
         gaps = [t - prev for prev, t in zip(ends, ends[1:n])]
         seqs = len(eng.running)
-        itl.fromlist(gaps if seqs == 1 else [g for g in gaps for _ in range(seqs)])
+        itl.fromlist(gaps if seqs == 1 else gaps * seqs)
     advance(eng, n)
     sim.coasted_steps += n
     if last > sim.coasted_until:

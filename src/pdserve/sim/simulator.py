@@ -272,7 +272,7 @@ class Simulation:
 
     def _step(self, inst: Instance) -> None:
         now = self.now
-        if self.coast_decode and (k := plain_steps(inst.engine)) > 1:
+        if self.coast_decode and (k := plain_steps(inst.engine, now)) > 1:
             start_coast(self, inst, k)  # its next steps are invisible to the rest: one event for all of them
             return
         out = inst.engine.step(now)

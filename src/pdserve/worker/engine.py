@@ -55,6 +55,11 @@ __all__ = [
 _NO_KV_EVENTS = KvEvents([], [], False)
 
 
+def initial_rng(seed: int) -> int:
+    """The sampler's state before a request's first token (an LCG mod 2**32, see ``Engine._sample``)."""
+    return (seed * 0x9E3779B1 + 0x7F4A7C15) & 0xFFFFFFFF
+
+
 def _drop(queue: list[EngineRequest] | deque[EngineRequest], req: EngineRequest) -> bool:
     """Remove ``req`` by identity (``EngineRequest.__eq__`` would build and compare tuples of every field)."""
     for j, r in enumerate(queue):
@@ -76,6 +81,9 @@ class Engine:
         self.running: list[EngineRequest] = []
         self.held: dict[str, HeldKv] = {}
         self._requests: dict[str, EngineRequest] = {}
+        # initial sampler state -> (tokens, states) of that stream so far: pdserve.worker.decode_run's cache
+        # (requests with one seed sample one stream, so a run of steps is a slice of it)
+        self.sample_streams: dict[int, tuple[list[int], list[int]]] = {}
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.preemptions = 0
@@ -102,7 +110,7 @@ class Engine:
         req.arrival_time = now
         req.num_prompt_tokens = n_prompt
         req.num_tokens = n_prompt + len(req.output_token_ids)
-        req.rng = (req.seed * 0x9E3779B1 + 0x7F4A7C15) & 0xFFFFFFFF
+        req.rng = initial_rng(req.seed)
         gate = req.kv_ready_time
         if self._frontend_s > 0.0:
             # the front-end runs alongside a caller-modelled KV arrival: whichever ends later gates the request

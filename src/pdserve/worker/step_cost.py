@@ -16,6 +16,9 @@ from pdserve.worker.perf import PerfModel
 
 StepCostFn = Callable[[int, float, int, int], float]
 
+# "far more than rounding": a few ulps of relative error against this factor
+_MARGIN = 1.0 + 1e-9
+
 
 def _coefficients(perf: PerfModel) -> tuple[float, float, float, float, float, float, float, float]:
     """The perf model's terms both closures bind to locals (the same objects, so the same floats)."""
@@ -92,6 +95,21 @@ def step_ends_fn(perf: PerfModel) -> StepEndsFn:
         t = now
         token_flops = flops_per_token * seqs  # the same products and sums as cost(), in the same order
         overhead = step_overhead + per_seq_overhead * seqs
+        # Decode steps are memory-bound: compute and memory time are both affine in the step number, so if
+        # memory exceeds compute by far more than rounding at the first and the last step it does at every
+        # step, and the step time is the memory term alone (the very same float expression as below).
+        last = n - 1
+        if (((token_flops + attn_flops * float(attn_pairs)) / flops_rate) * _MARGIN
+                < (weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate
+                and ((token_flops + attn_flops * float(attn_pairs + last * seqs)) / flops_rate) * _MARGIN
+                < (weight_bytes + kv_bytes * (kv_read + last * seqs + seqs)) / byte_rate):
+            for _ in range(n):
+                t = t + ((weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate + overhead) + gap_s
+                out.append(t)
+                if not t < until:
+                    break
+                kv_read += seqs
+            return out
         for _ in range(n):
             compute = (token_flops + attn_flops * float(attn_pairs)) / flops_rate
             memory = (weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate
