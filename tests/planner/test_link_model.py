@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from pdserve.planner.core.link_model import budget_transfers, transfer_times, usable_utilization
+from pdserve.planner.core.link_model import budget_transfers, queue_waits, transfer_times, usable_utilization
 
 
 def test_one_sender_one_receiver_is_a_fifo_queue():
@@ -28,6 +28,24 @@ def test_more_receivers_use_each_link_less():
 def test_one_sender_caps_the_total():
     # Every transfer holds the single sender's link: 3 receivers move no more than 1.
     assert 3 * usable_utilization(1, 3, 32) == pytest.approx(usable_utilization(1, 1, 32), rel=0.15)
+
+
+def test_queue_wait_excludes_the_transfer_itself():
+    # M/G/1 again, the wait alone: rho E[S^2] / (2 (1 - rho)) = 0.5 e / 1 = 1.36 mean
+    # transfer times, one less than hand-off to landed.
+    waits = queue_waits(1, 1, 0.5, n=40_000)
+    assert statistics.fmean(waits) == pytest.approx(0.5 * math.e / (2 * 0.5), rel=0.12)
+
+
+def test_long_transfers_do_not_make_an_idle_link_unusable():
+    # With sizes of CV ~1 the 99th-percentile transfer alone lasts exp(-0.5 + 2.33) = 6.2
+    # mean transfer times. A budget of 4 counted against hand-off-to-landed time was missed
+    # at any load (usable share 0.02, the floor); the link's own tail is not a wait, and at
+    # 10 % load the p99 queueing wait is ~3.3 transfer times, so a 1:1 pair is usable at
+    # 10 % or more, and 8:2 too.
+    assert usable_utilization(1, 1, 4) > 0.1
+    assert usable_utilization(8, 2, 4) > 0.1
+    assert usable_utilization(1, 1, 4) < usable_utilization(1, 1, 16)
 
 
 def test_budget_in_transfer_times():

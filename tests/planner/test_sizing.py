@@ -133,6 +133,22 @@ def test_policy_scales_decode_for_the_link():
     assert c.decode >= 2 and c.explanation["demand"]["terms"]["binding_decode"] == "link"
 
 
+def test_long_prompts_do_not_flood_decode_with_links():
+    # Mooncake-like: 3.3 req/s x 12,000 prompt tokens = 39,600 KV tokens/s over links of
+    # 12.5 GB/s / 131,072 bytes = 95,367 tokens/s each. One transfer takes 0.126 s; half the
+    # 2 s TTFT is 7.9 transfer times, rounded down to 4. Prefill compute asks for 21 senders
+    # (this profile's slow prefill); with that p99 queueing wait 21 senders use one
+    # receiver's link at 0.122 (11.6k tokens/s), two at 0.249 each (47.5k): 2 decode
+    # replicas. Counting each transfer's own (log-normal) length as wait had made every link
+    # unusable (share 0.02, the floor) and asked for 22. (8P3D now: its links already carry
+    # the stream, so nothing piles up meanwhile.)
+    prof = _linked(queue_profile(), 131_072, 100.0)
+    d = _policy(prof, ttft_slo_ms=2000).decide(_obs(0, 8, 3, request_rate=3.3, mean_isl=12_000.0, mean_osl=50.0), 0)
+    terms = d.explanation["demand"]["terms"]
+    assert d.prefill == 21 and terms["decode_compute"] < 1 and terms["decode_drain"] == 0
+    assert terms["decode_link"] == 2 and d.decode == 2
+
+
 def test_policy_drains_a_burst_then_releases_it_quickly():
     prof = queue_profile()  # prefill flat out: 0.95 x 10,000 = 9,500 tokens/s per replica
     pol = _policy(prof, drain_s=50.0, scale_down_stabilization_s=20)
