@@ -29,6 +29,7 @@ from kubernetes import client
 
 import e2e_env
 from chaos_client import Tally, stream_completion
+from leftovers import remove_services
 from podrunner import PodRunner
 from prometheus_server import PrometheusServer, available
 from pdserve.kube.constants import GROUP, MERGE_PATCH, PLURAL, VERSION
@@ -138,12 +139,14 @@ def chaos(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
             yield env
         finally:
-            with contextlib.suppress(client.ApiException):
-                custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, SERVICE)
-            with contextlib.suppress(TimeoutError):
-                e2e_env.wait_for("the service's pods gone", lambda: not core.list_namespaced_pod(NS).items, 60)
-            with contextlib.suppress(helm.HelmError):
-                hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
+            try:
+                # Before the operator goes: it deletes the children and releases its finalizer itself.
+                remove_services(custom, NS, grace_s=30.0)
+                with contextlib.suppress(TimeoutError):
+                    e2e_env.wait_for("the service's pods gone", lambda: not core.list_namespaced_pod(NS).items, 60)
+            finally:
+                with contextlib.suppress(helm.HelmError):
+                    hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
 
 
 def _ok_metrics(env: Chaos) -> bool:

@@ -32,6 +32,7 @@ from pdserve.kube.constants import GROUP, PLURAL, VERSION
 
 import dashboard_queries
 import e2e_env
+from leftovers import remove_services
 from podrunner import PodRunner
 from prometheus_server import PrometheusServer, available
 
@@ -116,9 +117,13 @@ def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             yield e
         finally:
             try:
-                hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
-            except helm.HelmError:
-                pass
+                # Before the operator goes: it deletes the children and releases its finalizer itself.
+                remove_services(custom, NS, grace_s=60.0)
+            finally:
+                try:
+                    hc.uninstall(e2e_env.RELEASE, ignore_not_found=True, timeout=60)
+                except helm.HelmError:
+                    pass
 
 
 @dataclass

@@ -21,6 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_ENV = "PDSERVE_K8S_BIN"
 FAKE_NODES = 2
 GPUS_PER_NODE = 8
+# The session's cluster once a test asked for it (the leftover check below needs it, and must not start one).
+_started: list[LocalCluster] = []
 
 
 def k8s_bin_dir() -> Path:
@@ -48,4 +50,27 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
     cluster = LocalCluster(bin_dir, tmp_path_factory.mktemp("kube-cluster"))
     with cluster:
         cluster.add_gpu_nodes(FAKE_NODES, gpus=GPUS_PER_NODE)
-        yield cluster
+        _started.append(cluster)
+        try:
+            yield cluster
+        finally:
+            _started.remove(cluster)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_leftover_services(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each module (so after its module fixtures: their operators are stopped by now), no
+    DisaggregatedService may be left holding kopf's finalizer: with no operator to release it, it would
+    keep its namespace and the CRD terminating for every later test in the session. What is left is
+    removed either way, so one module's leak fails that module and not the rest of the run."""
+    yield
+    if not _started:
+        return
+    from kubernetes import client
+    from leftovers import remove_services  # e2e/ is on sys.path: tests/conftest.py and e2e/conftest.py put it there
+
+    with _started[0].api_client() as api:
+        stripped = remove_services(client.CustomObjectsApi(api))
+    if stripped:
+        pytest.fail(f"{request.module.__name__} left DisaggregatedServices holding kopf's finalizer with no operator to "
+                    f"release it: {stripped} (removed now). Tear them down with leftovers.remove_services.", pytrace=False)

@@ -8,6 +8,7 @@ Every request has a deadline, so a hung stream is a failure, never a hung test."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -20,7 +21,8 @@ from typing import Any
 import e2e_env
 import httpx
 from kubernetes import client
-from operator_harness import GROUP, PLURAL, VERSION, OperatorProcess, Ticker, eventually, load_example, strip_finalizers
+from leftovers import remove_services
+from operator_harness import GROUP, PLURAL, VERSION, OperatorProcess, Ticker, eventually, load_example
 from podrunner import PodRunner
 
 from pdserve.tokenization import mock as tokenizer
@@ -261,9 +263,11 @@ class Stack:
                 for name, d in self.deployments().items()}
 
 
+@contextlib.contextmanager
 def start_stack(kube_cluster: Any, admin: client.ApiClient, operator_kubeconfig: Path, namespace: str, log_dir: Path,
                 lease_timings: tuple[float, float, float] = (15.0, 10.0, 2.0)) -> Iterator[Stack]:
-    """The operator (chart's lease timings by default) and the PodRunner; yields, then stops both."""
+    """The operator (chart's lease timings by default) and the PodRunner; yields, then stops both,
+    leaving no DisaggregatedService behind (leftovers.remove_services)."""
     core = client.CoreV1Api(admin)
 
     def list_pods() -> list[dict[str, Any]]:
@@ -280,16 +284,10 @@ def start_stack(kube_cluster: Any, admin: client.ApiClient, operator_kubeconfig:
             yield stack
         finally:
             try:
-                stack.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
-                eventually("the resource deleted", lambda: not stack.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL)["items"], 30)
-            except (client.ApiException, AssertionError):
-                pass
-            operator.stop()
-            # An operator that did not finish its cleanup leaves kopf's finalizer on the resource, and a later test
-            # that deletes the CRD then waits forever ("create not allowed while custom resource definition is
-            # terminating"; seen in a full CI run). Nothing this test made may outlive it.
-            strip_finalizers(stack.custom, namespace)
+                # While the operator still runs it deletes the children and releases its finalizer itself.
+                remove_services(stack.custom, namespace, grace_s=30.0)
+            finally:
+                operator.stop()
 
 
 def diagnostics(stack: Stack) -> str:

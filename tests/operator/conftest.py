@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from leftovers import remove_services
 from operator_harness import OPERATOR_USER, OperatorProcess, api_client, bind_operator_role, install_crd
 
 
@@ -42,4 +43,7 @@ def namespace(admin: client.ApiClient) -> Iterator[str]:
     core = client.CoreV1Api(admin)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
+    # The module's operator (when one runs) gets a moment to handle the deletions itself; whatever
+    # still holds its finalizer after that is released, so the namespace can go.
+    remove_services(client.CustomObjectsApi(admin), name, grace_s=5.0)
     core.delete_namespace(name)

@@ -209,25 +209,6 @@ def load_example(path: Path, namespace: str, name: str | None = None) -> dict[st
     return doc
 
 
-def strip_finalizers(custom: client.CustomObjectsApi, namespace: str | None = None) -> None:
-    """Remove the finalizers of every DisaggregatedService left (in ``namespace``, or anywhere), so deleting
-    them, or their CRD, completes without an operator."""
-    try:
-        items = (custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL) if namespace
-                 else custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))["items"]
-    except client.ApiException:
-        return  # no CRD, nothing to strip
-    for item in items:
-        meta = item["metadata"]
-        if meta.get("finalizers"):
-            try:
-                custom.patch_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"],
-                                                      {"metadata": {"finalizers": None}})
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
-
-
 class Ticker:
     """Calls ``tick()`` every ``period_s`` on a daemon thread while inside the ``with`` block."""
 

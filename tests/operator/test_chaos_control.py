@@ -37,15 +37,13 @@ MANAGERS = {"pdserve-operator", "kube-controller-manager"}
 def stack(request: pytest.FixtureRequest, kube_cluster: Any, admin: client.ApiClient, operator_kubeconfig: Path, namespace: str,
           tmp_path: Path) -> Iterator[Stack]:
     timings = RIDE_OUT_LEASE if request.node.name.startswith("test_apiserver") else (15.0, 10.0, 2.0)
-    gen = start_stack(kube_cluster, admin, operator_kubeconfig, namespace, tmp_path, lease_timings=timings)
-    s = next(gen)
-    s.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service_body(namespace))
-    try:
-        s.wait_serving()
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{diagnostics(s)}") from None
-    yield s
-    next(gen, None)
+    with start_stack(kube_cluster, admin, operator_kubeconfig, namespace, tmp_path, lease_timings=timings) as s:
+        s.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service_body(namespace))
+        try:
+            s.wait_serving()
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{diagnostics(s)}") from None
+        yield s
 
 
 def _first_deployment_write(stack: Stack, role: str, replicas: int, timeout_s: float = 20) -> None:

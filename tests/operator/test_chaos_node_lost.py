@@ -60,10 +60,9 @@ def test_gpu_node_deleted_pods_rescheduled_status_says_so(
     nodes = kube_cluster.add_gpu_nodes(4, gpus=1, prefix=f"gpu-{namespace}", labels=label, taint=True)
     core = client.CoreV1Api(admin)
     exit_stack = contextlib.ExitStack()
-    prom = exit_stack.enter_context(_prometheus(core, namespace, tmp_path))
-    stacks = start_stack(kube_cluster, admin, operator_kubeconfig, namespace, tmp_path)
-    stack = next(stacks)
     try:
+        prom = exit_stack.enter_context(_prometheus(core, namespace, tmp_path))
+        stack = exit_stack.enter_context(start_stack(kube_cluster, admin, operator_kubeconfig, namespace, tmp_path))
         body = service_body(namespace)
         body["spec"]["autoscaling"].update(enabled=True, intervalSeconds=INTERVAL_S, prometheusUrl=prom.url,
                                            prefill={"min": 1, "max": 2}, decode={"min": 2, "max": 3})
@@ -137,7 +136,6 @@ def test_gpu_node_deleted_pods_rescheduled_status_says_so(
         changes = [d["decided"] for prev, d in itertools.pairwise(status.decisions) if (prev["prefill"], prev["decode"]) != (d["prefill"], d["decode"])]
         assert all(b - a >= 0.95 * INTERVAL_S for a, b in itertools.pairwise(changes)), summary
     finally:
-        next(stacks, None)
         exit_stack.close()
         for n in nodes:
             try:

@@ -20,7 +20,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from api.invalid_cases import valid_manifest
-from operator_harness import api_client, eventually, strip_finalizers
+from leftovers import remove_services, strip_finalizers
+from operator_harness import api_client, eventually
 from pdserve.api.crd import build_crd
 from pdserve.api.crd_apply import CrdUpgradeRefused, apply_crd, check_upgrade
 
@@ -53,10 +54,12 @@ def old_crd() -> dict[str, Any]:
 def cluster_api(kube_cluster: Any) -> Iterator[client.ApiClient]:
     # A cluster of its own CRD state: remove the CRD first so the test starts from "old".
     with api_client(kube_cluster.kubeconfig) as api:
-        ext = client.ApiextensionsV1Api(api)
+        ext, custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
         name = build_crd()["metadata"]["name"]
-        # A resource an earlier test's operator left with its finalizer would hold the CRD in "terminating".
-        strip_finalizers(client.CustomObjectsApi(api))
+        # Deleting the CRD deletes every DisaggregatedService first, and waits for each finalizer: one
+        # an earlier test left (or one in a namespace still terminating) would hold the CRD in
+        # "terminating" and every later create gets 403. So: none left before, and none while it goes.
+        remove_services(custom)
         try:
             ext.delete_custom_resource_definition(name)
         except ApiException as e:
@@ -64,6 +67,7 @@ def cluster_api(kube_cluster: Any) -> Iterator[client.ApiClient]:
                 raise
 
         def gone() -> bool:
+            strip_finalizers(custom)  # a deleting resource cannot get a new finalizer: this pass converges
             try:
                 ext.read_custom_resource_definition(name)
             except ApiException as e:
@@ -71,9 +75,12 @@ def cluster_api(kube_cluster: Any) -> Iterator[client.ApiClient]:
             return False
 
         eventually("CRD deleted", gone, 60)
-        yield api
-        # Leave today's CRD installed for the tests that share the session cluster.
-        apply_crd(api, build_crd())
+        try:
+            yield api
+        finally:
+            # Leave today's CRD installed, and nothing of this test's, for the tests that share the session cluster.
+            remove_services(custom)
+            apply_crd(api, build_crd())
 
 
 def test_apply_upgrades_the_crd_under_live_resources_and_loses_nothing(cluster_api: client.ApiClient,

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from leftovers import remove_services
 from operator_harness import GROUP, PLURAL, VERSION, OperatorProcess, eventually, load_example
 from pdserve.api import DisaggregatedService
 from pdserve.operator.drift import drift
@@ -269,4 +270,6 @@ def test_namespace_scoped_operator_needs_no_cluster_wide_rights(
     finally:
         scoped.stop()
         operator.start()
+        # The cluster-wide operator, back, takes "outside" on (its finalizer): delete it while it runs.
+        remove_services(client.CustomObjectsApi(admin), other, grace_s=5.0)
         client.CoreV1Api(admin).delete_namespace(other)

@@ -21,12 +21,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ha_audit import Audit, decisions_of_replica_writes
 from kubernetes import client, watch
+from leftovers import remove_services
 from operator_harness import (
     GROUP,
     LEASE_NAMESPACE,
@@ -72,18 +73,6 @@ class Load(Ticker):
         n, self._owed = int(self._owed), self._owed - int(self._owed)
         for f in self.fakes:
             f.finish(n, ISL, OSL, ttft=0.3, itl=0.03)
-
-
-@dataclass
-class Audit:
-    """Every change the API server reports, stamped on arrival (monotonic)."""
-
-    replicas: list[tuple[float, int, int]] = field(default_factory=list)  # spec writes that changed replicas
-    # status.planner writes: arrival, and the decision's own time (the planner's clock at the tick's start)
-    planner: list[tuple[float, float]] = field(default_factory=list)
-    deployments: dict[str, list[int]] = field(default_factory=dict)  # spec.replicas per Deployment, in order
-    holders: list[tuple[float, str, int]] = field(default_factory=list)  # Lease holder changes
-    errors: list[str] = field(default_factory=list)
 
 
 def _watch(stop: threading.Event, audit: Audit, what: str, list_fn: Any, *args: Any, **kw: Any) -> None:
@@ -198,27 +187,29 @@ def test_leader_killed_mid_reconcile_the_follower_takes_over_with_one_writer(
             eventually("five decisions by b", lambda: sum(1 for t, _ in audit.planner if t > audit.holders[-1][0]) >= 5, 20 * INTERVAL_S)
     finally:
         stop.set()
-        # The leader removes its finalizer, so the namespace can go.
         try:
-            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
-            eventually("the resource deleted", lambda: NAME not in {o["metadata"]["name"] for o in custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL)["items"]}, 30)
-        except (client.ApiException, AssertionError):
-            pass
-        for p in replicas:
-            p.stop()
-        for t in watchers:
-            t.join(10)
+            remove_services(custom, namespace, grace_s=30.0)  # the leader releases its finalizer itself if it can
+        finally:
+            for p in replicas:
+                p.stop()
+            for t in watchers:
+                t.join(10)
 
     # --- the audit ---------------------------------------------------------------------------
     summary = {
         "takeover_s": round(took_over, 1),
         "lease_holders": [h for _, h, _ in audit.holders],
         "replicas_writes": [(round(t - killed, 1), p, d) for t, p, d in audit.replicas],
-        "planner_writes": len(audit.planner),
+        "planner_writes_at": [round(t - killed, 1) for t, _ in audit.planner],
+        "handovers_at": [round(t - killed, 1) for t, _, _ in audit.holders[1:]],
         "decision_gaps_s": [round(later - earlier, 2) for (_, earlier), (_, later) in itertools.pairwise(audit.planner)],
         "deployments": audit.deployments,
     }
+    # Each replicas write's decision ([0] is the initial state, no write): (arrival, decided, own status write).
+    writes = decisions_of_replica_writes([w for w, _, _ in audit.replicas[1:]], audit.planner,
+                                         [t for t, _, _ in audit.holders[1:]], audit.wall_offset)
+    summary["write_decisions"] = [(round(w.arrival - killed, 1), round(w.decided - audit.wall_offset - killed, 1), w.own_status)
+                                  for w in writes]
     print("HA audit:", json.dumps(summary))
     # One hand-over, to the follower, within a lease duration plus a few retries.
     assert [h for _, h, _ in audit.holders] == ["replica-a", "replica-b"], audit.holders
@@ -235,10 +226,14 @@ def test_leader_killed_mid_reconcile_the_follower_takes_over_with_one_writer(
     # (each tick's start), so Prometheus query latency does not blur them.
     gaps = summary["decision_gaps_s"]
     assert len(gaps) >= 6 and min(gaps) >= 0.95 * INTERVAL_S, summary
-    # ... and each replicas write belongs to one of those decisions (the status write that
-    # follows it), so replicas too are written at most once per planner interval.
-    decided = [next(d for t, d in audit.planner if t >= w) for w, _, _ in audit.replicas[1:]]  # [0]: the initial state
+    # ... and each replicas write belongs to one of those decisions (the status write that follows
+    # it in the same leader's term: see ha_audit), so replicas too are written at most once per
+    # planner interval.
+    decided = [w.decided for w in writes]
     assert all(later - earlier >= 0.95 * INTERVAL_S for earlier, later in itertools.pairwise(decided)), summary
+    # Only a killed leader may leave a replicas write without its status write, as its term's last write.
+    for w, nxt in itertools.pairwise(writes):
+        assert w.own_status or any(w.arrival < t <= nxt.arrival for t, _, _ in audit.holders[1:]), summary
     # Deployments only ever took replica counts the spec had, in the same order (no conflicting patches).
     for role, pool in (("prefill", 0), ("decode", 1)):
         seen = audit.deployments.get(f"{NAME}-{role}", [])
