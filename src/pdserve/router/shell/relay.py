@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -50,7 +51,9 @@ SHUTDOWN_MESSAGE = "the router is shutting down and ended this stream before it 
 
 def end_streams(state: RouterState) -> int:
     """End every stream being relayed (the router is shutting down): each relay then writes
-    an error event and [DONE] and returns. Returns how many."""
+    an error event and [DONE] and returns. Returns how many. A migration still placing its
+    continuation request gives up too (``state.ending``), and none starts after this."""
+    state.ending.set()
     streams = list(state.relaying)
     if streams:
         log.warning("shutting down: ending %d streams still in flight with an error event", len(streams))
@@ -249,8 +252,36 @@ async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, pas
         flow.trace.migrating = None
 
 
+async def _unless_ending(state: RouterState, placing: Coroutine[Any, Any, Attempt]) -> Attempt:
+    """``placing``'s result, or RouterShuttingDown when the router's drain ends first (the
+    handler is cancelled a second later, which would cut the client's stream mid-body).
+    An attempt given up is cancelled (at shutdown: its scheduler bookkeeping no longer matters)."""
+    if state.ending.is_set():
+        placing.close()  # never started
+        raise RouterShuttingDown()
+    task = asyncio.ensure_future(placing)
+    ending = asyncio.ensure_future(state.ending.wait())
+    try:
+        await asyncio.wait((task, ending), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        ending.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.wait((task,))
+    if not task.cancelled() and task.exception() is None:
+        task.result().resp.release()  # it answered just as the drain ended
+    raise RouterShuttingDown()
+
+
 async def _resume(state: RouterState, flow: Flow, resp: web.StreamResponse, passthrough: sse.PassThroughTracker,
                   clock: _Clock, failed: str, why: str) -> None:
+    """Continue the stream on another decode worker. Also while the router drains after SIGTERM:
+    the continuation is relayed like any stream (``state.relaying``), so it finishes if it can
+    before the deadline and otherwise ends with the shutdown error event, never a cut."""
     m = state.metrics
     state.pool.mark_failed(failed)
     if not state.cfg.migrate or flow.parsed.n != 1:
@@ -275,10 +306,14 @@ async def _resume(state: RouterState, flow: Flow, resp: web.StreamResponse, pass
                                         sock_read=state.cfg.read_timeout_s)
         policy = state.decode_policy
         try:
-            att = await send_with_retries(state, stage="migration", pool="decode", policy=policy, req=flow.route,
-                                          first=None, path="/v1/completions", body=body,
-                                          headers=_traced({"X-Request-Id": f"{flow.request_id}-m{len(tried)}"}, flow),
-                                          timeout=timeout, exclude=tried)
+            att = await _unless_ending(state, send_with_retries(
+                state, stage="migration", pool="decode", policy=policy, req=flow.route, first=None,
+                path="/v1/completions", body=body, headers=_traced({"X-Request-Id": f"{flow.request_id}-m{len(tried)}"}, flow),
+                timeout=timeout, exclude=tried))
+        except RouterShuttingDown:
+            m.migrations.labels("shutdown").inc()
+            await _fail(resp, SHUTDOWN_MESSAGE)
+            return
         except UpstreamFailed as e:
             m.migrations.labels("failed").inc()
             await _fail(resp, f"decode worker {failed} was lost mid-stream ({why}); no worker could resume: {e.detail}")
@@ -286,6 +321,8 @@ async def _resume(state: RouterState, flow: Flow, resp: web.StreamResponse, pass
         flow.notes.append(f"migrated {failed} -> {att.url} after {len(generated)} tokens")
         cont = sse.StreamTracker("completions", collect=True)
         lost: str | None = None
+        ended = False  # by the shutdown drain (end_streams)
+        state.relaying.add(att.resp)  # end_streams ends it like the stream it continues
         try:
             if att.resp.status != 200:
                 lost = f"HTTP {att.resp.status}"
@@ -303,9 +340,16 @@ async def _resume(state: RouterState, flow: Flow, resp: web.StreamResponse, pass
                     lost = type(e).__name__
                 if lost is None and not cont.done:
                     lost = "stream ended without [DONE]"
+        except RouterShuttingDown:
+            ended = True
         finally:
+            state.relaying.discard(att.resp)
             att.resp.release()
             state.scheduler.on_finished(policy, flow.route.request_id, att.url, state.clock.monotonic())
+        if ended:
+            m.migrations.labels("shutdown").inc()
+            await _fail(resp, SHUTDOWN_MESSAGE)
+            return
         if lost is None:
             m.migrations.labels("ok").inc()
             if flow.parsed.include_usage and cont.usage:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ class RouterState:
         self.active = 0
         # Upstream responses being relayed to clients, so a shutdown can end them (relay.end_streams).
         self.relaying: set[Any] = set()
+        # Set when the shutdown drain ends those streams: a migration still being placed gives up too.
+        self.ending = asyncio.Event()
         self.models_cache: tuple[float, list[dict]] = (0.0, [])
         self.tracing: Tracing | None = None
         if cfg.otlp_traces_endpoint:  # the SDK is imported only then: off costs nothing
