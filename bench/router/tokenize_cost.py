@@ -36,6 +36,12 @@ def text_of(n_words: int) -> str:
     return " ".join(WORDS[i % len(WORDS)] + ("." if i % 13 == 12 else "") for i in range(n_words))
 
 
+def _forget(tok: object) -> None:
+    segments = getattr(tok, "_segments", None)
+    if segments is not None:
+        segments.clear()
+
+
 def per_call(fn, min_time: float = 0.2) -> float:
     n, t0 = 0, time.perf_counter()
     while True:
@@ -44,6 +50,41 @@ def per_call(fn, min_time: float = 0.2) -> float:
         dt = time.perf_counter() - t0
         if dt >= min_time and n >= 3:
             return dt / n
+
+
+def conversation_cost(tok, runs: int, parse_request, turns: int = 8, conversations: int = 50) -> dict:
+    """A chat request per turn of ``conversations`` conversations of ``turns`` turns (a
+    60-word system prompt, 60-word user turns, 40-word answers; every turn re-sends the
+    history, as clients do), in turn order: ms per request through the router's front door
+    with the piece cache (``tokenization/segments.py``) and with it cleared before each
+    request (what every request cost before the cache)."""
+    bodies = []
+    for c in range(conversations):
+        msgs = [{"role": "system", "content": f"conversation {c}. " + text_of(60)}]
+        for t in range(turns):
+            # Every message names its conversation: no piece is shared between conversations.
+            msgs.append({"role": "user", "content": f"conversation {c}, turn {t}: " + text_of(60 + 7 * c % 11)})
+            bodies.append(json.dumps({"model": "m", "messages": msgs}).encode())
+            msgs = [*msgs, {"role": "assistant", "content": f"({c}.{t}) " + text_of(40 + t)}]
+    bodies.sort(key=lambda b: json.loads(b)["messages"].__len__())  # all first turns, then all second...
+
+    def each(forget: bool) -> float:
+        _forget(tok)
+        t0 = time.perf_counter()
+        for body in bodies:
+            if forget:
+                _forget(tok)
+            parse_request(body, "chat", tok)
+        return (time.perf_counter() - t0) / len(bodies) * 1e3
+
+    cached, cold = [], []
+    for _ in range(runs):
+        cold.append(each(True))
+        cached.append(each(False))
+    tokens = sum(len(parse_request(b, "chat", tok).prompt_ids) for b in bodies) / len(bodies)
+    return {"turns": turns, "conversations": conversations, "mean_prompt_tokens": round(tokens),
+            "chat_auto_bpe_cold_ms": spread(cold), "chat_auto_bpe_piece_cache_ms": spread(cached),
+            "ratio_cached_to_cold": spread([a / b for a, b in zip(cached, cold)])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
             for name, tok in toks.items():
                 samples.setdefault(f"completion_{name}_ms", []).append(
                     per_call(lambda tok=tok, body=cmpl: parse_request(body, "completions", tok)) * 1e3)
+                # Cold: the piece cache (tokenization/segments.py) forgets the prompt each call.
                 samples.setdefault(f"chat_{name}_ms", []).append(
-                    per_call(lambda tok=tok, body=chat: parse_request(body, "chat", tok)) * 1e3)
+                    per_call(lambda tok=tok, body=chat: (_forget(tok), parse_request(body, "chat", tok))) * 1e3)
             samples.setdefault("raw_tokenizers_encode_bpe_ms", []).append(per_call(lambda text=text: raw_bpe.encode(text)) * 1e3)
             ids = toks["auto_bpe"].encode(text)
             samples.setdefault("router_block_keys_ms", []).append(
-                per_call(lambda ids=ids: BlockHasher(16, max_entries=1).request_keys(ids)) * 1e3)
+                per_call(lambda ids=ids: BlockHasher(16).request_keys(ids)) * 1e3)
             samples.setdefault("vllm_sha256_cbor_chain_ms", []).append(
                 per_call(lambda ids=ids: cbor_chain.block_hashes(ids, 16)) * 1e3)
         row.update({k: spread(v) for k, v in samples.items()})
@@ -100,9 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         print(n_words, {k: round(v["median"], 3) for k, v in row.items() if isinstance(v, dict) and "median" in v},
               flush=True)
 
+    conversation = conversation_cost(toks["auto_bpe"], args.runs, parse_request)
+    print("conversation", conversation, flush=True)
     doc = {"startup": {"import_transformers_s": round(import_s, 3),
                        "load_s": {k: round(v, 3) for k, v in load_s.items()}},
            "per_request": rows,
+           "conversation": conversation,
            "notes": "ms per call, median over runs; each run averages >= 0.2 s of calls; memo-free block keys"}
     write_result(args.out, doc, run)
     print(f"wrote {args.out}")

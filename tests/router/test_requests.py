@@ -128,14 +128,18 @@ def test_fuzz_parse_only_ever_accepts_or_raises_request_error(raw: bytes, kind: 
         assert isinstance(p.prompt_ids, list)
 
 
-def test_block_hasher_memoises_exactly() -> None:
-    ids = list(range(1000, 1000 + 100))
-    plain = BlockHasher(16, max_entries=10**6)
-    h = BlockHasher(16, max_entries=8)
-    first = h.request_keys(ids)
-    assert first == plain.request_keys(ids) and len(first) == 6
-    assert h.request_keys(ids[:70] + [5] * 30)[:4] == first[:4]
-    assert h.hits == 4 and len(h) <= 8
-    for k in range(5):  # overflowing the table clears it; results stay exact
-        assert h.request_keys([k] * 48) == plain.request_keys([k] * 48)
-    assert h.request_keys(ids) == first
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**31), max_size=120), st.sampled_from([1, 4, 16]),
+       st.sampled_from([None, "s3cret", "x'y"]), st.sampled_from([None, "sql-adapter"]))
+def test_request_keys_equal_the_event_side_chain(ids: list[int], bs: int, salt: str | None,
+                                                 lora: str | None) -> None:
+    # The index matches a prompt's keys against keys it chained from KV events with
+    # BlockHasher.key: the packed one-pass request path must give the same values.
+    h = BlockHasher(bs)
+    lora_t = (lora,) if lora else ()
+    expected, parent = [], None
+    for i in range(len(ids) // bs):
+        extra = (lora_t + (salt,) if salt else lora_t or None) if i == 0 else (lora_t or None)
+        parent = h.key(parent, tuple(ids[i * bs : (i + 1) * bs]), extra)
+        expected.append(parent)
+    assert h.request_keys(ids, cache_salt=salt, lora_name=lora) == expected

@@ -34,6 +34,7 @@ from pdserve.tokenization.base import ChatOptions, ChatTemplateError, ModelToken
 from pdserve.tokenization.chat_messages import ContentFormat, developer_to_system, parse_messages
 from pdserve.tokenization.content_format import detect_content_format
 from pdserve.tokenization.rules import ChatRules, rules_for
+from pdserve.tokenization.segments import SegmentEncoder
 
 # vLLM 0.33 refuses these inside chat_template_kwargs ("Found unexpected chat template kwargs").
 _UNEXPECTED_KWARGS = {"chat_template", "tokenize"}
@@ -98,6 +99,8 @@ class HfTokenizer(ModelTokenizer):
             raise TokenizerLoadError(f"chat template content format must be auto, string or openai, got {content_format!r}")
         self._content_format = content_format
         self._backend = _backend_encoder(tokenizer)
+        # Chat prompts: pieces between special tokens encoded once (conversation history).
+        self._segments = SegmentEncoder.plan(self._backend)
         self._fn_params = frozenset(
             p.name for p in inspect.signature(tokenizer.apply_chat_template).parameters.values()
             if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL))
@@ -111,12 +114,22 @@ class HfTokenizer(ModelTokenizer):
         if not isinstance(text, str):
             raise TypeError(f"encode expects str, got {type(text).__name__}")
         b = self._backend
-        # transformers' call sets these on the backend before encoding (no truncation, no
-        # padding, its split_special_tokens); when they differ, let it do so.
-        if b is not None and b.truncation is None and b.padding is None and \
-                b.encode_special_tokens == bool(getattr(self._tok, "split_special_tokens", False)):
+        if b is not None and self._backend_stock():
             return list(b.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0].ids)
         return list(self._tok(text, add_special_tokens=add_special_tokens)["input_ids"])
+
+    def _backend_stock(self) -> bool:
+        """Whether ``tokenizer(text)`` is now the backend's plain encode: transformers' call
+        sets these on the backend before encoding (no truncation, no padding, its
+        split_special_tokens); when they differ, let it do so."""
+        b = self._backend
+        return b is not None and b.truncation is None and b.padding is None and \
+            b.encode_special_tokens == bool(getattr(self._tok, "split_special_tokens", False))
+
+    def _encode_chat(self, text: str, add_special_tokens: bool) -> list[int]:
+        if not add_special_tokens and self._segments is not None and self._backend_stock():
+            return self._segments.encode(text)
+        return self.encode(text, add_special_tokens=add_special_tokens)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
@@ -169,7 +182,7 @@ class HfTokenizer(ModelTokenizer):
 
     def _chat_ids(self, messages: Sequence[Mapping[str, Any]], opts: ChatOptions) -> list[int]:
         text = self._render(messages, opts)
-        return self.encode(text, add_special_tokens=opts.add_special_tokens and self.rules.chat_add_special_tokens)
+        return self._encode_chat(text, opts.add_special_tokens and self.rules.chat_add_special_tokens)
 
 
 def load_hf(source: str, mode: str, *, revision: str | None, hf_token: str | None, trust_remote_code: bool,
