@@ -63,9 +63,17 @@ TARGETS = ("direct", "pdserve", "pdserve-2proc", *RUST)
 TTFT_TARGET, CPU_TARGET = 1.2, 1.3
 
 
+_numbered = [0]  # prompts numbered so far, over every burst of this run
+
+
 def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid: int | None,
                load_cpus: str | None) -> dict:
-    """One burst of ``streams`` simultaneous streams against ``url``; per-burst numbers."""
+    """One burst of ``streams`` simultaneous streams against ``url``; per-burst numbers.
+    Every burst's prompts are new (numbered on from the previous burst's): no router may
+    answer a round from what it cached of an earlier round (prefix trees, memos, the
+    piece cache), as a burst of new conversations would not let it."""
+    first = _numbered[0]
+    _numbered[0] += streams
     start_at = time.time() + args.lead_s
     cmd = [sys.executable, str(HERE / "burst_client.py"), "--url", url, "--start-at", f"{start_at:.6f}",
            "--max-tokens", str(args.max_tokens), "--prompt-words", str(args.prompt_words), "--model", MODEL,
@@ -73,7 +81,7 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
     if load_cpus:
         cmd = ["taskset", "-c", load_cpus, *cmd]
     sizes = [streams // procs + (1 if i < streams % procs else 0) for i in range(procs)]
-    clients = [subprocess.Popen([*cmd, "--streams", str(n), "--offset", str(sum(sizes[:i]))],
+    clients = [subprocess.Popen([*cmd, "--streams", str(n), "--offset", str(first + sum(sizes[:i]))],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i, n in enumerate(sizes)]
     # The router's CPU over the burst only: read it just before the clients open their streams.
     time.sleep(max(0.0, start_at - time.time() - 0.02))
