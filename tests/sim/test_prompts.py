@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+import pytest
+
+from pdserve.worker.engine import Engine, EngineConfig, EngineRequest
+from pdserve.worker.perf import PerfModel, load_profile
 from pdserve.worker.vllm_hash import block_hashes
-from pdserve.sim.prompts import block_keys, token_ids
+from pdserve.sim.prompts import ZeroPrompt, block_keys, token_ids
 from pdserve.sim.traces import TraceRequest
+
+
+PERF = PerfModel(load_profile("llama-3.1-8b-h100"))
 
 
 def common_prefix(a: list, b: list) -> int:
@@ -45,3 +54,34 @@ def test_a_block_straddling_two_hash_blocks_depends_on_both() -> None:
     b = TraceRequest(1, 0.0, 1024, 1, (1, 3))
     ka, kb = block_keys(a, 384), block_keys(b, 384)
     assert ka[0] == kb[0] and ka[1] != kb[1]
+
+
+def test_zero_prompt_reads_as_a_list_of_zeros() -> None:
+    n = 1000
+    z, ref = ZeroPrompt(n), [0] * n
+    assert len(z) == n and z[0] == 0 and z[-1] == 0
+    for sl in (slice(0, 16), slice(990, 1010), slice(5, None), slice(None, 3), slice(2000, 2100), slice(10, 2)):
+        assert z[sl] == ref[sl]
+    assert z + [7, 8] == ref + [7, 8]
+    assert z == ref and z != [0] * (n - 1) and z != [1] * n and list(z) == ref
+    with pytest.raises(IndexError):
+        z[n]
+
+
+def test_an_engine_steps_a_zero_prompt_as_the_list() -> None:
+    """Block hashes past the supplied keys (the straddling and output blocks) come out the same."""
+    cfg = EngineConfig(num_blocks=64, block_size=16)
+    engines = [Engine(cfg, PERF), Engine(cfg, PERF)]
+    outs: list[list[object]] = [[], []]
+    for e, prompt, out in zip(engines, ([0] * 100, ZeroPrompt(100)), outs):
+        req = EngineRequest(request_id="a", prompt_token_ids=cast("list[int]", prompt), max_tokens=40, ignore_eos=True)
+        req.block_hashes = [b"k%d" % i for i in range(3)]  # keys for 3 of the prompt's 6 full blocks
+        e.add_request(req, 0.0)
+        t = 0.0
+        while e.has_work():
+            o = e.step(t)
+            t += o.duration
+            out.append((o.duration, [(x.token_id, x.index, x.finished) for x in o.tokens],
+                        [(s.block_hashes, s.parent_block_hash) for s in o.kv_events.stored]))
+        assert len(req.block_hashes) == (100 + 40 - 1) // 16
+    assert outs[0] == outs[1] and len(outs[0]) == 40

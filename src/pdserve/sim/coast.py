@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from operator import sub
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -94,7 +95,7 @@ def _run(sim: Simulation, c: Coast, n: int) -> float:
         st.last_token_s = last
     if n > 1:
         # every request of the batch has the same gap at each later step (the summary sorts the samples)
-        gaps = [t - prev for prev, t in zip(ends, ends[1:n])]
+        gaps = list(map(sub, ends[1:n], ends))
         seqs = len(eng.running)
         itl.fromlist(gaps if seqs == 1 else gaps * seqs)
     advance(eng, n)

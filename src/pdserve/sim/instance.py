@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from pdserve.router.policies import WorkerView
 from pdserve.sim.config import SimConfig, SimConfigError
+from pdserve.sim.prompts import ZeroPrompt
 from pdserve.common.kvlink import Link
 from pdserve.worker.engine import Engine, EngineConfig, EngineRequest, StepOutput
 from pdserve.worker.perf import PerfModel, PerfProfile, load_profile
@@ -157,10 +158,10 @@ class Instance:
     ) -> None:
         # Token values only matter for hashing, and the prompt's block hashes are
         # supplied precomputed (see pdserve.sim.prompts), so a zero-filled prompt
-        # is enough and costs one memset.
+        # is enough, and it need not exist as a list (the engine reads its length and slices).
         req = EngineRequest(
             request_id=request_id,
-            prompt_token_ids=[0] * input_tokens,
+            prompt_token_ids=cast("list[int]", ZeroPrompt(input_tokens)),
             max_tokens=output_tokens,
             ignore_eos=True,
             hold_kv=hold_kv,

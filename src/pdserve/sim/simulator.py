@@ -37,7 +37,6 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import cast
 
 from pdserve.router.core.scheduler import Mode, PoolViews, Scheduler
 from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
@@ -65,7 +64,6 @@ from pdserve.sim.traces import Trace, default_block_size
 from pdserve.sim.windows import WindowTracker
 from pdserve.worker.decode_run import plain_steps
 from pdserve.worker.engine import StepOutput
-from pdserve.worker.kvcache import KvEvents
 
 
 @dataclass(slots=True)
@@ -432,6 +430,9 @@ class Simulation:
                     on_step_done(obj, obj.step_out)  # type: ignore[arg-type,attr-defined]  # a _STEP_DONE carries its Instance
                 elif kind == _COAST_DONE:
                     end_coast(self, obj)  # type: ignore[arg-type]
+                elif kind == _KV_EVENTS:
+                    # a _KV_EVENTS carries (Instance, KvEvents); no typing.cast: its tuple[...] is built on every call
+                    self.router_view.apply_events(*obj)  # type: ignore[misc]
                 elif kind == _KICK:
                     self._on_kick(obj)  # type: ignore[arg-type]
                 elif kind == _KV_DONE:
@@ -444,8 +445,6 @@ class Simulation:
                     self._dispatch_decode(obj)  # type: ignore[arg-type]
                 elif kind == _SCRAPE:
                     self._on_scrape(i < n)
-                elif kind == _KV_EVENTS:
-                    self.router_view.apply_events(*cast(tuple[Instance, KvEvents], obj))
                 else:
                     self._on_tick()
                     self._push(t + self.autoscaler.interval_s, _TICK, None)  # type: ignore[union-attr]

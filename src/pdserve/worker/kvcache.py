@@ -72,23 +72,32 @@ class BlockPool:
             out.append(holders[0])
         return out
 
+    # The simulator moves every prompt's blocks through these (prefill and decode side, tens of blocks each),
+    # so their loops bind what they use to locals.
     def touch(self, block_ids: Sequence[int]) -> None:
         """Take a reference on blocks found by ``find_prefix`` (removing free ones from the queue)."""
+        ref_cnt = self.ref_cnt
+        free = self.free
         for bid in block_ids:
-            if self.ref_cnt[bid] == 0:
-                del self.free[bid]
-            self.ref_cnt[bid] += 1
+            c = ref_cnt[bid]
+            if c == 0:
+                del free[bid]
+            ref_cnt[bid] = c + 1
 
     def allocate(self, n: int) -> list[int]:
         """``n`` fresh blocks, evicting cached free blocks in LRU order. Caller checks ``num_free``."""
-        if n > len(self.free):
-            raise RuntimeError(f"allocate({n}) with only {len(self.free)} free blocks")
-        out: list[int] = []
-        for _ in range(n):
-            bid, _ = self.free.popitem(last=False)
-            h = self.block_hash[bid]
+        free = self.free
+        if n > len(free):
+            raise RuntimeError(f"allocate({n}) with only {len(free)} free blocks")
+        popitem = free.popitem
+        out = [popitem(False)[0] for _ in range(n)]
+        ref_cnt = self.ref_cnt
+        block_hash = self.block_hash
+        for bid in out:
+            ref_cnt[bid] = 1
+            h = block_hash[bid]
             if h is not None:
-                self.block_hash[bid] = None
+                block_hash[bid] = None
                 holders = self.cached.get(h)
                 if holders is not None and bid in holders:
                     # vLLM's _maybe_evict_cached_block: one BlockRemoved per evicted block, even
@@ -97,17 +106,18 @@ class BlockPool:
                     if not holders:
                         del self.cached[h]
                     self.events.removed.append(h)
-            self.ref_cnt[bid] = 1
-            out.append(bid)
         return out
 
     def free_blocks(self, block_ids: Sequence[int]) -> None:
         """Drop one reference from each block; tail blocks of a sequence are freed first so they
         are evicted before the shared prefix blocks (vLLM frees in reverse order)."""
+        ref_cnt = self.ref_cnt
+        free = self.free
         for bid in reversed(block_ids):
-            self.ref_cnt[bid] -= 1
-            if self.ref_cnt[bid] == 0:
-                self.free[bid] = None
+            c = ref_cnt[bid] - 1
+            ref_cnt[bid] = c
+            if c == 0:
+                free[bid] = None
 
     def cache_blocks(
         self,
@@ -127,13 +137,16 @@ class BlockPool:
         another block already holds the same hash, so the event's hashes and tokens always line up."""
         if not self.enable_caching or end <= start:
             return
-        for i in range(start, end):
-            h = hashes[i]
-            bid = block_ids[i]
-            self.block_hash[bid] = h
-            holders = self.cached.get(h)
+        new_hashes = hashes[start:end]
+        if not isinstance(new_hashes, list):
+            new_hashes = list(new_hashes)
+        block_hash = self.block_hash
+        cached = self.cached
+        for h, bid in zip(new_hashes, block_ids[start:end]):
+            block_hash[bid] = h
+            holders = cached.get(h)
             if holders is None:
-                self.cached[h] = [bid]
+                cached[h] = [bid]
             elif bid not in holders:
                 holders.append(bid)
         parent = hashes[start - 1] if start > 0 else None
@@ -142,7 +155,7 @@ class BlockPool:
         if start == 0:
             extra[0] = first_block_extra_keys
         # a list's slice is already a copy: copy only other sequences (the simulator caches long prompts)
-        self.events.stored.append(StoredBlocks(list(hashes[start:end]), parent,
+        self.events.stored.append(StoredBlocks(new_hashes, parent,
                                                tokens if isinstance(tokens, list) else list(tokens), extra))
 
     def reset_prefix_cache(self) -> bool:
