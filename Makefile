@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 K8S_BIN := .cache/k8s/bin
 PYTEST_ARGS ?=
 
-.PHONY: test lint unit conformance conformance-env load-env venv system-deps k8s-bins demo crds dashboard bench bench-smoke clean help
+.PHONY: test lint unit conformance conformance-env load-env venv system-deps k8s-bins demo crds dashboard bench bench-smoke disk-usage clean help
 
 help:
 	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
@@ -52,6 +52,13 @@ lint:
 test: venv lint system-deps k8s-bins conformance-env load-env
 	PDSERVE_CONFORMANCE_REQUIRED=1 PDSERVE_LOAD_REQUIRED=1 PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(MAKE) --no-print-directory bench-smoke
+	@$(MAKE) --no-print-directory disk-usage
+
+# Bytes on disk of what `make test` set up (a CI run once ran out of space): the venvs, .cache/
+# (conformance venvs, control-plane binaries, load venv) and the kept wheels in the user's cache.
+WHEEL_CACHE = $(or $(PDSERVE_WHEEL_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pdserve)
+disk-usage:
+	@du -sb $(VENV)/ $(wildcard .cache/*/) $(WHEEL_CACHE) 2>/dev/null | awk '{t += $$1; printf "[disk] %6.2f GB  %s\n", $$1/1e9, $$2} END {printf "[disk] %6.2f GB  total\n", t/1e9}'
 
 # Every benchmark script on a tiny input (seconds each, outputs in a temporary folder),
 # so none of them rots; numbers are not checked here (bench/smoke.py).

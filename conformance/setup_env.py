@@ -6,12 +6,21 @@ from ``conformance/requirements/vllm-<ver>.txt``: a complete pinned list install
 flashinfer, triton, ray, ...) that nothing here imports; the list holds the ``vllm`` and
 ``torch`` wheels from PyPI, the CUDA runtime libraries torch's shared objects link
 against (``import torch`` fails without them even on a CPU-only machine), and the pure
-packages the imported vLLM modules need. The wheels are downloaded once into the user's
-cache, ``~/.cache/pdserve/conformance-wheels`` (``$XDG_CACHE_HOME``, or
-``$PDSERVE_WHEEL_CACHE``; pip's own HTTP cache does not keep them here: the index answers
-``no-store``), so another checkout on the machine reuses them, and installed from there
-offline; a venv whose requirements did
-not change is kept (its stamp holds the list's SHA-256), so a warm run only checks stamps.
+packages the imported vLLM modules need.
+
+Disk: CI ran out of space here (~25 GB written by a cold ``make test``). After install,
+what a machine without a GPU can never load is removed (``prune.py``: vLLM's CUDA kernel
+modules, NVIDIA libraries no shared object of the venv links); the names and bytes go to
+``setup-times.json``. The wheels of the list are downloaded once into the user's cache,
+``~/.cache/pdserve/conformance-wheels`` (``$XDG_CACHE_HOME``, or ``$PDSERVE_WHEEL_CACHE``;
+pip's own HTTP cache does not keep them here: the index answers ``no-store``), so another
+checkout on the machine reuses them, and installed from there offline -- except NVIDIA's
+(``nvidia-*``, ~5 GB zipped for both versions, a third of it pruned right after install):
+each is installed straight from the index (pip deletes the wheel) and pruned, one at a
+time, so the peak is the venvs plus one wheel, and a cold machine
+(CI), which gains nothing from a cache on its own disk, does not carry them. A venv whose
+list and prune recipe did not change is kept (its stamp holds both), so a warm run only
+checks stamps.
 
 Each venv is smoke-tested by importing what the probes use; the times go to
 ``.cache/conformance/setup-times.json``.
@@ -24,11 +33,14 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import prune  # conformance/prune.py (this script's folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "conformance" / "requirements"
@@ -39,6 +51,8 @@ CACHE = ROOT / ".cache" / "conformance"
 WHEELS = Path(os.environ.get("PDSERVE_WHEEL_CACHE")
               or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pdserve" / "conformance-wheels")
 SMOKE = ROOT / "conformance" / "probes" / "smoke.py"
+# Bump when what is pruned changes: the stamp holds it, so the venvs get rebuilt.
+PRUNE_RECIPE = 1
 
 
 def supported_versions() -> list[str]:
@@ -59,11 +73,20 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> None:
     subprocess.run(cmd, check=True, env=env)
 
 
+def _pins(req: Path) -> list[str]:
+    return [line.strip() for line in req.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _transient(pin: str) -> bool:
+    """NVIDIA's wheels (~5 GB zipped for both versions) are not kept: see the module docstring."""
+    return pin.lower().replace("_", "-").startswith("nvidia-")
+
+
 def build(version: str, python: str, force: bool) -> dict[str, object]:
     req = REQUIREMENTS / f"vllm-{version}.txt"
     target = venv_dir(version)
     stamp = target / ".conformance-ready"
-    want = _digest(req)
+    want = f"{_digest(req)} prune={PRUNE_RECIPE}"
     if not force and stamp.exists() and stamp.read_text().strip() == want:
         return {"version": version, "built": False, "addons": add_ons(target)}
     t_rm = time.monotonic()
@@ -72,19 +95,53 @@ def build(version: str, python: str, force: bool) -> dict[str, object]:
     t0 = time.monotonic()
     _run([python, "-m", "venv", str(target)])
     pip = [str(target / "bin" / "python"), "-m", "pip"]
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    wheels = WHEELS
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}
+    pins = _pins(req)
+    kept = [p for p in pins if not _transient(p)]
     # `pip download` skips files already in the folder: only missing wheels are fetched.
-    _run([*pip, "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(wheels), "-r", str(req)], env=env)
+    _run([*pip, "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(WHEELS), *kept], env=env)
     t_download = time.monotonic() - t0
-    _run([*pip, "install", "-q", "--no-deps", "--no-index", "--find-links", str(wheels), "-r", str(req)], env=env)
+    _run([*pip, "install", "-q", "--no-deps", "--no-index", "--find-links", str(WHEELS), *kept], env=env)
+    site = next((target / "lib").glob("python*/site-packages"))
+    pruned: dict[str, int] = {}
+    for p in prune.cuda_kernel_modules(site):
+        pruned[str(p.relative_to(site))] = p.stat().st_size
+        p.unlink()
+    libs = prune.NvidiaLibs(prune.outside_nvidia(site))
+    todo = [p for p in pins if _transient(p)]
+    while todo:
+        pin = todo.pop(0)
+        before = set(prune.shared_objects(site / "nvidia"))
+        _install_transient(pip, pin, env, again=pin in libs.pruned.values())
+        for p in libs.add(set(prune.shared_objects(site / "nvidia")) - before, pin):
+            pruned[str(p.relative_to(site))] = p.stat().st_size
+            p.unlink()
+        todo += [r for r in libs.missing() if r not in todo]
     t_install = time.monotonic() - t0
     _run([str(target / "bin" / "python"), str(SMOKE)], env={**os.environ, "PYTHONPATH": ""})
     stamp.write_text(want + "\n")
     add_ons(target)
     return {"version": version, "built": True, "download_s": round(t_download, 1), "install_s": round(t_install - t_download, 1),
             "total_s": round(time.monotonic() - t0, 1),
-            "removed_old_venv_s": round(t0 - t_rm, 1), "venv_bytes": _du(target)}
+            "removed_old_venv_s": round(t0 - t_rm, 1), "venv_bytes": _du(target),
+            "kept_wheels_bytes": sum(w.stat().st_size for w in _kept_wheels(kept)),
+            "pruned_bytes": sum(pruned.values()), "pruned": dict(sorted(pruned.items()))}
+
+
+def _install_transient(pip: list[str], pin: str, env: dict[str, str], again: bool) -> None:
+    """Install one wheel straight from the index: pip keeps it in a temporary folder only
+    (``pip download`` then ``install`` would hold it twice: its temporary copy and the saved one)."""
+    _run([*pip, "install", "-q", "--no-deps", "--only-binary=:all:", *(["--force-reinstall"] if again else []), pin], env=env)
+
+
+def _kept_wheels(pins: list[str]) -> list[Path]:
+    """The cached wheel files of these pins (names normalised as in wheel file names)."""
+    found = []
+    for pin in pins:
+        name, _, ver = pin.partition("==")
+        stem = re.sub(r"[-_.]+", "_", name).lower() + "-" + ver
+        found += [w for w in WHEELS.glob("*.whl") if w.name.lower().startswith(stem + "-")]
+    return found
 
 
 def add_ons(target: Path) -> list[str]:
