@@ -141,6 +141,10 @@ def _hit(x: float | dict[str, Any]) -> str:
     return f"{x:.3f}"
 
 
+def _over(x: float | dict[str, Any], what: str) -> str:
+    return f" over {x['n']} {what}" if isinstance(x, dict) and x["n"] > 1 else ""
+
+
 def _med(x: float | dict[str, Any]) -> float:
     return float(x["median"]) if isinstance(x, dict) else float(x)
 
@@ -164,8 +168,8 @@ def routing(d: dict[str, Any], rel: str = "") -> str:
     kv = r["kv_aware"]
     role = ROUTING_ROLE.get(rel)
     txt = (f"{d['layout']}, {d['trace']} {d['window']}{f' ({role})' if role else ''}: {verdict(d)}; "
-           f"pdserve kv_aware hit ratio {_hit(kv['prefix_hit_ratio'])}, "
-           f"max/mean requests {kv['max_mean_requests']:.2f}, TTFT p90 {_pct(-kv['ttft_p90_gain_vs_round_robin'])} vs "
+           f"pdserve kv_aware hit ratio {_hit(kv['prefix_hit_ratio'])}{_over(kv['prefix_hit_ratio'], 'tie phases')}, "
+           f"max/mean requests {_med(kv['max_mean_requests']):.2f}, TTFT p90 {_pct(-kv['ttft_p90_gain_vs_round_robin'])} vs "
            f"its round_robin")
     if "kv_router" in dyn:
         k = dyn["kv_router"]

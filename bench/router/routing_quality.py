@@ -42,7 +42,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from pdserve.router.core.spec import PolicyName
-from pdserve.router.policies import CacheAwarePolicy, Decision, Policy, RouteRequest, WorkerView
+from pdserve.router.policies import (CacheAwarePolicy, Decision, KvAwarePolicy, Policy, PrefixApproxPolicy,
+                                     RouteRequest, WorkerView, pool_weights)
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import PD_BATCHED_TOKENS, pool_spec
 from pdserve.sim.simulator import Simulation
@@ -115,11 +116,21 @@ def bound(trace: Trace, block_size: int, cfg: SimConfig) -> tuple[float, dict[st
 POLICIES = [p.value for p in PolicyName]
 
 
-def install_reference(name: str, sim: Simulation, block: int) -> None:
-    """Put a peer baseline or greedy_global (a policy, not a bound) on the simulation's routed pool. pdserve's
-    own policies need nothing here: SimConfig.routing builds them as the router does."""
-    if name == "greedy_global":
-        policy: Policy = GlobalOracle(sim, sim.entry_pool)
+# pdserve policies whose tie-breaks rotate from a phase (``tie_offset``) that --seeds varies.
+SEEDED = {"kv_aware": KvAwarePolicy, "prefix_approx": PrefixApproxPolicy}
+
+
+def install_reference(name: str, sim: Simulation, block: int, seed: int = 0) -> None:
+    """Put a peer baseline or greedy_global (a policy, not a bound) on the simulation's routed pool, or, for a
+    seed > 0, a pdserve cost policy whose tie rotation starts at that phase. pdserve's own policies at seed 0
+    need nothing here: SimConfig.routing builds them as the router does."""
+    if seed and name in SEEDED:
+        pool = "prefill" if sim.entry_pool == "prefill" else "decode"
+        w = pool_weights(sim.cfg.routing.weights, pool)
+        policy: Policy = (KvAwarePolicy(index=sim.scheduler.index, weights=w, block_size=block, tie_offset=seed)
+                          if name == "kv_aware" else PrefixApproxPolicy(weights=w, block_size=block, tie_offset=seed))
+    elif name == "greedy_global":
+        policy = GlobalOracle(sim, sim.entry_pool)
     elif name in BASELINES:
         thr, abs_thr, rel_thr, chars = BASELINES[name]
         policy = CacheAwarePolicy(block_size=block, cache_threshold=thr, balance_abs_threshold=abs_thr,
@@ -205,7 +216,7 @@ def _median(x: float | dict) -> float:
     return x["median"] if isinstance(x, dict) else x
 
 
-def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int) -> tuple[dict, Simulation]:
+def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int, seed: int = 0) -> tuple[dict, Simulation]:
     """One pdserve policy on the window: hit ratio, TTFT, load balance (requests and work per routed worker)."""
     cfg = SimConfig(topology=args.topology, instances=args.instances, block_size=block,
                     prefill_instances=args.instances, decode_instances=args.decode_instances,
@@ -213,7 +224,7 @@ def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int) -> t
                     exact_views=args.exact_views)
     t0 = time.perf_counter()
     sim = Simulation(trace.scaled(args.rate_scale), cfg)
-    install_reference(name, sim, block)
+    install_reference(name, sim, block, seed)
     res = sim.run()
     s = res.summary
     per = {i["id"]: i for i in res.instances if i["pool"] == sim.entry_pool}
@@ -234,6 +245,23 @@ def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int) -> t
         "finished": s.finished, "requests": s.requests, "preemptions": res.preemptions,
         "sim_wall_s": round(time.perf_counter() - t0, 1),
     }, sim
+
+
+def simulate_seeds(name: str, trace: Trace, args: argparse.Namespace, block: int) -> tuple[dict, Simulation]:
+    """``simulate`` at tie phases 0..--seeds-1 for the SEEDED policies (once for the others): median and
+    spread, like Dynamo's runs; ``seed0`` keeps the live router's own phase (0)."""
+    seeds = range(args.seeds if name in SEEDED else 1)
+    runs = []
+    for seed in seeds:
+        row, sim = simulate(name, trace, args, block, seed)
+        runs.append(row)
+    if len(runs) == 1:
+        return runs[0], sim
+    pick = sorted(runs, key=lambda x: x["prefix_hit_ratio"])[len(runs) // 2]  # the median run
+    keys = ("prefix_hit_ratio", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "max_mean_requests", "max_mean_work")
+    return {**pick, **{k: spread([r[k] for r in runs]) for k in keys},
+            "sim_wall_s": round(sum(r["sim_wall_s"] for r in runs), 1), "tie_offsets": len(runs),
+            "seed0": {k: runs[0][k] for k in keys}}, sim
 
 
 def gains(rows: dict[str, dict]) -> None:
@@ -267,6 +295,9 @@ def main() -> int:
     ap.add_argument("--dynamo-python", default=None,
                     help="a Python with ai-dynamo 1.6.1: run Dynamo's replay on the same window beside pdserve")
     ap.add_argument("--dynamo-runs", type=int, default=5, help="kv_router repetitions (random tie-breaks)")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="run kv_aware and prefix_approx at tie-rotation phases 0..N-1 (median [min..max]): their "
+                         "replays depend on it chaotically, as Dynamo's do on its random tie-breaks")
     ap.add_argument("--dynamo-overlap-weights", type=float, nargs="*", default=[],
                     help="also run kv_router with these overlap_score_weight values")
     ap.add_argument("--out", type=Path, default=None, help="write JSON results here")
@@ -281,7 +312,9 @@ def main() -> int:
         ap.error(f"unknown policies {sorted(unknown)}")
     if args.trace is None:
         ap.error("--trace is required")
-    run = Run(runs=args.dynamo_runs if args.dynamo_python else 1)
+    if args.seeds < 1:
+        ap.error("--seeds must be >= 1")
+    run = Run(runs=max(args.seeds, args.dynamo_runs if args.dynamo_python else 1))
     console = Console()
     full = load_trace(args.trace)
     lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
@@ -297,13 +330,13 @@ def main() -> int:
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("policies", total=len(args.policies))
         for name in args.policies:
-            rows[name], sim = simulate(name, trace, args, block)
+            rows[name], sim = simulate_seeds(name, trace, args, block)
             progress.advance(task)
     assert sim is not None
     num_blocks = sim.instances[sim.entry_pool][0].engine.pool.num_blocks
     bound_hit, bound_ttft = bound(trace, block, sim.cfg)
     for r in rows.values():
-        r["vs_bound"] = round(r["prefix_hit_ratio"] / bound_hit, 3) if bound_hit else None
+        r["vs_bound"] = round(_median(r["prefix_hit_ratio"]) / bound_hit, 3) if bound_hit else None
     gains(rows)
     dynamo = {}
     if args.dynamo_python:
@@ -328,7 +361,7 @@ def main() -> int:
             "topology": args.topology, "layout": layout, "instances": args.instances,
             "decode_instances": args.decode_instances if args.topology == "disagg" else 0,
             "token_budget": args.token_budget, "block_size": block, "kv_blocks_per_worker": num_blocks,
-            "rate_scale": args.rate_scale, "exact_views": args.exact_views,
+            "rate_scale": args.rate_scale, "exact_views": args.exact_views, "pdserve_seeds": args.seeds,
             "bound": {"hit_ratio": round(bound_hit, 4), **bound_ttft,
                       "what": "one unlimited cache shared by all workers; TTFT of each prompt's uncached part "
                               "prefilled alone on an idle engine (front-end latency + one step)"},

@@ -373,3 +373,27 @@ def test_recent_load_moves_small_overlaps_but_keeps_a_long_cached_context() -> N
     assert p.select(req("turn", context + [77]), ws, 12.0).worker_id == "w0"
     small = p.select(req("new", [1, 2, 3, 4] + list(range(600, 616))), ws, 12.0)
     assert small.worker_id != "w0", small.reason
+
+
+@pytest.mark.parametrize("cls", [KvAwarePolicy, PrefixApproxPolicy])
+def test_tie_offset_sets_where_rotation_among_ties_starts(cls: type[KvAwarePolicy]) -> None:
+    """Four idle workers and no cached prefix are a four-way tie: the phase decides the first
+    pick, then the rotation goes on from there (routing_quality.py --seeds varies it)."""
+    def picks(offset: int) -> list[str]:
+        p = cls(tie_offset=offset)
+        out = []
+        for i in range(4):
+            r = req(f"r{i}", [100 * i + 1])
+            d = p.select(r, idle(4), 0)
+            p.on_routed(d, r, 0)
+            p.on_finished(r.request_id, d.worker_id, 0)
+            out.append(d.worker_id)
+        return out
+
+    base = picks(0)
+    assert sorted(base) == ["w0", "w1", "w2", "w3"]
+    assert picks(1) != base and sorted(picks(1)) == sorted(base)
+    # Each pick charges its worker recent load, so the ties shrink 4, 3, 2: the phase acts modulo each.
+    assert picks(12) == base
+    with pytest.raises(ValueError, match="tie_offset"):
+        cls(tie_offset=-1)

@@ -18,6 +18,7 @@ class KvAwarePolicy(Policy):
     burst of requests sharing a new prefix would otherwise scatter before the first
     one's events land. Like llm-d's speculative indexing, each routed prompt counts
     as cached on its worker for ``speculative_ttl_s`` seconds (0 disables it).
+    ``tie_offset``: the phase at which rotation among equal-cost workers starts.
     """
 
     name = "kv_aware"
@@ -31,11 +32,17 @@ class KvAwarePolicy(Policy):
         ledger_ttl_s: float = 600.0,
         speculative_ttl_s: float = 10.0,
         speculative_max_blocks: int = 200_000,
+        tie_offset: int = 0,
     ) -> None:
         super().__init__(block_size=block_size, ledger_ttl_s=ledger_ttl_s)
         self.index = index if index is not None else KvIndex()
         self.weights = weights or CostWeights()
-        self._rotation = 0
+        # Where rotation among tied workers starts. Nothing favours one phase over another;
+        # benchmarks vary it (bench/router/routing_quality.py --seeds) because a replay's hit
+        # ratio depends on it chaotically, as Dynamo's does on its random tie-breaks.
+        if tie_offset < 0:
+            raise ValueError(f"tie_offset must be >= 0, got {tie_offset}")
+        self._rotation = tie_offset
         self.recent = RecentLoad(self.weights.recent_half_life_s)
         self.speculative = RecentRoutes(speculative_ttl_s, speculative_max_blocks) if speculative_ttl_s > 0 else None
 

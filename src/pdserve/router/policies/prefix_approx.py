@@ -23,9 +23,11 @@ class PrefixApproxPolicy(KvAwarePolicy):
         weights: CostWeights | None = None,
         block_size: int = 16,
         ledger_ttl_s: float = 600.0,
+        tie_offset: int = 0,
     ) -> None:
         # Its whole index is "speculative": no separate short-lived layer.
-        super().__init__(weights=weights, block_size=block_size, ledger_ttl_s=ledger_ttl_s, speculative_ttl_s=0)
+        super().__init__(weights=weights, block_size=block_size, ledger_ttl_s=ledger_ttl_s, speculative_ttl_s=0,
+                         tie_offset=tie_offset)
         self.approx = ApproxPrefixIndex(ttl_s=ttl_s, max_blocks=max_blocks)
 
     def overlaps(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> dict[str, int]:
