@@ -8,7 +8,8 @@
 # are needed (no Docker, no release downloads). The Go module and build caches of
 # a build (~1.2 GB modules + ~3.5 GB objects) go to a temporary folder removed at
 # exit: nothing needs them once the binaries are cached in OUTDIR, and a CI disk
-# is small. GOCACHE / GOMODCACHE / GOPATH set by the user are used and kept.
+# is small. GOCACHE / GOMODCACHE / GOPATH set by the user are used and kept, and so
+# are the machine's default Go caches when they already hold something.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
@@ -35,9 +36,21 @@ BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
 
-# Temporary Go caches (see the header), created only when a build runs.
+# Go caches for a build: the user's when set; the machine's default ones when they already
+# hold something (a warm machine: the rebuild takes seconds and adds little); otherwise a
+# temporary folder (see the header), created only when a build runs and removed at exit.
 GO_TMP=""
+warm() { [[ -n "$1" && -d "$1" && -n "$(ls -A "$1" 2>/dev/null | head -n 1)" ]]; }
 go_caches() {
+  local d
+  if [[ -z "${GOCACHE:-}" ]]; then
+    d="$(go env GOCACHE 2>/dev/null || true)"
+    if warm "$d"; then export GOCACHE="$d"; fi
+  fi
+  if [[ -z "${GOMODCACHE:-}" && -z "${GOPATH:-}" ]]; then
+    d="$(go env GOMODCACHE 2>/dev/null || true)"
+    if warm "$d"; then export GOMODCACHE="$d"; fi
+  fi
   [[ -z "${GOCACHE:-}" || ( -z "${GOMODCACHE:-}" && -z "${GOPATH:-}" ) ]] || return 0
   GO_TMP="$(mktemp -d "${TMPDIR:-/tmp}/pdserve-k8s-go.XXXXXX")"
   trap 'chmod -R u+w "$GO_TMP" 2>/dev/null; rm -rf "$GO_TMP"' EXIT

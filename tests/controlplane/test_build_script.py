@@ -115,3 +115,23 @@ def test_go_caches_set_by_the_user_are_kept(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"GOCACHE={cache} GOMODCACHE={mods} " in log.read_text().splitlines()[0]
     assert (cache / "obj").exists() and (mods / "mod").exists()
+
+
+def test_warm_default_go_caches_are_used(tmp_path: Path) -> None:
+    # A machine that already keeps Go caches (this project's own earlier build, say) rebuilds in
+    # seconds from them; a cold temporary cache would cost CI minutes of compiling for nothing.
+    env, log = _recording_go(tmp_path)
+    cache, mods = tmp_path / "home-gocache", tmp_path / "home-gomod"
+    for d in (cache, mods):
+        d.mkdir()
+        (d / "old").write_text("x")
+    go = Path(env["PATH"].split(":")[0]) / "go"
+    go.write_text(go.read_text().replace(
+        "[ \"$1\" = env ] && exit 0\n",
+        f"[ \"$1 $2\" = \"env GOCACHE\" ] && echo {cache} && exit 0\n"
+        f"[ \"$1 $2\" = \"env GOMODCACHE\" ] && echo {mods} && exit 0\n"))
+    proc = _run([str(tmp_path / "out")], env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"GOCACHE={cache} GOMODCACHE={mods} " in log.read_text().splitlines()[0]
+    assert (cache / "obj").exists() and (mods / "mod").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []
