@@ -150,6 +150,14 @@ def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
                         ratios.append(mine / best)
                 if ratios:
                     o[label] = median_range(ratios)
+        if name.startswith("pdserve") and name != "pdserve-baseline" and "pdserve-baseline" in rounds:
+            # The A/B: this tree's router against --baseline-src's, round by round.
+            base = rounds["pdserve-baseline"]
+            for key, label in (("ttft_p99_ms", "ttft_p99_vs_baseline"),
+                               ("router_cpu_us_per_token", "cpu_per_token_vs_baseline")):
+                ratios = [rs[i][key] / base[i][key] for i in range(n) if rs[i].get(key) and base[i].get(key)]
+                if ratios:
+                    o[label] = median_range(ratios)
         out[name] = o
     return out
 
@@ -184,6 +192,10 @@ def markdown(doc: dict) -> str:
              f"{', '.join(f'{k} {v}' for k, v in doc.get('peers', {}).items()) or 'not installed'}\n",
              "Median over rounds [min..max]; ratios are per round against the better of vllm-router and "
              "sglang-router in the same round.\n",
+             *[f"A/B, per round against pdserve-baseline ({streams} streams, {name}): TTFT p99 "
+               f"{fmt(o.get('ttft_p99_vs_baseline'), 2)}, CPU/token {fmt(o.get('cpu_per_token_vs_baseline'), 2)}\n"
+               for streams, targets in doc["summary"].items() for name, o in targets.items()
+               if "cpu_per_token_vs_baseline" in o],
              "| streams | target | TTFT p50 ms | TTFT p99 ms | TTFT p99 / best Rust | router CPU µs/token "
              "| CPU/token / best Rust | errors |",
              "|---:|---|---:|---:|---:|---:|---:|---:|"]
@@ -248,6 +260,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.replot:
         doc = json.loads(args.replot.read_text())
+        doc["summary"] = {lv: summarise(rs) for lv, rs in doc["rounds"].items()}  # this version's ratios
+        doc["verdicts"] = verdicts(doc["summary"])
+        args.replot.write_text(json.dumps(doc, indent=2) + "\n")
         args.replot.with_suffix(".md").write_text(markdown(doc))
         plot(doc, args.plot or args.replot.with_suffix(".png"))
         return 0
