@@ -240,7 +240,9 @@ def burst(d: dict[str, Any]) -> str:
             t, c = o.get("ttft_p99_vs_best_rust"), o.get("cpu_per_token_vs_best_rust")
             if t and c:
                 errors = o.get("errors", 0)
+                ab = o.get("cpu_per_token_vs_baseline")
                 parts.append(f"{streams} streams, {name}: TTFT p99 {_spread(t, '.2f')}x, CPU/token {_spread(c, '.2f')}x"
+                             + (f" (CPU/token vs pdserve-baseline {_spread(ab, '.2f')}x)" if ab else "")
                              + (f", {errors} errors" if errors else ""))
     return ("ratio to the better of vllm-router / sglang-router in the same round, median [range] over "
             f"{d['meta']['runs']} rounds: " + "; ".join(parts))
@@ -298,7 +300,9 @@ ROWS: list[Row] = [
           "<= 1.3x the better Rust router", rel, burst)
       for policy, rel in (("round_robin", "bench/router/results/burst.json"),
                           ("cache_aware", "bench/router/results/burst_cache_aware.json"),
-                          ("round_robin; A/B of the encode change", "bench/router/results/burst_ab.json"))),
+                          ("round_robin; A/B of the encode change", "bench/router/results/burst_ab.json"),
+                          ("cache_aware, new prompts every burst; A/B of session 5's piece cache and block keys",
+                           "bench/router/results/burst_ab5.json"))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",

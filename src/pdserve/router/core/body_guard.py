@@ -6,10 +6,12 @@ escaped lone surrogates (``"\\ud800"`` decodes to a str that no UTF-8 encoder ta
 tokenizers and the upstream request raise UnicodeEncodeError), and the non-JSON
 constants NaN / Infinity. Each becomes a ``RequestError`` naming the field.
 
-The walk over the decoded value costs ~20 µs on a small chat body, on every request;
-``_cannot_offend`` skips it for a body whose bytes rule both problems out (strict
-UTF-8, no ``\\uD800``-``\\uDFFF`` escape, fewer brackets than the depth limit), which
-the walk would then pass anyway: a false "may offend" only costs the walk.
+The walk over the decoded value runs on every request and grows with the JSON's nodes
+(measured here: ~3 µs for a one-message chat body, ~65 µs for 20 messages and 4 tool
+schemas, 13 KB); ``_cannot_offend`` (~1 and ~10 µs: C scans of the bytes) skips it for
+a body whose bytes rule both problems out (strict UTF-8, no ``\\uD800``-``\\uDFFF``
+escape, no more brackets than the depth limit), which the walk would then pass anyway:
+a false "may offend" only costs the walk.
 """
 
 from __future__ import annotations
