@@ -40,3 +40,15 @@ def test_ratios_are_per_round_against_the_better_rust_router_of_that_round() -> 
 def test_no_ratio_without_both_rust_routers() -> None:
     rounds = {"direct": [r(100)], "vllm-router": [r(100, 10)], "pdserve": [r(100, 10)]}
     assert "ttft_p99_vs_best_rust" not in burst.summarise(rounds)["pdserve"]
+
+
+def test_the_ab_is_per_round_against_the_baseline() -> None:
+    rounds = {
+        "direct": [r(100), r(100), r(100)],
+        "pdserve-baseline": [r(200, 20), r(400, 40), r(100, 10)],
+        "pdserve": [r(100, 30), r(400, 20), r(150, 10)],
+    }
+    s = burst.summarise(rounds)
+    assert s["pdserve"]["ttft_p99_vs_baseline"] == {"median": 1.0, "min": 0.5, "max": 1.5, "rounds": 3}
+    assert s["pdserve"]["cpu_per_token_vs_baseline"] == {"median": 1.0, "min": 0.5, "max": 1.5, "rounds": 3}
+    assert "cpu_per_token_vs_baseline" not in s["pdserve-baseline"]
