@@ -215,6 +215,28 @@ def routing_table(root: Path) -> str:
     return "\n".join(lines)
 
 
+REUSE_FILE = "bench/router/results/routing_reuse_gaps.json"
+
+
+def reuse_table(root: Path) -> str:
+    """How long each layout's routed caches hold the window's prompts, beside the share of prompt tokens an
+    unlimited cache serves from reuses at most that far apart (bench/router/reuse_gaps.py)."""
+    d = _load(root, REUSE_FILE)
+    gaps = list(d["windows"][0]["hit_fraction_by_reuse_gap_s"])
+    lines = ["Seconds of the window's prompt traffic each layout's routed caches hold, and the share of prompt "
+             "tokens one unlimited cache serves from reuses at most g seconds apart:", "",
+             "| window | requests | " + " | ".join(f"{name} caches hold s" for name in d["layouts"])
+             + " | " + " | ".join(f"g <= {g} s" for g in gaps) + " |",
+             "| --- | ---: | " + " | ".join("---:" for _ in d["layouts"]) + " | " + " | ".join("---:" for _ in gaps) + " |"]
+    for w in d["windows"]:
+        lines.append(f"| {d['trace']} {w['window']} | {w['requests']} | "
+                     + " | ".join(f"{w['cache_holds_s'][name]:.1f}" for name in d["layouts"]) + " | "
+                     + " | ".join(f"{w['hit_fraction_by_reuse_gap_s'][g]:.3f}" for g in gaps) + " |")
+    lines.append("")
+    lines.append(f"Source: {_provenance(d, REUSE_FILE)}.")
+    return "\n".join(lines)
+
+
 def decision(d: dict[str, Any]) -> str:
     k = d["results"]["kv_aware"]
     return (f"{d['workers']} workers, {d['indexed_blocks']:,} indexed blocks, median [range] of per-run percentiles "
@@ -324,7 +346,7 @@ def render(root: Path = REPO) -> str:
 # Files with a generated table: path -> renderer.
 TARGETS: dict[str, Callable[[Path], str]] = {
     "README.md": render,
-    "bench/router/README.md": lambda root: "\n".join([BEGIN, "", routing_table(root), "", END]),
+    "bench/router/README.md": lambda root: "\n".join([BEGIN, "", routing_table(root), "", reuse_table(root), "", END]),
 }
 
 

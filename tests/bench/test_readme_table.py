@@ -28,7 +28,7 @@ def _copy_tree(tmp: Path) -> Path:
     for rel in readme_table.TARGETS:
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp / rel).write_text((ROOT / rel).read_text())
-    for src in {row.source for row in readme_table.ROWS} | set(readme_table.ROUTING_FILES):
+    for src in {row.source for row in readme_table.ROWS} | set(readme_table.ROUTING_FILES) | {readme_table.REUSE_FILE}:
         dst = tmp / src
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / src, dst)
@@ -92,7 +92,12 @@ def test_routing_rows_put_dynamo_beside_pdserve_on_every_window(tmp_path: Path) 
         assert doc["meta"]["command"].startswith("python bench/router/routing_quality.py")
         assert {"round_robin", "kv_router"} <= set(doc["dynamo"]), rel
         assert doc["dynamo"]["kv_router"]["prefix_hit_ratio"]["n"] >= 3, rel
-        assert doc["bound"]["hit_ratio"] >= max(r["prefix_hit_ratio"] for r in doc["results"].values()), rel
+        # kv_aware's replay depends on its tie phase as chaotically as Dynamo's on its random tie-breaks:
+        # both sides are reported over several runs.
+        assert doc["results"]["kv_aware"]["prefix_hit_ratio"]["n"] >= 3, rel
+        top = [r["prefix_hit_ratio"]["max"] if isinstance(r["prefix_hit_ratio"], dict) else r["prefix_hit_ratio"]
+               for r in doc["results"].values()]
+        assert doc["bound"]["hit_ratio"] >= max(top), rel
     # A changed Dynamo number shows up as a stale bench/router/README.md.
     src = root / readme_table.ROUTING_FILES[0]
     doc = json.loads(src.read_text())
