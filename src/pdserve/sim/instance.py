@@ -132,18 +132,14 @@ class Instance:
     def tp(self) -> int:
         return self.spec.tp
 
-    def view(self, load: bool = True) -> WorkerView:
-        """What the router sees; ``load=False`` before the first scrape (all zero)."""
+    def view(self, load: bool = True, prefill_tokens: bool = True) -> WorkerView:
+        """What the router sees; ``load=False`` before the first scrape (all zero); ``prefill_tokens=False``:
+        without the queued prompt tokens (0), as a /metrics scrape sees it."""
         if not load:
             return WorkerView(worker_id=self.instance_id)
         e = self.engine
-        return WorkerView(
-            worker_id=self.instance_id,
-            running=len(e.running),
-            waiting=len(e.waiting) + self.incoming,
-            inflight_prefill_tokens=self.inflight_prefill,
-            kv_usage=e.pool.usage(),
-        )
+        return WorkerView(self.instance_id, len(e.running), len(e.waiting) + self.incoming,
+                          self.inflight_prefill if prefill_tokens else 0, e.pool.usage())
 
     def add(
         self,

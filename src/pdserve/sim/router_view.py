@@ -36,10 +36,9 @@ class RouterView:
         """Like the live router's periodic /metrics scrape."""
         for inst in instances:
             if inst.state is State.READY:
-                v = inst.view()
                 # Only what vLLM's /metrics carries (running, waiting, KV usage): it has no gauge of queued
                 # prompt tokens, so the live router's views say 0 there and its ledger supplies them.
-                inst.scraped_view = WorkerView(v.worker_id, v.running, v.waiting, 0, v.kv_usage)
+                inst.scraped_view = inst.view(prefill_tokens=False)
 
     def apply_events(self, inst: Instance, ev: KvEvents) -> None:
         """One step's batch of KV events lands in the router's index."""

@@ -389,7 +389,8 @@ class Simulation:
 
     def _on_scrape(self, arrivals_left: bool) -> None:
         self.router_view.scrape(self.all_instances)
-        if arrivals_left or any(k != _SCRAPE for _, _, _, k, _ in self.heap):
+        # One scrape chain: the event being handled was its only entry, so anything left in the heap is other work.
+        if arrivals_left or self.heap:
             self._push(self.now + self.cfg.view_refresh_s, _SCRAPE, None)
 
     # ---- autoscaling (see pdserve.sim.scaling) ------------------------------------
