@@ -95,7 +95,8 @@ class NvidiaLibs:
 
     def add(self, libs: Iterable[Path], requirement: str) -> list[Path]:
         for p in libs:
-            self.present.setdefault(p.name, []).append(p)
+            if p not in self.present.setdefault(p.name, []):
+                self.present[p.name].append(p)
             self.pruned.pop(p.name, None)
         todo = [p for n in self.want for p in self.present.get(n, [])]
         while todo:

@@ -67,6 +67,15 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
 
 
+def _without_file_lists(setup: dict[str, object]) -> dict[str, object]:
+    """The record without the per-file lists of pruned/stubbed libraries (their bytes stay)."""
+    runs = setup.get("runs")
+    if not isinstance(runs, list):
+        return setup
+    return {**setup, "runs": [{k: v for k, v in r.items() if k not in ("pruned", "stubbed")} if isinstance(r, dict) else r
+                              for r in runs]}
+
+
 def render(counts: dict[str, dict[str, dict[str, int]]], setup: dict[str, object] | None, warm: dict[str, object] | None,
            versions: list[str]) -> str:
     commit = _git("rev-parse", "--short", "HEAD")
@@ -92,7 +101,7 @@ def render(counts: dict[str, dict[str, dict[str, int]]], setup: dict[str, object
         lines.append(f"| {check} | {JUDGES.get(check, '')} | " + " | ".join(row) + " |")
     if setup:
         lines += ["", "Last venv build (`conformance/setup_env.py`, from `.cache/conformance/setup-times.json`):", "",
-                  "```json", json.dumps(setup, indent=1), "```"]
+                  "```json", json.dumps(_without_file_lists(setup), indent=1), "```"]
     if warm:
         lines += ["", f"Last warm check (venvs up to date): {warm['wall_s']} s, load {' '.join(warm['loadavg'])}."]
     return "\n".join(lines) + "\n"

@@ -10,8 +10,10 @@ packages the imported vLLM modules need.
 
 Disk: CI ran out of space here (~25 GB written by a cold ``make test``). After install,
 what a machine without a GPU can never load is removed (``prune.py``: vLLM's CUDA kernel
-modules, NVIDIA libraries no shared object of the venv links); the names and bytes go to
-``setup-times.json``. The wheels of the list are downloaded once into the user's cache,
+modules, NVIDIA libraries no shared object of the venv links), and the GPU math and
+communication libraries torch links but never calls here (cuBLAS, NCCL, ...) are replaced
+by stand-ins that abort if called (``cuda_stubs.py``; needs gcc and nm, else they stay);
+the names and bytes go to ``setup-times.json``. The wheels of the list are downloaded once into the user's cache,
 ``~/.cache/pdserve/conformance-wheels`` (``$XDG_CACHE_HOME``, or ``$PDSERVE_WHEEL_CACHE``;
 pip's own HTTP cache does not keep them here: the index answers ``no-store``), so another
 checkout on the machine reuses them, and installed from there offline -- except NVIDIA's
@@ -40,7 +42,8 @@ import sys
 import time
 from pathlib import Path
 
-import prune  # conformance/prune.py (this script's folder is on sys.path)
+import cuda_stubs  # conformance/*.py (this script's folder is on sys.path)
+import prune
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "conformance" / "requirements"
@@ -52,7 +55,7 @@ WHEELS = Path(os.environ.get("PDSERVE_WHEEL_CACHE")
               or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pdserve" / "conformance-wheels")
 SMOKE = ROOT / "conformance" / "probes" / "smoke.py"
 # Bump when what is pruned changes: the stamp holds it, so the venvs get rebuilt.
-PRUNE_RECIPE = 1
+PRUNE_RECIPE = 2
 
 
 def supported_versions() -> list[str]:
@@ -108,14 +111,21 @@ def build(version: str, python: str, force: bool) -> dict[str, object]:
         pruned[str(p.relative_to(site))] = p.stat().st_size
         p.unlink()
     libs = prune.NvidiaLibs(prune.outside_nvidia(site))
+    # GPU-only libraries torch links become stand-ins (cuda_stubs.py) where gcc and nm are here.
+    stubs, stubbed = cuda_stubs.available(), dict[str, int]()
     todo = [p for p in pins if _transient(p)]
     while todo:
         pin = todo.pop(0)
-        before = set(prune.shared_objects(site / "nvidia"))
+        before = _stamps(site / "nvidia")
         _install_transient(pip, pin, env, again=pin in libs.pruned.values())
-        for p in libs.add(set(prune.shared_objects(site / "nvidia")) - before, pin):
+        # What this install wrote (a reinstall also rewrites files kept or stubbed before).
+        new = {p for p, st in _stamps(site / "nvidia").items() if before.get(p) != st}
+        for p in libs.add(new, pin):
             pruned[str(p.relative_to(site))] = p.stat().st_size
             p.unlink()
+        if stubs:
+            for p in sorted(q for q in new if q.exists() and cuda_stubs.STUBBED.match(q.name)):
+                stubbed[str(p.relative_to(site))] = cuda_stubs.stub(p)
         todo += [r for r in libs.missing() if r not in todo]
     t_install = time.monotonic() - t0
     _run([str(target / "bin" / "python"), str(SMOKE)], env={**os.environ, "PYTHONPATH": ""})
@@ -125,13 +135,19 @@ def build(version: str, python: str, force: bool) -> dict[str, object]:
             "total_s": round(time.monotonic() - t0, 1),
             "removed_old_venv_s": round(t0 - t_rm, 1), "venv_bytes": _du(target),
             "kept_wheels_bytes": sum(w.stat().st_size for w in _kept_wheels(kept)),
-            "pruned_bytes": sum(pruned.values()), "pruned": dict(sorted(pruned.items()))}
+            "pruned_bytes": sum(pruned.values()), "pruned": dict(sorted(pruned.items())),
+            "stubbed_bytes_saved": sum(stubbed.values()) if stubs else "no gcc/nm: real libraries kept",
+            "stubbed": stubbed}
 
 
 def _install_transient(pip: list[str], pin: str, env: dict[str, str], again: bool) -> None:
     """Install one wheel straight from the index: pip keeps it in a temporary folder only
     (``pip download`` then ``install`` would hold it twice: its temporary copy and the saved one)."""
     _run([*pip, "install", "-q", "--no-deps", "--only-binary=:all:", *(["--force-reinstall"] if again else []), pin], env=env)
+
+
+def _stamps(folder: Path) -> dict[Path, tuple[int, int]]:
+    return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in prune.shared_objects(folder)} if folder.is_dir() else {}
 
 
 def _kept_wheels(pins: list[str]) -> list[Path]:
