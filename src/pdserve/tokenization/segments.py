@@ -49,7 +49,9 @@ class SegmentEncoder:
     """``encode(text)`` == the backend's ``encode(text, add_special_tokens=False).ids``,
     with the ids of pieces between added tokens kept in an LRU bounded by characters
     (ids as int64 arrays: ~8 bytes a token, and nothing for the garbage collector to
-    walk; 2 M characters are ~600 k tokens, ~7 MB with the text)."""
+    walk; 2 M characters are ~600 k tokens, ~7 MB with the text). For one thread at a
+    time, as the router's and the mock worker's event loops call it: the cache's
+    read-then-reinsert is not atomic."""
 
     def __init__(self, backend: Any, cut: re.Pattern[str], token_ids: dict[str, int],
                  max_chars: int = 2_000_000) -> None:
