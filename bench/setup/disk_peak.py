@@ -15,14 +15,14 @@ can miss a peak shorter than the interval.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from resultmeta import Run, write_result  # noqa: E402
 
 
 def du(paths: list[Path]) -> dict[str, int]:
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             samples.append((round(time.monotonic() - t0, 1), du(args.watch)["total"]))
             done.wait(args.interval)
 
-    load_before = Path("/proc/loadavg").read_text().split()[:3]
+    run = Run()
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     rc = subprocess.run(command).returncode
@@ -62,14 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     final = du(args.watch)
     samples.append((round(time.monotonic() - t0, 1), final["total"]))
     peak_at, peak = max(samples, key=lambda s: s[1])
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    record = {"command": command, "returncode": rc, "commit": commit,
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.monotonic() - t0, 1),
-              "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
-              "interval_s": args.interval, "samples": len(samples), "peak_bytes": peak, "peak_at_s": peak_at,
-              "final_bytes": final.pop("total"), "final_bytes_by_folder": final}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    record = {"measured_command": command, "returncode": rc, "interval_s": args.interval, "samples": len(samples),
+              "peak_bytes": peak, "peak_at_s": peak_at, "final_bytes": final.pop("total"), "final_bytes_by_folder": final}
+    write_result(args.out, record, run)
     print(f"peak {peak / 1e9:.2f} GB at {peak_at} s, final {record['final_bytes'] / 1e9:.2f} GB -> {args.out}")
     return rc
 
