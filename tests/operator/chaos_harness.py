@@ -20,6 +20,7 @@ from typing import Any
 
 import e2e_env
 import httpx
+from controlplane.nodes import KWOK_TAINT
 from kubernetes import client
 from leftovers import remove_services
 from operator_harness import GROUP, PLURAL, VERSION, OperatorProcess, Ticker, eventually, load_example
@@ -303,3 +304,39 @@ def wait(what: str, check: Callable[[], Any], timeout_s: float, stack: Stack) ->
         return eventually(what, check, timeout_s)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{diagnostics(stack)}") from None
+
+
+# Losing a GPU node that hosts a decode worker (test_chaos_node_lost, test_chaos_node_notready).
+
+def pin_decode(body: dict[str, Any], label: dict[str, str], tolerations: list[dict[str, Any]]) -> None:
+    """Two decode replicas on the dedicated GPU nodes labelled ``label`` (tainted so nothing else
+    lands there: the kwok taint is tolerated), plus ``tolerations``."""
+    kwok = {"key": KWOK_TAINT["key"], "operator": "Equal", "value": KWOK_TAINT["value"], "effect": KWOK_TAINT["effect"]}
+    body["spec"]["decode"].update(replicas=2, nodeSelector=label, tolerations=[kwok, *tolerations])
+
+
+def decode_placement(stack: Stack, nodes: list[str]) -> dict[str, str]:
+    """Node -> decode pod; the two decode pods sit on two of the dedicated ``nodes``."""
+    placed = {p.spec.node_name: p.metadata.name for p in stack.pods("decode")}
+    assert len(placed) == 2 and set(placed) < set(nodes), placed
+    return placed
+
+
+def kill_pod_processes(stack: Stack, pod: str) -> list[Any]:
+    """SIGKILL what the PodRunner runs for ``pod`` (the machine dies); the runs killed."""
+    doomed = [r for r in stack.runner.processes() if r.pod == pod]
+    for r in doomed:
+        stack.runner.kill(r.key)
+    return doomed
+
+
+def moved_off(stack: Stack, node: str) -> bool:
+    """No live decode pod on ``node`` any more, and the service converged."""
+    live = [p.spec.node_name for p in stack.pods("decode") if not p.metadata.deletion_timestamp]
+    return node not in live and stack.converged()
+
+
+def assert_recovered(status: StatusLog, summary: dict[str, Any]) -> None:
+    """The last status seen: Ready again, Degraded cleared."""
+    final = status.seen[-1][2]
+    assert final.get("Ready") == "True/AllReplicasReady" and final.get("Degraded") == "False/AsExpected", summary

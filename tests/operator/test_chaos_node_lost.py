@@ -26,8 +26,8 @@ from typing import Any
 
 import e2e_env
 import pytest
-from chaos_harness import StatusLog, Traffic, service_body, start_stack, wait
-from controlplane.nodes import KWOK_TAINT
+from chaos_harness import (StatusLog, Traffic, assert_recovered, decode_placement, kill_pod_processes, moved_off, pin_decode,
+                           service_body, start_stack, wait)
 from kubernetes import client
 from operator_harness import GROUP, PLURAL, VERSION
 from prometheus_server import PrometheusServer, available
@@ -66,22 +66,18 @@ def test_gpu_node_deleted_pods_rescheduled_status_says_so(
         body = service_body(namespace)
         body["spec"]["autoscaling"].update(enabled=True, intervalSeconds=INTERVAL_S, prometheusUrl=prom.url,
                                            prefill={"min": 1, "max": 2}, decode={"min": 2, "max": 3})
-        toleration = {"key": KWOK_TAINT["key"], "operator": "Equal", "value": KWOK_TAINT["value"], "effect": KWOK_TAINT["effect"]}
-        body["spec"]["decode"].update(replicas=2, nodeSelector=label, tolerations=[toleration])
+        pin_decode(body, label, [])
         stack.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
         wait("the service serving", lambda: stack.converged(), 120, stack)
         stack.wait_serving()
-        placed = {p.spec.node_name: p.metadata.name for p in stack.pods("decode")}
-        assert len(placed) == 2 and set(placed) < set(nodes), placed
+        placed = decode_placement(stack, nodes)
         victim = sorted(placed)[0]
 
         with StatusLog(stack.custom, namespace) as status, Traffic(stack.router_url()) as traffic:
             wait("traffic flowing", lambda: traffic.completed() >= 10, 30, stack)
             wait("two planner decisions on metrics", lambda: len([d for d in status.decisions if not d["held"]]) >= 2, 12 * INTERVAL_S, stack)
             # The machine dies, then its Node object goes.
-            doomed = [r for r in stack.runner.processes() if r.pod == placed[victim]]
-            for r in doomed:
-                stack.runner.kill(r.key)
+            doomed = kill_pod_processes(stack, placed[victim])
             core.delete_node(victim)
             t0 = time.monotonic()
 
@@ -93,11 +89,7 @@ def test_gpu_node_deleted_pods_rescheduled_status_says_so(
             status_after_s = time.monotonic() - t0
             replaced_status = stack.dsvc()["status"]["decode"]
 
-            def rescheduled() -> bool:
-                live = [p.spec.node_name for p in stack.pods("decode") if not p.metadata.deletion_timestamp]
-                return victim not in live and stack.converged()
-
-            wait("the decode pod rescheduled onto a spare node and the service converged", rescheduled, POD_GC_S + 80, stack)
+            wait("the decode pod rescheduled onto a spare node and the service converged", lambda: moved_off(stack, victim), POD_GC_S + 80, stack)
             rescheduled_s = time.monotonic() - t0
             back_s = round(time.monotonic() - status.t0, 1)
             at = traffic.completed()
@@ -121,8 +113,7 @@ def test_gpu_node_deleted_pods_rescheduled_status_says_so(
         assert doomed, "no process ran on the deleted node"
         assert not traffic.counts.failed, summary
         assert replaced_status["ready"] == 1 and replaced_status["desired"] == 2, summary
-        final = status.seen[-1][2]
-        assert final.get("Ready") == "True/AllReplicasReady" and final.get("Degraded") == "False/AsExpected", summary
+        assert_recovered(status, summary)
         # The planner kept deciding through the loss, and did not flap: per pool one direction,
         # and replica writes at least one interval apart (decision times, not arrival times).
         assert len(window) >= 8, summary

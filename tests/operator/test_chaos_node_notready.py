@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_harness import StatusLog, Traffic, service_body, start_stack, wait
-from controlplane.nodes import KWOK_ANNOTATION, KWOK_TAINT
+from chaos_harness import (StatusLog, Traffic, assert_recovered, decode_placement, kill_pod_processes, moved_off, pin_decode,
+                           service_body, start_stack, wait)
+from controlplane.nodes import KWOK_ANNOTATION
 from kubernetes import client
 from operator_harness import GROUP, PLURAL, VERSION
 
@@ -54,22 +55,17 @@ def test_gpu_node_not_ready_pods_evicted_and_rescheduled_status_says_so(
     try:
         stack = exit_stack.enter_context(start_stack(kube_cluster, admin, operator_kubeconfig, namespace, tmp_path))
         body = service_body(namespace)
-        tolerations = [{"key": KWOK_TAINT["key"], "operator": "Equal", "value": KWOK_TAINT["value"], "effect": KWOK_TAINT["effect"]}]
-        tolerations += [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": EVICT_AFTER_S}
-                        for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")]
-        body["spec"]["decode"].update(replicas=2, nodeSelector=label, tolerations=tolerations)
+        pin_decode(body, label, [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": EVICT_AFTER_S}
+                                 for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")])
         stack.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
         wait("the service serving", stack.converged, 120, stack)
         stack.wait_serving()
-        placed = {p.spec.node_name: p.metadata.name for p in stack.pods("decode")}
-        assert len(placed) == 2 and set(placed) < set(nodes), placed
+        placed = decode_placement(stack, nodes)
         victim = sorted(placed)[0]
 
         with StatusLog(stack.custom, namespace) as status, Traffic(stack.router_url()) as traffic:
             wait("traffic flowing", lambda: traffic.completed() >= 10, 30, stack)
-            doomed = [r for r in stack.runner.processes() if r.pod == placed[victim]]
-            for r in doomed:
-                stack.runner.kill(r.key)
+            doomed = kill_pod_processes(stack, placed[victim])
             _node_unknown(core, victim)
             t0 = time.monotonic()
 
@@ -89,11 +85,7 @@ def test_gpu_node_not_ready_pods_evicted_and_rescheduled_status_says_so(
             wait("the node-lifecycle controller's unreachable taint", tainted, 30, stack)
             tainted_s = time.monotonic() - t0
 
-            def rescheduled() -> bool:
-                live = [p.spec.node_name for p in stack.pods("decode") if not p.metadata.deletion_timestamp]
-                return victim not in live and stack.converged()
-
-            wait("the decode pod evicted, rescheduled onto the spare node and the service converged", rescheduled, 90, stack)
+            wait("the decode pod evicted, rescheduled onto the spare node and the service converged", lambda: moved_off(stack, victim), 90, stack)
             rescheduled_s = time.monotonic() - t0
             at = traffic.completed()
             wait("requests completing after the reschedule", lambda: traffic.completed() >= at + 10, 30, stack)
@@ -106,8 +98,7 @@ def test_gpu_node_not_ready_pods_evicted_and_rescheduled_status_says_so(
         assert doomed, "no process ran on the lost node"
         assert not traffic.counts.failed, summary
         assert lost_status["ready"] == 1 and lost_status["desired"] == 2, summary
-        final = status.seen[-1][2]
-        assert final.get("Ready") == "True/AllReplicasReady" and final.get("Degraded") == "False/AsExpected", summary
+        assert_recovered(status, summary)
     finally:
         exit_stack.close()
         for n in nodes:
