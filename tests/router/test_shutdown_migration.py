@@ -24,7 +24,7 @@ import pytest
 
 from pdserve.router.shell.relay import RouterShuttingDown, _unless_ending
 from pdserve.tokenization import mock as tokenizer
-from tests.router.conftest import MODEL, kill, spawn
+from tests.router.conftest import MODEL, kill, metric_sum, spawn
 
 PROMPT = "tell me a long story " * 10
 KILL_AFTER = 20  # tokens streamed before the decode worker dies
@@ -106,14 +106,8 @@ def _stream_kill_sigterm(url: str, router: subprocess.Popen[bytes], workers: lis
     return out, survivor
 
 
-def _generation_tokens(worker_url: str) -> float:
-    text = httpx.get(f"{worker_url}/metrics", timeout=5).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:generation_tokens_total"))
-
-
-def _running(worker_url: str) -> float:
-    text = httpx.get(f"{worker_url}/metrics", timeout=5).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running"))
+def _metric(worker_url: str, name: str) -> float:
+    return metric_sum(httpx.get(f"{worker_url}/metrics", timeout=5).text, name)
 
 
 CASES = [(1, "http1"), (2, "http1"), (1, "aiohttp")]
@@ -135,7 +129,7 @@ def test_a_migration_in_flight_at_sigterm_finishes_within_the_drain(processes: i
             assert usage and usage[-1]["completion_tokens"] == max_tokens, usage
             assert got.ended_after_s < shutdown_timeout_s - 1.0
             # The victim may have sent a few more tokens than the client had read when it died.
-            assert _generation_tokens(survivor.url) >= max_tokens // 2, "the survivor generated the rest"
+            assert _metric(survivor.url, "vllm:generation_tokens_total") >= max_tokens // 2, "the survivor generated the rest"
             # The router exits cleanly as soon as the stream is done, not at the deadline.
             assert router.wait(shutdown_timeout_s) == 0
 
@@ -155,7 +149,7 @@ def test_a_migration_still_streaming_at_the_deadline_ends_with_an_error_event(pr
             assert router.wait(10) == 0
             # The survivor saw the router go and stopped generating: no orphan decode.
             deadline = time.monotonic() + 10
-            while _running(survivor.url) > 0:
+            while _metric(survivor.url, "vllm:num_requests_running") > 0:
                 assert time.monotonic() < deadline, "the survivor still decodes for the stopped router"
                 time.sleep(0.1)
 
