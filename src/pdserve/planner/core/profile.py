@@ -42,8 +42,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal
-from collections.abc import Sequence
+from typing import Any, Literal
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -168,14 +168,17 @@ class CapacityProfile(BaseModel):
     def decode_saturated(self, context: float, itl_slo_ms: float) -> float | None:
         """Generated tokens/s one decode replica reaches at ``context`` with mean ITL within
         the SLO (KV memory caps the concurrency measured): the bound's decode rate."""
-        groups = _group(self.decode.points, lambda p: p.context)
-        caps = {x: _max_under(pts, lambda p: p.itl_mean_ms, itl_slo_ms) for x, pts in groups.items()}
-        return _interp_over(caps, context)
+        return self._decode_under(context, itl_slo_ms, lambda p: p.itl_mean_ms)
 
     def decode_capacity(self, context: float, itl_slo_ms: float) -> float | None:
         """Generated tokens/s one decode replica sustains at ``context`` within the ITL SLO."""
+        return self._decode_under(context, itl_slo_ms, lambda p: p.itl_tail_ms)
+
+    def _decode_under(self, context: float, itl_slo_ms: float, itl_ms: Callable[[Any], float]) -> float | None:
+        """The most tokens/s at ``context`` whose ``itl_ms`` stays within the SLO (the two
+        decode rates differ only in which ITL they hold to it: mean or tail)."""
         groups = _group(self.decode.points, lambda p: p.context)
-        caps = {x: _max_under(pts, lambda p: p.itl_tail_ms, itl_slo_ms) for x, pts in groups.items()}
+        caps = {x: _max_under(pts, itl_ms, itl_slo_ms) for x, pts in groups.items()}
         return _interp_over(caps, context)
 
     def expected_ttft_ms(self, isl: float, throughput_per_replica: float) -> float | None:
