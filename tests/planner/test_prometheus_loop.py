@@ -199,3 +199,93 @@ async def test_planner_scales_with_prometheus(tmp_path: Path):
         for p in procs:
             stop(p)
         pool.close()
+
+
+def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: Path):
+    """The CI failure of session 5: a fresh prefill pod (series exist, no request in the window)
+    made mean ISL 0/0 = NaN while decode still counted completions, so the planner held
+    "mean ISL/OSL missing while requests flow" for as long as the window lasted. With real
+    Prometheus: an idle prefill exporter and a busy decode exporter; every mean and quantile
+    the planner reads must come from decode's series instead of NaN."""
+    import math
+    import threading
+
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+    from pdserve.planner.core.observation import PoolState
+
+    def exporter(reg: CollectorRegistry) -> ThreadingHTTPServer:
+        # The text format vLLM's /metrics and our worker serve: prometheus_client's own
+        # server would answer Prometheus' OpenMetrics Accept header with ``vllm_`` names.
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = generate_latest(reg)
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    metrics, servers, ports = {}, [], {}
+    for role in ("prefill", "decode"):
+        reg = CollectorRegistry()
+        metrics[role] = (Counter("vllm:request_success", "done", registry=reg),
+                         Histogram("vllm:request_prompt_tokens", "isl", buckets=(128, 512, 2048), registry=reg),
+                         Histogram("vllm:time_to_first_token_seconds", "ttft", buckets=(0.1, 1.0, 10.0), registry=reg))
+        servers.append(exporter(reg))
+        ports[role] = servers[-1].server_port
+    stop_feeding = threading.Event()
+
+    def feed_decode() -> None:  # one completion of a 300-token prompt every 0.1 s, on decode only
+        done, isl, ttft = metrics["decode"]
+        while not stop_feeding.wait(0.1):
+            done.inc()
+            isl.observe(300)
+            ttft.observe(0.5)
+
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"],
+                                    "labels": {"namespace": "test", "pdserve_service": "svc", "pdserve_role": role}}
+                                   for role, port in ports.items()]))
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: workers\n"
+        f"    file_sd_configs: [{{files: ['{targets}'], refresh_interval: 1s}}]\n")
+    prom_port = free_port()
+    feeder = threading.Thread(target=feed_decode, daemon=True)
+    feeder.start()
+    prom = start(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                  f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log")
+    try:
+        url = f"http://127.0.0.1:{prom_port}"
+        wait_http(url + "/-/ready")
+        source = PrometheusSource(url, PromQL('namespace="test",pdserve_service="svc"', window="10s"), timeout_s=2)
+        deadline, obs = time.monotonic() + 40, None
+        while time.monotonic() < deadline:  # until both targets have been scraped often enough for rate()
+            obs = source.observe(0.0, PoolState(1), PoolState(1))
+            if obs.error is None and obs.request_rate > 0 and math.isfinite(obs.mean_isl):
+                break  # (before the fix mean_isl stayed NaN to the deadline)
+            time.sleep(0.5)
+        assert obs is not None and obs.error is None, obs
+        assert obs.request_rate > 0, obs
+        # Prefill's own series exist but are flat: the answer is decode's, not NaN.
+        assert obs.mean_isl == pytest.approx(300), obs
+        assert obs.ttft_mean_s == pytest.approx(0.5), obs
+        assert 0.1 < obs.ttft_tail_s <= 1.0, obs
+    finally:
+        stop_feeding.set()
+        feeder.join(5)
+        stop(prom)
+        for server in servers:
+            server.shutdown()
+            server.server_close()

@@ -64,13 +64,19 @@ class PromQL:
     def rate_sum(self, names, role, suffix: str = "") -> str:
         return self._alts(names, role, lambda n, s: f"sum(rate({n}{suffix}{s}[{self.window}]))")
 
+    # ``a or b`` falls back to ``b`` only where ``a`` is an empty vector, not where it is NaN.
+    # A role whose series exist but saw nothing in the window (a pod that just replaced one
+    # that served, or a pool the router bypassed) gives 0/0 = NaN, which would hide the other
+    # role's answer: so each mean/ratio drops a zero denominator and each quantile drops NaN
+    # (``NaN >= 0`` is false), and the next alternative answers.
     def mean_of_hist(self, names, role) -> str:
         w = self.window
-        return self._alts(names, role, lambda n, s: f"sum(rate({n}_sum{s}[{w}])) / sum(rate({n}_count{s}[{w}]))")
+        return self._alts(names, role, lambda n, s: f"sum(rate({n}_sum{s}[{w}])) / (sum(rate({n}_count{s}[{w}])) > 0)")
 
     def quantile_of_hist(self, names, role) -> str:
         q, w = self.quantile, self.window
-        return self._alts(names, role, lambda n, s: f"histogram_quantile({q}, sum by (le) (rate({n}_bucket{s}[{w}])))")
+        return self._alts(names, role,
+                          lambda n, s: f"histogram_quantile({q}, sum by (le) (rate({n}_bucket{s}[{w}]))) >= 0")
 
     def gauge(self, names, role, agg: str = "sum") -> str:
         return self._alts(names, role, lambda n, s: f"{agg}({n}{s})")
@@ -78,7 +84,7 @@ class PromQL:
     def ratio(self, num, den, role) -> str:
         w = self.window
         return " or ".join(
-            f"(sum(rate({a}{self._sel(r)}[{w}])) / sum(rate({b}{self._sel(r)}[{w}])))"
+            f"(sum(rate({a}{self._sel(r)}[{w}])) / (sum(rate({b}{self._sel(r)}[{w}])) > 0))"
             for a, b in zip(num, den) for r in ([role, None] if role else [None])
         )
 
