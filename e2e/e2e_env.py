@@ -180,7 +180,8 @@ def podmonitor_scrape_configs(sd_file: Path, release_namespace: str, planner: bo
                 {"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": ep["port"]},
                 {"action": "keep", "source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Running"},
             ]
-            relabel += [{"source_labels": r["sourceLabels"], "target_label": r["targetLabel"]} for r in ep.get("relabelings", [])]
+            relabel += [_relabel_config(r) for r in ep.get("relabelings", [])]
+            metric_relabel = [_relabel_config(r) for r in ep.get("metricRelabelings", [])]
             configs.append(
                 {
                     "job_name": f"{doc['metadata']['name']}-{i}",
@@ -189,6 +190,17 @@ def podmonitor_scrape_configs(sd_file: Path, release_namespace: str, planner: bo
                     "honor_labels": bool(ep.get("honorLabels", False)),
                     "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
                     "relabel_configs": relabel,
+                    "metric_relabel_configs": metric_relabel,
                 }
             )
     return configs
+
+
+def _relabel_config(r: dict[str, Any]) -> dict[str, Any]:
+    """A PodMonitor RelabelConfig (camelCase) as Prometheus' relabel_config (snake_case), as the
+    Prometheus Operator writes it."""
+    keys = {"sourceLabels": "source_labels", "targetLabel": "target_label", "regex": "regex",
+            "replacement": "replacement", "action": "action", "separator": "separator", "modulus": "modulus"}
+    if unknown := set(r) - set(keys):
+        raise ValueError(f"relabeling field(s) the e2e translation does not know: {sorted(unknown)}")
+    return {keys[k]: v for k, v in r.items()}

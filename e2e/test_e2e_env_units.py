@@ -38,6 +38,8 @@ def test_scrape_configs_from_the_chart_podmonitors_are_valid(tmp_path: Path) -> 
     assert {c["job_name"] for c in configs} == {f"pdserve-{r}-0" for r in ("prefill", "decode", "router", "planner")}
     prefill = next(c for c in configs if c["job_name"] == "pdserve-prefill-0")
     assert {"source_labels": ["__meta_kubernetes_pod_label_pdserve_io_service"], "target_label": "pdserve_service"} in prefill["relabel_configs"]
+    assert prefill["metric_relabel_configs"] == [{"source_labels": ["__name__"], "regex": "vllm_(.+)", "target_label": "__name__",
+                                                  "replacement": "vllm:$1"}]
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump({"scrape_configs": configs}))
     result = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True, timeout=60)

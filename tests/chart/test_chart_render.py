@@ -22,6 +22,17 @@ MONITORING_KINDS = {"PodMonitor", "PrometheusRule"}
 # kubernetes-validate only knows built-in kinds.
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
 _META = {"type": "object", "required": ["name", "namespace"], "properties": {"name": {"type": "string"}, "labels": _LABELS}}
+_RELABEL = {  # monitoring.coreos.com/v1 RelabelConfig, the fields the chart uses
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "sourceLabels": {"type": "array", "items": {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"}},
+        "targetLabel": {"type": "string"},
+        "regex": {"type": "string"},
+        "replacement": {"type": "string"},
+        "action": {"enum": ["replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep", "hashmod"]},
+    },
+}
 MONITORING_SCHEMAS: dict[str, dict[str, Any]] = {
     "PodMonitor": {
         "type": "object",
@@ -52,17 +63,8 @@ MONITORING_SCHEMAS: dict[str, dict[str, Any]] = {
                                 "path": {"type": "string", "pattern": "^/"},
                                 "honorLabels": {"type": "boolean"},
                                 "interval": {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
-                                "relabelings": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "additionalProperties": False,
-                                        "properties": {
-                                            "sourceLabels": {"type": "array", "items": {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"}},
-                                            "targetLabel": {"type": "string"},
-                                        },
-                                    },
-                                },
+                                "relabelings": {"type": "array", "items": _RELABEL},
+                                "metricRelabelings": {"type": "array", "items": _RELABEL},
                             },
                         },
                     },
@@ -243,6 +245,18 @@ def test_namespace_scope_uses_roles_in_each_watched_namespace(chart: helm.Chart)
         assert "--all-namespaces" not in c["args"]
     worker_monitors = [m for m in of_kind(objects, "PodMonitor") if "pdserve.io/role" in m["spec"]["selector"].get("matchLabels", {})]
     assert worker_monitors and all(m["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]} for m in worker_monitors)
+
+
+def test_worker_monitors_store_vllm_metric_names_as_vllm_documents_them(chart: helm.Chart) -> None:
+    """A Prometheus 2.x scrape of vLLM gets ``vllm_x`` for ``vllm:x`` (prometheus/client_python#1177):
+    the engines' monitors rename them back; the router's names (``pdserve_``) are left alone."""
+    monitors = {m["spec"]["selector"]["matchLabels"].get("pdserve.io/role"): m for m in of_kind(render(chart, {"monitoring": {"podMonitors": True}}), "PodMonitor")}
+    for role in ("prefill", "decode"):
+        (ep,) = monitors[role]["spec"]["podMetricsEndpoints"]
+        assert ep["metricRelabelings"] == [{"sourceLabels": ["__name__"], "regex": "vllm_(.+)", "targetLabel": "__name__",
+                                            "replacement": "vllm:$1"}], ep
+    (router_ep,) = monitors["router"]["spec"]["podMetricsEndpoints"]
+    assert "metricRelabelings" not in router_ep
 
 
 def test_namespace_scope_defaults_to_the_release_namespace(chart: helm.Chart) -> None:

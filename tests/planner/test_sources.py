@@ -93,7 +93,10 @@ def test_histogram_quantile_like_promql():
 def test_promql_queries_have_fallbacks():
     q = PromQL('namespace="ns",pdserve_service="s"', window="30s", quantile=0.99).queries()
     assert q["request_rate"] == ('(sum(rate(vllm:request_success_total{namespace="ns",pdserve_service="s",pdserve_role="decode"}[30s])))'
-                                 ' or (sum(rate(vllm:request_success_total{namespace="ns",pdserve_service="s"}[30s])))')
+                                 ' or (sum(rate(vllm:request_success_total{namespace="ns",pdserve_service="s"}[30s])))'
+                                 # the spelling a Prometheus 2.x scrape of vLLM stores without the chart's relabeling
+                                 ' or (sum(rate(vllm_request_success_total{namespace="ns",pdserve_service="s",pdserve_role="decode"}[30s])))'
+                                 ' or (sum(rate(vllm_request_success_total{namespace="ns",pdserve_service="s"}[30s])))')
     assert "vllm:time_per_output_token_seconds_bucket" in q["itl_tail_s"] and "histogram_quantile(0.99" in q["itl_tail_s"]
     assert "vllm:gpu_cache_usage_perc" in q["kv_usage"]
     assert "vllm:gpu_prefix_cache_hits_total" in q["prefix_hit_ratio"]

@@ -14,6 +14,7 @@ import httpx
 import msgpack
 import pytest
 import zmq
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from pdserve.worker.testing import WorkerHandle, start_worker
@@ -215,3 +216,47 @@ def test_replay_socket_and_all_blocks_cleared(sub_and_worker: tuple[zmq.Socket[b
     assert httpx.post(f"{w.url}/reset_prefix_cache").status_code == 200
     cleared = [e for _, evs in recv_batches(sub, time.monotonic() + 5) for e in evs]
     assert {"type": "AllBlocksCleared"} in cleared
+
+
+# What Debian's Prometheus 2.42 sends when it scrapes (scrape/scrape.go, acceptHeader).
+PROMETHEUS_2_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                       "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def _as_vllm_serves(accept: str) -> tuple[str, str]:
+    """(Content-Type, body) of prometheus_client.make_asgi_app — what vLLM mounts at /metrics —
+    for one ``vllm:`` counter, so the expectation follows the installed library, not us."""
+    import asyncio
+
+    from prometheus_client import make_asgi_app
+
+    reg = CollectorRegistry()
+    Counter("vllm:request_success", "done", registry=reg).inc()
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/metrics", "query_string": b"", "headers": [(b"accept", accept.encode())]}
+    asyncio.run(make_asgi_app(registry=reg, disable_compression=True)(scope, receive, send))
+    headers = dict(sent[0]["headers"])
+    return headers[b"Content-Type"].decode(), b"".join(m.get("body", b"") for m in sent[1:]).decode()
+
+
+@pytest.mark.parametrize("accept", [PROMETHEUS_2_ACCEPT, "text/plain;version=0.0.4", ""])
+def test_metrics_format_follows_the_scrapers_accept_header_as_vllm(accept: str) -> None:
+    """vLLM's /metrics negotiates (make_asgi_app): the mock must answer a Prometheus scrape with
+    the same format and the same sample spelling, not always the text format."""
+    want_type, want_body = _as_vllm_serves(accept)
+    want_name = next(line.split(" ")[0] for line in want_body.splitlines() if line.startswith("vllm") and "_total" in line)
+    with start_worker("llama", speedup=20.0) as w:
+        assert httpx.post(f"{w.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}).status_code == 200
+        r = httpx.get(f"{w.url}/metrics", headers={"Accept": accept} if accept else {})
+    assert r.status_code == 200
+    assert r.headers["content-type"] == want_type
+    samples = {line.split("{")[0].split(" ")[0] for line in r.text.splitlines() if line and not line.startswith("#")}
+    assert want_name in samples, (want_name, sorted(samples)[:10])
+    assert r.text.endswith("# EOF\n") == want_body.endswith("# EOF\n")

@@ -9,7 +9,8 @@ prefix so nobody mistakes them for vLLM's.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
 
 from pdserve.worker.engine import EngineStats
 
@@ -139,5 +140,13 @@ class WorkerMetrics:
             self.preemptions.inc(stats.preemptions)
         self._last_stats = stats
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The body and Content-Type vLLM's /metrics answers to this Accept header.
+
+        vLLM mounts ``prometheus_client.make_asgi_app``, which lets the scraper's Accept header
+        choose the format: Prometheus 2.x asks for OpenMetrics without an ``escaping=`` term,
+        and prometheus_client then writes ``vllm:x`` samples as ``vllm_x`` (client_python#1177),
+        so that Prometheus stores ``vllm_`` names. The mock negotiates the same way, so the
+        chart's relabeling and the planner's name fallbacks are tested against what vLLM serves."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type

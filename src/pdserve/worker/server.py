@@ -106,10 +106,10 @@ class WorkerServer:
     async def load(self, _request: web.Request) -> web.Response:
         return web.json_response({"server_load": self.runner.inflight})
 
-    async def metrics(self, _request: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.Response:
         self.runner.metrics.update_engine(self.runner.engine.stats())
-        return web.Response(body=self.runner.metrics.render(),
-                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        body, content_type = self.runner.metrics.render(request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def reset_prefix_cache(self, _request: web.Request) -> web.Response:
         if not self.runner.reset_prefix_cache():

@@ -57,9 +57,13 @@ class PromQL:
         return "{" + ",".join(parts) + "}"
 
     def _alts(self, names: tuple[str, ...], role: str | None, build) -> str:
-        """``build(name, selector)`` for each name and for the role, then without it."""
+        """``build(name, selector)`` for each name and for the role, then without it.
+
+        Each ``vllm:x`` name is followed by ``vllm_x``: a Prometheus 2.x that scrapes vLLM
+        without the chart's metric relabeling stores that spelling (prometheus/client_python#1177)."""
         roles = [role, None] if role else [None]
-        return " or ".join(f"({build(n, self._sel(r))})" for n in names for r in roles)
+        spelled = [*names, *(e for n in names if (e := n.replace(":", "_")) not in names)]
+        return " or ".join(f"({build(n, self._sel(r))})" for n in spelled for r in roles)
 
     def rate_sum(self, names, role, suffix: str = "") -> str:
         return self._alts(names, role, lambda n, s: f"sum(rate({n}{suffix}{s}[{self.window}]))")
