@@ -6,7 +6,8 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -128,6 +129,33 @@ async def wait_for(cond: Callable[[], object], timeout: float = 10.0, what: str 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def kv_events_flowing(r: RouterHandle, workers: Sequence, model: str = MODEL, timeout: float = 60.0) -> None:
+    """Wait until the router's index holds blocks from each of ``workers``.
+
+    A ZMQ PUB drops what it publishes before the router's SUB socket has connected and its
+    subscription has arrived (the "slow joiner"); the router subscribes in the background, so
+    a request sent right after start-up may store blocks the index never hears of. Each worker
+    gets throwaway prompts straight (not through the router, whose counters stay clean) until
+    one of its events has reached the index: from then on the subscription is live."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with aiohttp.ClientSession() as s:
+        for w in workers:
+            while r.state.index.blocks_of(w.url) == 0:
+                if loop.time() > deadline:
+                    raise AssertionError(f"no KV event from {w.url} reached the router's index in {timeout} s")
+                # 40 fresh words (a prompt the worker cached before stores no new block): 2 full
+                # blocks that match nothing else.
+                tag = uuid.uuid4().hex[:8]
+                prompt = " ".join(f"warmup{tag}w{i}" for i in range(40))
+                async with s.post(w.url + "/v1/completions",
+                                  json={"model": model, "prompt": prompt, "max_tokens": 1}) as resp:
+                    assert resp.status == 200, await resp.text()
+                step_end = min(deadline, loop.time() + 1.0)
+                while r.state.index.blocks_of(w.url) == 0 and loop.time() < step_end:
+                    await asyncio.sleep(0.02)
 
 
 async def read_sse(resp: aiohttp.ClientResponse) -> list[dict | str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -71,12 +73,24 @@ async def test_body_limit_is_413(colocated) -> None:
 
 async def test_concurrency_limit_is_429(colocated) -> None:
     async with run_router(router_config(decode=[w.url for w in colocated], max_concurrency=1)) as r:
-        slow = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 300, "ignore_eos": True,
-                                                "stream": True})
-        assert slow.status == 200
-        busy = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})
-        assert busy.status == 429 and busy.headers["Retry-After"] == "1"
-        assert (await read_sse(slow))[-1] == "[DONE]"
+        # The stream must still hold the one slot when the next request arrives; at this speed-up its 300
+        # tokens take ~30 ms, less than a loaded machine may take to send the next one. So the workers are
+        # frozen (SIGSTOP: a stalled engine; the kernel still accepts the connection) until the refusal.
+        for w in colocated:
+            os.killpg(w.proc.pid, signal.SIGSTOP)
+        try:
+            slow = asyncio.ensure_future(r.post("/v1/completions", {
+                "model": MODEL, "prompt": "x", "max_tokens": 300, "ignore_eos": True, "stream": True}))
+            await wait_for(lambda: r.state.active == 1, what="the stream to take the slot")
+            busy = await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})
+            assert busy.status == 429 and busy.headers["Retry-After"] == "1"
+        finally:
+            for w in colocated:
+                os.killpg(w.proc.pid, signal.SIGCONT)
+        assert (await slow).status == 200
+        assert (await read_sse(await slow))[-1] == "[DONE]"
+        # The slot is given back after the last byte is written, a moment after the client may have read it.
+        await wait_for(lambda: r.state.active == 0, what="the stream's slot to be released")
         assert (await r.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1})).status == 200
 
 

@@ -9,6 +9,7 @@ from tests.router.conftest import (
     router_config,
     MODEL,
     entry,
+    kv_events_flowing,
     read_sse,
     run_router,
     stream_text,
@@ -82,12 +83,15 @@ async def test_kv_events_steer_repeat_prefixes_to_the_caching_worker(pd_workers,
     path.write_text(json.dumps({"decode": [entry(w) for w in prefill]}))
     cfg = router_config(discovery_file=path, routing=RoutingSpec(policy="kv_aware"), kv_events=True)
     async with run_router(cfg) as r:
+        await kv_events_flowing(r, prefill)
         prompt = "a shared document about river city music " * 30
         first = await r.post("/v1/completions", {"model": MODEL, "prompt": prompt + "first", "max_tokens": 2})
         assert first.status == 200
         await first.read()
-        await wait_for(lambda: len(r.state.index) > 0, what="KV events to reach the index")
         target = first.headers["x-pdserve-route"].split("decode=")[1].split(" ")[0]
+        shared = r.state.index.request_keys(tokenizer.encode(prompt))  # the full blocks both prompts share
+        await wait_for(lambda: r.state.index.overlaps(shared).get(target, 0) == len(shared),
+                       what="the first prompt's KV events to reach the index")
         hits_before = await worker_metric(target, "vllm:prefix_cache_hits_total")
         again = await r.post("/v1/completions", {"model": MODEL, "prompt": prompt + "second", "max_tokens": 2})
         assert again.status == 200

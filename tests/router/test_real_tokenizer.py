@@ -24,6 +24,7 @@ from tests.router.conftest import (
     MODEL,
     entry,
     kill,
+    kv_events_flowing,
     read_sse,
     router_config,
     run_router,
@@ -68,6 +69,7 @@ async def test_kv_aware_sends_a_repeated_prefix_to_its_holder_with_a_real_tokeni
         cfg = router_config(discovery_file=path, routing=RoutingSpec(policy="kv_aware", block_size=16), kv_events=True,
                             tokenizer=str(bpe), tokenizer_mode="auto")
         async with run_router(cfg) as r:
+            await kv_events_flowing(r, workers)
             q1, q2 = "What is the first question?", "And the second one?"
             cases = []
             for i in range(3):  # three distinct long prefixes, each asked twice, chat and completion
@@ -92,7 +94,9 @@ async def test_kv_aware_sends_a_repeated_prefix_to_its_holder_with_a_real_tokeni
                 assert first.status == 200, await first.text()
                 await first.read()
                 holder = _decode_url(first)
-                await wait_for(lambda h=holder, w=want: r.state.index.blocks_of(h) >= w,
+                # This prompt's own blocks (a count of the holder's blocks is met by earlier cases').
+                keys = r.state.index.request_keys(a)
+                await wait_for(lambda h=holder, k=keys, w=want: r.state.index.overlaps(k).get(h, 0) >= w,
                                what="the holder's KV events to reach the index")
                 hits_before = await worker_metric(holder, "vllm:prefix_cache_hits_total")
                 again = await r.post(path_, body(q2))

@@ -126,6 +126,10 @@ def main(argv: list[str]) -> int:
 
             cfg = config_from_args(args)
             cfg.validate()
+            if cfg.prefill or cfg.decode:  # a bad URL, too, is one message rather than one per process
+                from pdserve.router.shell.app import static_endpoints
+
+                static_endpoints(cfg)
             load_router_tokenizer(cfg, CollectorRegistry())
         except ValueError as e:
             print(f"pdserve router: {e}", file=sys.stderr)
