@@ -149,10 +149,10 @@ def _med(x: float | dict[str, Any]) -> float:
     return float(x["median"]) if isinstance(x, dict) else float(x)
 
 
-def verdict(d: dict[str, Any]) -> str:
-    """Whether kv_aware meets the routing target on this window: hit ratio >= the median of
-    Dynamo kv_router's runs, and max/mean requests <= 1.1."""
-    kv, k = d["results"]["kv_aware"], d.get("dynamo", {}).get("kv_router")
+def verdict(d: dict[str, Any], policy: str = "kv_aware") -> str:
+    """Whether ``policy`` (kv_aware) meets the routing target on this window: hit ratio >= the
+    median of Dynamo kv_router's runs, and max/mean requests <= 1.1."""
+    kv, k = d["results"][policy], d.get("dynamo", {}).get("kv_router")
     if k is None:
         return "no Dynamo run"
     misses = []
@@ -177,6 +177,11 @@ def routing(d: dict[str, Any], rel: str = "") -> str:
                 f"{_med(k['max_mean_requests']):.2f}, TTFT p90 {_pct(-k['ttft_p90_gain_vs_round_robin'])} vs its "
                 f"round_robin; round_robin hit ratio {_hit(r['round_robin']['prefix_hit_ratio'])} (pdserve) / "
                 f"{_hit(dyn['round_robin']['prefix_hit_ratio'])} (Dynamo)")
+    if DECODE_REUSE in r:
+        x = r[DECODE_REUSE]
+        txt += (f"; with decode-side reuse (--decode-reuse-threshold-tokens {d['decode_reuse_threshold_tokens']}, "
+                f"which Dynamo's replay does not model): {verdict(d, DECODE_REUSE)}, hit ratio "
+                f"{_hit(x['prefix_hit_ratio'])}, max/mean requests {_med(x['max_mean_requests']):.2f}")
     return txt + f"; upper bound (unlimited shared cache) {d['bound']['hit_ratio']:.3f}"
 
 
@@ -188,8 +193,10 @@ ROUTING_FILES = ["bench/router/results/routing_quality.json", "bench/router/resu
 # minutes 20-30 were held out, in both layouts.
 ROUTING_ROLE = {ROUTING_FILES[0]: "tuned on", ROUTING_FILES[1]: "tuned on", ROUTING_FILES[2]: "tuned on",
                 ROUTING_FILES[3]: "held out", ROUTING_FILES[4]: "held out"}
-SIDE_BY_SIDE = ["round_robin", "least_loaded", "kv_aware", "prefix_approx", "cache_aware", "sglang_router_cache_aware",
-                "vllm_router_cache_aware", "greedy_global"]
+# routing_quality.py's row for kv_aware with RoutingSpec.decode_reuse_threshold_tokens on (P/D layouts).
+DECODE_REUSE = "kv_aware_decode_reuse"
+SIDE_BY_SIDE = ["round_robin", "least_loaded", "kv_aware", DECODE_REUSE, "prefix_approx", "cache_aware",
+                "sglang_router_cache_aware", "vllm_router_cache_aware", "greedy_global"]
 
 
 def routing_table(root: Path) -> str:

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from pdserve.router.core.spec import PolicyName
+from pdserve.router.core.spec import PolicyName, RoutingSpec
 from pdserve.router.policies import (CacheAwarePolicy, Decision, KvAwarePolicy, Policy, PrefixApproxPolicy,
                                      RouteRequest, WorkerView, pool_weights)
 from pdserve.sim.config import SimConfig
@@ -116,8 +116,11 @@ def bound(trace: Trace, block_size: int, cfg: SimConfig) -> tuple[float, dict[st
 POLICIES = [p.value for p in PolicyName]
 
 
+# kv_aware on a P/D layout with the decode-reuse rule on (RoutingSpec.decode_reuse_threshold_tokens =
+# --decode-reuse-threshold-tokens): a prompt whose prefix a decode engine holds is prefilled there.
+DECODE_REUSE = "kv_aware_decode_reuse"
 # pdserve policies whose tie-breaks rotate from a phase (``tie_offset``) that --seeds varies.
-SEEDED = {"kv_aware": KvAwarePolicy, "prefix_approx": PrefixApproxPolicy}
+SEEDED = {"kv_aware": KvAwarePolicy, "prefix_approx": PrefixApproxPolicy, DECODE_REUSE: KvAwarePolicy}
 
 
 def install_reference(name: str, sim: Simulation, block: int, seed: int = 0) -> None:
@@ -128,7 +131,7 @@ def install_reference(name: str, sim: Simulation, block: int, seed: int = 0) -> 
         pool = "prefill" if sim.entry_pool == "prefill" else "decode"
         w = pool_weights(sim.cfg.routing.weights, pool)
         policy: Policy = (KvAwarePolicy(index=sim.scheduler.index, weights=w, block_size=block, tie_offset=seed)
-                          if name == "kv_aware" else PrefixApproxPolicy(weights=w, block_size=block, tie_offset=seed))
+                          if SEEDED[name] is KvAwarePolicy else PrefixApproxPolicy(weights=w, block_size=block, tie_offset=seed))
     elif name == "greedy_global":
         policy = GlobalOracle(sim, sim.entry_pool)
     elif name in BASELINES:
@@ -218,10 +221,12 @@ def _median(x: float | dict) -> float:
 
 def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int, seed: int = 0) -> tuple[dict, Simulation]:
     """One pdserve policy on the window: hit ratio, TTFT, load balance (requests and work per routed worker)."""
+    reuse = args.decode_reuse_threshold_tokens if name == DECODE_REUSE else 0
+    policy = "kv_aware" if name == DECODE_REUSE else name if name in POLICIES else "round_robin"
     cfg = SimConfig(topology=args.topology, instances=args.instances, block_size=block,
                     prefill_instances=args.instances, decode_instances=args.decode_instances,
-                    policy=name if name in POLICIES else "round_robin", token_budget=args.token_budget,
-                    exact_views=args.exact_views)
+                    routing=RoutingSpec(policy=policy, block_size=block, decode_reuse_threshold_tokens=reuse),
+                    token_budget=args.token_budget, exact_views=args.exact_views)
     t0 = time.perf_counter()
     sim = Simulation(trace.scaled(args.rate_scale), cfg)
     install_reference(name, sim, block, seed)
@@ -243,6 +248,8 @@ def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int, seed
         "max_mean_requests": round(max(req_counts) / (sum(req_counts) / len(req_counts)), 3),
         "max_mean_work": round(max(work) / (sum(work) / len(work)), 3),
         "finished": s.finished, "requests": s.requests, "preemptions": res.preemptions,
+        "prefilled_on_decode": sum(1 for rec in res.records if sim.disagg and not rec.prefill_instance),
+        "itl_p99_s": s.itl["p99"],
         "sim_wall_s": round(time.perf_counter() - t0, 1),
     }, sim
 
@@ -258,7 +265,8 @@ def simulate_seeds(name: str, trace: Trace, args: argparse.Namespace, block: int
     if len(runs) == 1:
         return runs[0], sim
     pick = sorted(runs, key=lambda x: x["prefix_hit_ratio"])[len(runs) // 2]  # the median run
-    keys = ("prefix_hit_ratio", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "max_mean_requests", "max_mean_work")
+    keys = ("prefix_hit_ratio", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p99_s", "max_mean_requests",
+            "max_mean_work")
     return {**pick, **{k: spread([r[k] for r in runs]) for k in keys},
             "sim_wall_s": round(sum(r["sim_wall_s"] for r in runs), 1), "tie_offsets": len(runs),
             "seed0": {k: runs[0][k] for k in keys}}, sim
@@ -288,6 +296,10 @@ def main() -> int:
     ap.add_argument("--exact-views", action="store_true",
                     help="the idealised router (engine state at the instant of each decision) instead of the "
                          "simulator's default, what the live router sees (0.5 s scrapes, KV event lag)")
+    ap.add_argument("--decode-reuse-threshold-tokens", type=int, default=0,
+                    help=f"disagg: also run kv_aware with this RoutingSpec.decode_reuse_threshold_tokens (row "
+                         f"{DECODE_REUSE}): a prompt whose prefix a decode engine holds, with fewer uncached tokens "
+                         f"there than this, is prefilled by that engine")
     ap.add_argument("--rate-scale", type=float, default=1.0, help="arrival rate multiplier")
     ap.add_argument("--policies", nargs="+", default=[*sorted(POLICIES), *BASELINES, "greedy_global"])
     ap.add_argument("--block-size", type=int, default=None,
@@ -307,13 +319,19 @@ def main() -> int:
     if args.replot:
         plot([json.loads(p.read_text()) for p in args.replot], args.plot or Path("routing_quality.png"))
         return 0
-    unknown = set(args.policies) - set(POLICIES) - set(BASELINES) - {"greedy_global"}
+    unknown = set(args.policies) - set(POLICIES) - set(BASELINES) - {"greedy_global", DECODE_REUSE}
     if unknown:
         ap.error(f"unknown policies {sorted(unknown)}")
     if args.trace is None:
         ap.error("--trace is required")
     if args.seeds < 1:
         ap.error("--seeds must be >= 1")
+    if args.decode_reuse_threshold_tokens < 0:
+        ap.error("--decode-reuse-threshold-tokens must be >= 0")
+    if args.decode_reuse_threshold_tokens and args.topology != "disagg":
+        ap.error("--decode-reuse-threshold-tokens needs --topology disagg (a decode pool beside a prefill pool)")
+    if args.decode_reuse_threshold_tokens and DECODE_REUSE not in args.policies:
+        args.policies.append(DECODE_REUSE)
     run = Run(runs=max(args.seeds, args.dynamo_runs if args.dynamo_python else 1))
     console = Console()
     full = load_trace(args.trace)
@@ -362,6 +380,7 @@ def main() -> int:
             "decode_instances": args.decode_instances if args.topology == "disagg" else 0,
             "token_budget": args.token_budget, "block_size": block, "kv_blocks_per_worker": num_blocks,
             "rate_scale": args.rate_scale, "exact_views": args.exact_views, "pdserve_seeds": args.seeds,
+            "decode_reuse_threshold_tokens": args.decode_reuse_threshold_tokens,
             "bound": {"hit_ratio": round(bound_hit, 4), **bound_ttft,
                       "what": "one unlimited cache shared by all workers; TTFT of each prompt's uncached part "
                               "prefilled alone on an idle engine (front-end latency + one step)"},

@@ -137,3 +137,7 @@ def test_routing_verdict_names_each_miss() -> None:
         "target missed: hit ratio below Dynamo's median")
     assert readme_table.verdict(doc(0.2, 1.11, [0.1])) == "target missed: max/mean > 1.1"
     assert readme_table.verdict(doc(0.2, 1.0, [])) == "no Dynamo run"
+    # A P/D window's row also judges kv_aware with decode-side reuse, which Dynamo's replay does not model.
+    d = doc(0.073, 1.02, [0.070, 0.074, 0.080])
+    d["results"][readme_table.DECODE_REUSE] = {"prefix_hit_ratio": 0.081, "max_mean_requests": 1.03}
+    assert readme_table.verdict(d, readme_table.DECODE_REUSE) == "target met"

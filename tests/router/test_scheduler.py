@@ -78,3 +78,25 @@ def test_forgetting_a_worker_clears_every_policy() -> None:
     s.forget_worker(plan.decode.worker_id)
     assert all(p.ledger.requests(plan.decode.worker_id) == 0 for p in s.policies.all())
     assert s.index.overlaps([1, 2], [plan.decode.worker_id]).get(plan.decode.worker_id, 0) == 0
+
+
+def test_a_decode_worker_holding_the_prefix_prefills_it_locally() -> None:
+    """Conditional disaggregation on the decode side's cache: a long prompt whose earlier turn d1
+    received (and cached) needs few tokens there but a full prefill on an evicted prefill pool."""
+    s = Scheduler(RoutingSpec(decode_reuse_threshold_tokens=64))
+    s.index.store("d1", range(10))  # 160 of 176 tokens held by d1, nothing on the prefill side
+    plan = s.plan(req("a", 11), PoolViews(decode=D, prefill=P), 0.0)
+    assert plan.mode is Mode.LOCAL and plan.decode is not None and plan.decode.worker_id == "d1"
+    assert plan.decode_policy is s.policies.local_decode
+    assert plan.notes == ["decode worker holds the prefix: uncached 16 < 64 tokens (prefill side 176): skip P/D"]
+    # Too much left to compute on d1, or the prefill side holds as much: P/D as before.
+    assert s.plan(req("b", 20), PoolViews(decode=D, prefill=P), 0.0).mode is Mode.PD
+    s.index.store("p0", range(10))
+    assert s.plan(req("c", 11), PoolViews(decode=D, prefill=P), 0.0).mode is Mode.PD
+
+
+def test_decode_reuse_is_off_by_default_and_independent_of_the_prefill_side_threshold() -> None:
+    for spec in (RoutingSpec(), RoutingSpec(disagg_threshold_tokens=64)):
+        s = Scheduler(spec)
+        s.index.store("d1", range(10))
+        assert s.plan(req("a", 11), PoolViews(decode=D, prefill=P), 0.0).mode is Mode.PD

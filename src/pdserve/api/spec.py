@@ -192,6 +192,7 @@ class RouterSpec(ApiModel):
     policy: PolicyName = Field(PolicyName.KV_AWARE, description="Places prompts: on the prefill pool, or on the decode pool when there is none (`pdserve router --policy`).")
     decode_policy: PolicyName | None = Field(None, description="Places the decode side (`--decode-policy`); unset: least_loaded after a remote prefill, else `policy`.")
     disagg_threshold_tokens: int = Field(0, ge=0, le=10_000_000, description="Prompts with fewer uncached tokens skip the prefill pool: the decode worker prefills them (`--disagg-threshold-tokens`).")
+    decode_reuse_threshold_tokens: int = Field(0, ge=0, le=10_000_000, description="Prompts whose prefix a decode worker already holds, with fewer uncached tokens there than this and than on the prefill worker, skip the prefill pool: that decode worker prefills them (`--decode-reuse-threshold-tokens`; needs KV events).")
     weights: RouterWeights = Field(default_factory=RouterWeights, description="Scoring weights for the prefix-aware policies.")
     image: str | None = Field(None, min_length=1, description="Router image; defaults to the pdserve image.")
     api_key_secret: SecretKey | None = Field(None, description="Secret key holding the API key clients must send as `Authorization: Bearer <key>` on /v1/* (vLLM's --api-key semantics; set as VLLM_API_KEY in the router). /health and /metrics stay open; the NetworkPolicy limits who reaches them.")
@@ -200,7 +201,8 @@ class RouterSpec(ApiModel):
     def routing(self, block_size: int) -> RoutingSpec:
         """The router's RoutingSpec (the same type the CLI and the simulator use); ``block_size`` is the engines'."""
         return RoutingSpec(policy=self.policy, decode_policy=self.decode_policy, weights=self.weights.cost_weights(),
-                           block_size=block_size, disagg_threshold_tokens=self.disagg_threshold_tokens)
+                           block_size=block_size, disagg_threshold_tokens=self.disagg_threshold_tokens,
+                           decode_reuse_threshold_tokens=self.decode_reuse_threshold_tokens)
 
 
 class TracingSpec(ApiModel):

@@ -55,8 +55,10 @@ def collect_result(cfg: SimConfig, records: list[RequestRecord], itl: Sequence[f
     for i in instances:
         if i.state is not State.RELEASED:
             i.released_at = end
-    hits = sum(i.engine.prefix_hits for i in instances if i.pool != "decode")
-    queries = sum(i.engine.prefix_queries for i in instances if i.pool != "decode")
+    # Each prompt counts where it was prefilled: on a prefill engine, or on a decode engine that
+    # prefilled it locally (P/D skipped); a decode engine's queries for KV it received are left out.
+    hits = sum(i.engine.prefix_hits for i in instances)
+    queries = sum(i.engine.prefix_queries - i.engine.remote_prefix_queries for i in instances)
     summary = summarize(records, cfg.slo, itl_samples=itl, prefix_hits=hits, prefix_queries=queries)
     return SimResult(
         config=cfg,

@@ -86,6 +86,10 @@ class Engine:
         self.sample_streams: dict[int, tuple[list[int], list[int]]] = {}
         self.prefix_queries = 0
         self.prefix_hits = 0
+        # prompt tokens of requests whose KV came from a prefill worker (counted in prefix_queries, never
+        # in prefix_hits): the simulator leaves them out of the system's hit ratio, which counts each
+        # prompt where it was prefilled
+        self.remote_prefix_queries = 0
         self.preemptions = 0
         self.computed_prompt_tokens = 0
         self.generated_tokens = 0
@@ -402,6 +406,8 @@ class Engine:
                 self.prefix_queries += n_tokens
                 if not req.remote_prefilled:
                     self.prefix_hits += len(hit) * bs
+                else:
+                    self.remote_prefix_queries += n_tokens
             self.waiting.popleft()
             self.running.append(req)
             if not req.started:

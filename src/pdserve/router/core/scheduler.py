@@ -9,6 +9,10 @@ hooks. Rules, in the order the live router applies them:
 * a prefill pool but no prefill worker up: local (the decode worker prefills);
 * fewer uncached tokens on the chosen prefill worker than ``disagg_threshold_tokens``:
   local, since moving the KV would cost more than computing it there;
+* a decode worker whose cached prefix (KV events) leaves fewer uncached tokens than
+  ``decode_reuse_threshold_tokens``, and fewer than the chosen prefill worker would
+  compute: local on the decode pool (its policy picks the worker; P/D if that pick
+  does not hold the prefix after all);
 * otherwise P/D: the prefill worker now, the decode worker (``pd_decode`` policy) once
   the prefill is done (:meth:`Scheduler.decode_after_prefill`), as vLLM's proxy does;
 * with a TTFT SLO, every placement that prefills is checked by admission control on
@@ -88,6 +92,10 @@ class Scheduler:
         if first.new_prefill_tokens < threshold:
             return self.plan_local(req, views.decode, now, Mode.LOCAL,
                                    f"uncached {first.new_prefill_tokens} < {threshold} tokens: skip P/D")
+        if self.spec.decode_reuse_threshold_tokens:
+            local = self._decode_reuse(req, views.decode, first, now)
+            if local is not None:
+                return local
         return RoutePlan(Mode.PD, self.policies.pd_decode, prefill=first,
                          verdict=self._admit(pol, first, views.prefill))
 
@@ -99,6 +107,25 @@ class Scheduler:
         plan = RoutePlan(mode, pol, decode=d, verdict=self._admit(pol, d, decode_views) if d else None)
         if note:
             plan.notes.append(note)
+        return plan
+
+    def _decode_reuse(self, req: RouteRequest, decode_views: Sequence[WorkerView], first: Decision,
+                      now: float) -> RoutePlan | None:
+        """Local on the decode pool when a decode worker holds most of the prompt (see the module rules)."""
+        threshold = self.spec.decode_reuse_threshold_tokens
+        held = self.index.overlaps(req.block_hashes, [w.worker_id for w in decode_views])
+        if not held:
+            return None
+        floor = 1 if req.prompt_tokens else 0  # vLLM recomputes at least the last prompt token
+        uncached = max(req.prompt_tokens - max(held.values()) * self.spec.block_size, floor)
+        if uncached >= threshold or uncached >= first.new_prefill_tokens:
+            return None
+        # The local policy weighs that overlap against load; it may pick another worker.
+        plan = self.plan_local(req, decode_views, now, Mode.LOCAL)
+        if plan.decode is None or plan.decode.new_prefill_tokens >= min(threshold, first.new_prefill_tokens):
+            return None
+        plan.notes.append(f"decode worker holds the prefix: uncached {plan.decode.new_prefill_tokens} < {threshold} "
+                          f"tokens (prefill side {first.new_prefill_tokens}): skip P/D")
         return plan
 
     def decode_after_prefill(self, req: RouteRequest, decode_views: Sequence[WorkerView],

@@ -64,6 +64,13 @@ class RoutingSpec:
     wherever decode runs, so load is what matters) and ``policy`` when the decode worker
     prefills itself. ``disagg_threshold_tokens``: a prompt with fewer uncached tokens on
     the chosen prefill worker skips P/D and is prefilled locally by the decode worker.
+    ``decode_reuse_threshold_tokens``: a prompt whose uncached tokens on a decode worker
+    that already holds part of it (KV events) are fewer than this, and fewer than on the
+    chosen prefill worker, is prefilled by that decode worker: conditional
+    disaggregation on the decode pool's prefix cache (Dynamo's rule: prefill locally
+    when the prompt minus the decode worker's prefix hit is short). Decode workers cache
+    the prompts whose KV they received, so a conversation's earlier turns are often held
+    on the decode side after the prefill side evicted them.
     """
 
     policy: PolicyName = PolicyName.KV_AWARE
@@ -71,6 +78,7 @@ class RoutingSpec:
     weights: CostWeights = field(default_factory=CostWeights)
     block_size: int = 16  # the workers' KV block size: prompts are hashed in blocks of this
     disagg_threshold_tokens: int = 0
+    decode_reuse_threshold_tokens: int = 0
     admission: AdmissionSpec = field(default_factory=AdmissionSpec)
 
     def __post_init__(self) -> None:
@@ -82,6 +90,8 @@ class RoutingSpec:
             raise ValueError(f"block_size must be positive, got {self.block_size}")
         if self.disagg_threshold_tokens < 0:
             raise ValueError(f"disagg_threshold_tokens must be >= 0, got {self.disagg_threshold_tokens}")
+        if self.decode_reuse_threshold_tokens < 0:
+            raise ValueError(f"decode_reuse_threshold_tokens must be >= 0, got {self.decode_reuse_threshold_tokens}")
 
     @property
     def local_decode_policy(self) -> PolicyName:

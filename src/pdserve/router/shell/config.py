@@ -118,6 +118,9 @@ def add_routing_args(p: argparse.ArgumentParser, *, block_size: bool = True, adm
                             "blocks of this many tokens, and ignores events of another size")
     r.add_argument("--disagg-threshold-tokens", type=int, default=0,
                    help="skip P/D (decode prefills locally) when fewer prompt tokens than this are uncached")
+    r.add_argument("--decode-reuse-threshold-tokens", type=int, default=0,
+                   help="skip P/D when a decode worker holds the prompt's prefix (KV events) and fewer prompt tokens "
+                        "than this, and than on the prefill worker, are uncached there: that worker prefills it")
     defaults = CostWeights()
     for name, flag in WEIGHT_FLAGS.items():
         r.add_argument(flag, type=float, default=None, dest=f"cost_{name}",
@@ -140,7 +143,8 @@ def routing_from_args(args: argparse.Namespace) -> RoutingSpec:
     return RoutingSpec(
         policy=args.policy, decode_policy=args.decode_policy, weights=CostWeights(**given),
         block_size=args.block_size if args.block_size is not None else 16,
-        disagg_threshold_tokens=args.disagg_threshold_tokens, admission=admission,
+        disagg_threshold_tokens=args.disagg_threshold_tokens,
+        decode_reuse_threshold_tokens=args.decode_reuse_threshold_tokens, admission=admission,
     )
 
 
@@ -154,6 +158,8 @@ def routing_flags(spec: RoutingSpec) -> list[str]:
     out += ["--block-size", str(spec.block_size)]
     if spec.disagg_threshold_tokens:
         out += ["--disagg-threshold-tokens", str(spec.disagg_threshold_tokens)]
+    if spec.decode_reuse_threshold_tokens:
+        out += ["--decode-reuse-threshold-tokens", str(spec.decode_reuse_threshold_tokens)]
     defaults = CostWeights()
     for name, flag in WEIGHT_FLAGS.items():
         value = getattr(spec.weights, name)
