@@ -194,7 +194,9 @@ def plot(docs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
-    names = [*docs[0]["results"], *(f"dynamo {k}" for k in docs[0].get("dynamo", {}))]
+    # every row any window has (the decode-reuse row exists on P/D windows only), first seen first
+    names = list(dict.fromkeys([*(k for d in docs for k in d["results"]),
+                                *(f"dynamo {k}" for d in docs for k in d.get("dynamo", {}))]))
     width = 0.8 / len(docs)
     for k, doc in enumerate(docs):
         label = f"{doc['layout']} {Path(doc['trace']).stem} {doc['window']}"
