@@ -24,7 +24,7 @@ from pdserve.sim.config import SimConfig
 from pdserve.sim.prompts import token_ids
 from pdserve.sim.simulator import Simulation
 from pdserve.sim.traces import Trace, from_rows
-from tests.router.conftest import MODEL, entry, router_config, run_router, spawn, wait_for
+from tests.router.conftest import MODEL, entry, kv_events_flowing, router_config, run_router, spawn, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,8 @@ def _trace() -> Trace:
 SPEC = RoutingSpec(policy=PolicyName.KV_AWARE, block_size=16, disagg_threshold_tokens=200)
 
 
-def _simulated(trace: Trace) -> list[tuple[str, int | None, int]]:
-    cfg = SimConfig(prefill_instances=2, decode_instances=2, block_size=16, routing=SPEC)
+def _simulated(trace: Trace, spec: RoutingSpec = SPEC) -> list[tuple[str, int | None, int]]:
+    cfg = SimConfig(prefill_instances=2, decode_instances=2, block_size=16, routing=spec)
     res = Simulation(trace, cfg).run()
     out = []
     for r in sorted(res.records, key=lambda r: r.index):
@@ -80,15 +80,37 @@ async def test_live_router_and_simulator_decide_alike(tmp_path: Path) -> None:
     # The sequence must exercise every rule: prefix steering on both pools and the threshold.
     assert {m for m, _, _ in expected} == {"pd", "local"}
     assert len({p for _, p, _ in expected if p is not None}) == 2
+    assert await _live(trace, SPEC, tmp_path) == expected
+
+
+# Decode-side reuse: round robin offers the repeats of one prompt to the prefill worker that never
+# saw it; the decode worker that received the first one's KV cached it (its KV events say so), so
+# the repeats are prefilled there.
+REUSE_SPEC = RoutingSpec(policy=PolicyName.ROUND_ROBIN, decode_policy=PolicyName.KV_AWARE, block_size=16,
+                         decode_reuse_threshold_tokens=HB)
+
+
+async def test_live_router_and_simulator_agree_on_decode_side_reuse(tmp_path: Path) -> None:
+    trace = from_rows([(k * SPACING_S, 2 * HB + 300, 4, (100, 101, 102)) for k in range(4)],
+                      format="mooncake", source="conformance-reuse")
+    expected = _simulated(trace, REUSE_SPEC)
+    assert [m for m, _, _ in expected] == ["pd", "local", "local", "local"]
+    # The rule reads the decode workers' events of the very first request: the subscriptions must be live.
+    assert await _live(trace, REUSE_SPEC, tmp_path, warm=True) == expected
+
+
+async def _live(trace: Trace, spec: RoutingSpec, tmp_path: Path, warm: bool = False) -> list[tuple[str, int | None, int]]:
     with ExitStack() as stack:
         prefill, decode = spawn(stack, 2, speedup=50.0), spawn(stack, 2, speedup=50.0)
         path = tmp_path / "workers.json"
         path.write_text(json.dumps({"prefill": [entry(w) for w in prefill], "decode": [entry(w) for w in decode]}))
-        cfg = router_config(discovery_file=path, routing=SPEC, kv_events=True, scrape_interval_s=0.2)
+        cfg = router_config(discovery_file=path, routing=spec, kv_events=True, scrape_interval_s=0.2)
         p_urls, d_urls = [w.url for w in prefill], [w.url for w in decode]
         async with run_router(cfg) as r:
             await wait_for(lambda: len(r.state.pool.views("decode")) == 2 and len(r.state.pool.views("prefill")) == 2,
                            what="discovery")
+            if warm:  # throwaway prompts straight to each worker, alike on all of them
+                await kv_events_flowing(r, [*prefill, *decode])
             got = []
             for req in trace.requests:
                 body = {"model": MODEL, "prompt": token_ids(req, HB), "max_tokens": req.output_tokens,
@@ -101,4 +123,4 @@ async def test_live_router_and_simulator_decide_alike(tmp_path: Path) -> None:
                 # events have landed and a scrape has seen the workers idle again.
                 await wait_for(lambda: r.state.index.events_applied > 0, what="KV events")
                 await asyncio.sleep(1.0)
-    assert got == expected
+    return got
