@@ -106,6 +106,8 @@ class Simulation:
         # The router hashes prompts in the engines' block size, as the operator configures it.
         self.scheduler = Scheduler(replace(config.routing, block_size=self.block_size))
         self.router_view = RouterView(config, self.scheduler.index)
+        # read on every step with KV events: the spec is fixed, so its property is evaluated once
+        self.uses_prefixes = self.scheduler.uses_prefixes
         self.instances: dict[str, list[Instance]] = {p: [] for p in pools}
         self.pending: dict[str, deque[_Req]] = {p: deque() for p in pools}
         # (time, time pushed, sequence number, kind, object): the push time orders equal times as the push
@@ -293,7 +295,7 @@ class Simulation:
         inst.busy = False
         now = self.now
         kv = out.kv_events
-        if (kv.stored or kv.removed) and self.scheduler.uses_prefixes:
+        if (kv.stored or kv.removed) and self.uses_prefixes:
             if self.router_view.event_lag_s > 0:
                 self._push(now + self.router_view.event_lag_s, _KV_EVENTS, (inst, kv))
             else:

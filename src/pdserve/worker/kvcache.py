@@ -95,17 +95,21 @@ class BlockPool:
         block_hash = self.block_hash
         for bid in out:
             ref_cnt[bid] = 1
+        cached = self.cached
+        removed = self.events.removed
+        for bid in out:
             h = block_hash[bid]
             if h is not None:
                 block_hash[bid] = None
-                holders = self.cached.get(h)
+                holders = cached.get(h)
                 if holders is not None and bid in holders:
                     # vLLM's _maybe_evict_cached_block: one BlockRemoved per evicted block, even
                     # when another block still holds the same content
-                    holders.remove(bid)
-                    if not holders:
-                        del self.cached[h]
-                    self.events.removed.append(h)
+                    if len(holders) == 1:
+                        del cached[h]
+                    else:
+                        holders.remove(bid)
+                    removed.append(h)
         return out
 
     def free_blocks(self, block_ids: Sequence[int]) -> None:

@@ -10,7 +10,9 @@ that), and defers to the model's own method for anything that is not exactly a
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
+from itertools import accumulate
 
 from pdserve.worker.perf import PerfModel
 
@@ -103,6 +105,22 @@ def step_ends_fn(perf: PerfModel) -> StepEndsFn:
                 < (weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate
                 and ((token_flops + attn_flops * float(attn_pairs + last * seqs)) / flops_rate) * _MARGIN
                 < (weight_bytes + kv_bytes * (kv_read + last * seqs + seqs)) / byte_rate):
+            if gap_s == 0.0:
+                # t + cost + 0.0 is t + cost: the ends are the running sum of the step costs, summed left to
+                # right in C (accumulate), then cut after the first not before ``until`` (ends only grow).
+                # Costs grow with the step number, so the first bounds how many steps fit before ``until``:
+                # computing only those (+ 2 for rounding) wastes nothing when a gate cuts the run short.
+                first = (weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate + overhead
+                if until - now < first * n:
+                    n = min(n, int((until - now) / first) + 2)
+                out = list(accumulate([(weight_bytes + kv_bytes * r) / byte_rate + overhead
+                                       for r in range(kv_read + seqs, kv_read + seqs * (n + 1), seqs)],
+                                      initial=now))
+                del out[0]
+                cut = bisect_left(out, until) + 1
+                if cut < n:
+                    del out[cut:]
+                return out
             for _ in range(n):
                 t = t + ((weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate + overhead) + gap_s
                 out.append(t)
