@@ -108,25 +108,30 @@ class _GridPerf(PerfModel):
         return 0.0625 if new_tokens else 0.0
 
 
-SAME_INSTANT: dict[str, tuple[str, dict[str, object]]] = {
-    "chunked3": ("chunked:3", {}),
-    "colocated2-hop": ("colocated:2", {"ingress_s": 0.125}),  # dispatches in the middle of a plan
-    "1p2d": ("1p2d", {}),
-    "1p2d-local": ("1p2d", {"routing": RoutingSpec(disagg_threshold_tokens=10**6)}),  # arrivals go to decode
+# layout, config, the engines' front-end latency: 0 (requests start on the grid too) or a whole number of steps
+# (a request reaching a coasting engine waits in the front-end until exactly the end of one of its steps)
+SAME_INSTANT: dict[str, tuple[str, dict[str, object], float]] = {
+    "chunked3": ("chunked:3", {}, 0.0),
+    "colocated2-hop": ("colocated:2", {"ingress_s": 0.125}, 0.0),  # dispatches in the middle of a plan
+    "1p2d": ("1p2d", {}, 0.0),
+    "1p2d-local": ("1p2d", {"routing": RoutingSpec(disagg_threshold_tokens=10**6)}, 0.0),  # arrivals go to decode
+    "chunked3-frontend": ("chunked:3", {}, 0.125),
+    "1p2d-frontend": ("1p2d", {}, 0.1875),
+    "1p2d-local-frontend": ("1p2d", {"routing": RoutingSpec(disagg_threshold_tokens=10**6)}, 0.0625),
 }
 
 
 @pytest.mark.parametrize("case", sorted(SAME_INSTANT))
 def test_coasting_keeps_the_order_of_events_at_the_same_instant(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    layout, extra = SAME_INSTANT[case]
+    layout, extra, frontend_s = SAME_INSTANT[case]
     monkeypatch.setattr("pdserve.sim.instance.PerfModel", _GridPerf)
     real = instance.resolve_profile
 
-    def no_frontend(name: str, tp: int | None) -> PerfProfile:  # requests start on the grid too
+    def on_grid(name: str, tp: int | None) -> PerfProfile:
         p = real(name, tp)
-        return p.model_copy(update={"efficiency": p.efficiency.model_copy(update={"frontend_latency_s": 0.0})})
+        return p.model_copy(update={"efficiency": p.efficiency.model_copy(update={"frontend_latency_s": frontend_s})})
 
-    monkeypatch.setattr(instance, "resolve_profile", no_frontend)
+    monkeypatch.setattr(instance, "resolve_profile", on_grid)
     trace = _gridded(150, 7)
     cfg = SimConfig(**parse_layout(layout), profile="llama-3.1-8b-h100", block_size=16, kv_event_lag_s=0.125,
                     max_num_seqs=6, **extra)  # type: ignore[arg-type]

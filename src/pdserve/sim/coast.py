@@ -14,7 +14,9 @@ after the next arrival, which may be routed to it) and pushes one ``COAST_DONE``
 the end of the last. Until then nothing about the engine that
 anyone reads changes, so nothing needs its steps done, except:
 
-* a request reaching the engine (a dispatch, a KV transfer landing): ``materialize``
+* a request reaching the engine (a dispatch, a KV transfer landing; ``reach``): when the
+  engine models a front-end, the request waits there past the steps in flight, so the coast
+  only gets cut at the first step that ends at or after its gate; otherwise ``materialize``
   first does the steps that end before that event (in the loop's order: an arrival goes
   before a step ending at its instant; heap events compare (time, time pushed, seq), and
   a planned step counts as pushed when the step before it ended), then starts the one in
@@ -147,6 +149,34 @@ def materialize(sim: Simulation, inst: Instance) -> None:
     inst.step_out = out
     sim.seq += 1
     heapq.heappush(sim.heap, (start + out.duration + sim.step_host_s, start, sim.seq, STEP_DONE, inst))
+
+
+def reach(sim: Simulation, inst: Instance) -> None:
+    """A request is about to reach the coasting engine (``Instance.add`` at ``sim.now``).
+
+    With a modelled front-end it waits there until ``now + frontend_latency_s`` (the gate, later than now),
+    so the planned steps that start before the gate stay plain (admission skips a gated request, as
+    ``plain_steps`` allows): the coast goes on, cut at the first step that ends at or after the gate (the
+    step after it may admit the request), instead of being turned back into ordinary steps now. Without
+    one, ``materialize``."""
+    now = sim.now
+    gate = now + inst.engine.config.frontend_latency_s  # as Engine.add_request computes it
+    if not gate > now:
+        materialize(sim, inst)
+        return
+    c = inst.coast
+    assert c is not None
+    ends = c.ends
+    k = len(ends)
+    cut = bisect_left(ends, gate, 0, k - 1)
+    if cut == k - 1:
+        return  # the plan already ends there or before
+    del ends[cut + 1:]
+    sim.heap.remove(c.entry)
+    heapq.heapify(sim.heap)
+    sim.seq += 1
+    c.entry = (ends[-1], ends[-2] if cut else c.start, sim.seq, COAST_DONE, c)
+    heapq.heappush(sim.heap, c.entry)
 
 
 def settle_coasts(sim: Simulation, limit: float) -> None:

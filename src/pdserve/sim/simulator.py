@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from pdserve.router.core.scheduler import Mode, PoolViews, Scheduler
 from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.autoscale import Autoscaler, ScalingEvent
-from pdserve.sim.coast import end_coast, materialize, settle_coasts, start_coast
+from pdserve.sim.coast import end_coast, reach, settle_coasts, start_coast
 from pdserve.sim.config import SimConfig, SimConfigError
 from pdserve.sim.events import COAST_DONE as _COAST_DONE
 from pdserve.sim.events import DISPATCH as _DISPATCH
@@ -198,7 +198,7 @@ class Simulation:
             return
         inst = self._instance(pool, d)
         if inst.coast is not None:
-            materialize(self, inst)  # its steps so far happen before the request reaches it
+            reach(self, inst)  # its steps so far happen before the request reaches it
         self.scheduler.on_routed(policy, d, req, self.now)
         rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.block_size
         try:
@@ -351,7 +351,7 @@ class Simulation:
         rid = str(rec.index)
         d.incoming -= 1
         if d.coast is not None:
-            materialize(self, d)
+            reach(self, d)
         lease = p.engine.held.get(rid)
         # The engine expires leases only when it steps; an idle prefill engine's
         # timer would still fire in vLLM, so check the deadline here too.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 
 @dataclass(slots=True)
@@ -89,15 +90,15 @@ class BlockPool:
         free = self.free
         if n > len(free):
             raise RuntimeError(f"allocate({n}) with only {len(free)} free blocks")
-        popitem = free.popitem
-        out = [popitem(False)[0] for _ in range(n)]
+        # the head of the queue read in C, then each block taken out (faster than a popitem per block)
+        out = list(islice(free, n))
         ref_cnt = self.ref_cnt
         block_hash = self.block_hash
-        for bid in out:
-            ref_cnt[bid] = 1
         cached = self.cached
         removed = self.events.removed
         for bid in out:
+            del free[bid]
+            ref_cnt[bid] = 1
             h = block_hash[bid]
             if h is not None:
                 block_hash[bid] = None
