@@ -21,6 +21,10 @@ a single word moves the cut; a pre-tokenizer outside the per-piece ones below (e
 ``Metaspace`` with ``prepend_scheme="first"``, which treats the text's first piece
 differently) may see the position. Only encodes without special tokens use it (chat
 prompts: the template writes BOS itself), so no post-processor runs.
+
+A piece not in the cache (a new prompt) that is plain ASCII goes word by word through
+``words.WordEncoder`` when the tokenizer is a byte-level BPE it accepts: the same ids,
+without the backend's pre-tokenizer, and with the words' ids remembered.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import re
 from array import array
 from collections.abc import Mapping
 from typing import Any
+
+from pdserve.tokenization.words import WordEncoder
 
 # Pre-tokenizers whose output on a piece does not depend on where the piece sits in
 # the text (tokenizers/src/pre_tokenizers/*: each splits by the piece's own content).
@@ -54,8 +60,10 @@ class SegmentEncoder:
     read-then-reinsert is not atomic."""
 
     def __init__(self, backend: Any, cut: re.Pattern[str], token_ids: dict[str, int],
-                 max_chars: int = 2_000_000) -> None:
+                 max_chars: int = 2_000_000, words: WordEncoder | None = None) -> None:
         self._backend = backend
+        # New pieces of plain ASCII: word by word with the words' ids remembered (words.py).
+        self._words = words
         self._cut = cut
         self._ids = token_ids
         self.max_chars = max_chars
@@ -88,7 +96,8 @@ class SegmentEncoder:
         # Longest first: at one position the longest added token wins, as in the backend's
         # leftmost-longest match.
         alternatives = sorted(cuts, key=len, reverse=True)
-        return cls(backend, re.compile("(" + "|".join(map(re.escape, alternatives)) + ")"), cuts, max_chars)
+        return cls(backend, re.compile("(" + "|".join(map(re.escape, alternatives)) + ")"), cuts, max_chars,
+                   WordEncoder.plan(backend))
 
     def encode(self, text: str) -> list[int]:
         parts = self._cut.split(text)  # pieces at even positions, added tokens at odd ones
@@ -108,9 +117,21 @@ class SegmentEncoder:
         self.hits += len(known)
         if todo:
             self.misses += len(todo)
-            for piece, enc in zip(todo, self._backend.encode_batch_fast(todo, add_special_tokens=False)):
-                known[piece] = ids = enc.ids
-                self._remember(piece, array("q", ids))
+            words = self._words
+            if words is not None:
+                rest = []
+                for piece in todo:
+                    wids = words.encode(piece) if words.plain(piece) else None
+                    if wids is None:
+                        rest.append(piece)
+                    else:
+                        known[piece] = wids
+                        self._remember(piece, array("q", wids))
+                todo = rest
+            if todo:
+                for piece, enc in zip(todo, self._backend.encode_batch_fast(todo, add_special_tokens=False)):
+                    known[piece] = ids = enc.ids
+                    self._remember(piece, array("q", ids))
         out: list[int] = []
         added = self._ids
         for i, p in enumerate(parts):

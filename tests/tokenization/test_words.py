@@ -1,0 +1,122 @@
+"""New plain-ASCII pieces are encoded word by word with the words' ids remembered
+(pdserve.tokenization.words): the ids must be exactly the backend's encode, for both
+forms of byte-level pre-tokenizer (GPT-2's ByteLevel regex, Llama 3's Split + ByteLevel),
+and other pipelines or other text must keep the backend's encode."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
+
+from pdserve.tokenization import load_tokenizer
+from pdserve.tokenization.hf import HfTokenizer
+from pdserve.tokenization.segments import SegmentEncoder
+from pdserve.tokenization.testing import SPECIAL_TOKENS, build_bpe_tokenizer
+from pdserve.tokenization.words import WordEncoder
+
+# Llama 3's pre-tokenizer regex (its tokenizer.json), with ByteLevel(use_regex=False) after it.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> HfTokenizer:
+    t = load_tokenizer(str(build_bpe_tokenizer(tmp_path_factory.mktemp("bpe"))))
+    assert isinstance(t, HfTokenizer)
+    return t
+
+
+def backend_of(tok: HfTokenizer) -> Tokenizer:
+    return Tokenizer.from_str(tok.hf._tokenizer.to_str())  # a copy: tests may change its pipeline
+
+
+def llama3_form(tok: HfTokenizer) -> Tokenizer:
+    b = backend_of(tok)
+    b.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return b
+
+
+def expected(b: Tokenizer, text: str) -> list[int]:
+    return list(b.encode(text, add_special_tokens=False).ids)
+
+
+# Text where the words repeat and every regex alternative is exercised (contractions in
+# both cases, digit runs, punctuation runs, whitespace runs before words and at the end).
+plain_text = st.lists(st.sampled_from(["word", "Word", " word", "12", "1234567", " 7", "'s", "'S", "'ll", "'t",
+                                       "don't", " ", "  ", "\t", "\n", "\r\n", "\n\n", "!", "?!", " ...", "(x)",
+                                       "a", " the", "~", "`", "\"", "{", "}"]), max_size=40).map("".join)
+any_plain = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126) | st.sampled_from("\t\n\r"),
+                    max_size=60)
+
+
+@pytest.mark.parametrize("form", ["gpt2", "llama3"])
+def test_plan_accepts_both_byte_level_forms(tok: HfTokenizer, form: str) -> None:
+    b = backend_of(tok) if form == "gpt2" else llama3_form(tok)
+    assert WordEncoder.plan(b) is not None
+
+
+@pytest.mark.parametrize("form", ["gpt2", "llama3"])
+@settings(max_examples=400, deadline=None)
+@given(texts=st.lists(plain_text | any_plain, min_size=1, max_size=4))
+def test_word_ids_are_the_backends(tok: HfTokenizer, form: str, texts: list[str]) -> None:
+    b = backend_of(tok) if form == "gpt2" else llama3_form(tok)
+    words = WordEncoder.plan(b, max_words=50)  # small: eviction happens
+    assert words is not None
+    for text in texts:  # one encoder over several texts: remembered words are reused
+        assume(not any(s in text for s in SPECIAL_TOKENS))  # SegmentEncoder cuts those out first
+        assert words.plain(text)
+        ids = words.encode(text)  # both regexes match every character: no gap, no fallback
+        assert ids == expected(b, text), text
+
+
+def test_other_pipelines_keep_the_backend(tok: HfTokenizer) -> None:
+    with_normalizer = backend_of(tok)
+    with_normalizer.normalizer = normalizers.Lowercase()
+    prefix_space = backend_of(tok)
+    prefix_space.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+    metaspace = backend_of(tok)
+    metaspace.pre_tokenizer = pre_tokenizers.Metaspace()
+    spec: dict[str, Any] = json.loads(backend_of(tok).to_str())
+    spec["model"]["dropout"] = 0.1
+    dropout = Tokenizer.from_str(json.dumps(spec))
+    for b in (with_normalizer, prefix_space, metaspace, dropout):
+        assert WordEncoder.plan(b) is None
+
+
+class CountingBackend:
+    """Forwards to the real backend and records the texts it was asked to encode."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.texts: list[str] = []
+
+    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool) -> Any:
+        self.texts += texts
+        return self.backend.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
+
+
+def test_new_plain_prompts_skip_the_backend(tok: HfTokenizer) -> None:
+    plan = SegmentEncoder.plan(tok.hf._tokenizer)
+    assert plan is not None and plan._words is not None
+    spy = CountingBackend(tok.hf._tokenizer)
+    seg = SegmentEncoder(spy, plan._cut, plan._ids, words=plan._words)
+    first = tok.render([{"role": "user", "content": "request 1: please summarise word1 word2 word3"}])
+    second = tok.render([{"role": "user", "content": "request 2: please summarise word4 word1 déjà vu"}])
+    assert seg.encode(first) == list(tok.hf(first, add_special_tokens=False)["input_ids"])
+    assert spy.texts == []  # every piece plain: words, not the backend
+    assert seg.encode(second) == list(tok.hf(second, add_special_tokens=False)["input_ids"])
+    assert spy.texts == ["\n\nrequest 2: please summarise word4 word1 déjà vu"]  # not ASCII: the backend
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(plain_text, st.text(max_size=20), st.sampled_from(SPECIAL_TOKENS)), max_size=10))
+def test_chat_encode_with_words_is_transformers(tok: HfTokenizer, parts: list[str]) -> None:
+    text = "".join(parts)
+    assert tok._encode_chat(text, add_special_tokens=False) == list(tok.hf(text, add_special_tokens=False)["input_ids"])
