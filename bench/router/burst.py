@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,71 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
         out["router_cpu_s"] = round(cpu, 3)
         out["router_cpu_us_per_token"] = round(cpu * 1e6 / max(tokens, 1), 2)
     return out
+
+
+# Where the router's CPU goes, by the innermost matching frame of each py-spy sample
+# (first rule that matches, scanning from the leaf up). "event loop and sockets" is time
+# in uvloop's C code with no Python frame above the loop: epoll, accept, recv, and the
+# callbacks' own C work; a socket write made from Python is charged to its caller.
+PROFILE_RULES = (
+    ("chat template render", ("HfTokenizer._render",)),
+    ("tokenize: BPE encode", ("SegmentEncoder.encode", "WordEncoder.encode", "encode_batch_fast")),
+    ("tokenize: other", ("ModelTokenizer.chat_ids", "completion_ids")),
+    ("request JSON + validation", ("parse_request", "read_body")),
+    ("block keys", ("request_keys",)),
+    ("policy + scheduler", ("Scheduler.", "Policy.", "KvAware")),
+    ("metrics", ("prometheus_client", "metrics.py")),
+    ("relay: per streamed chunk (incl. its socket write)", ("_Pipe.__call__",)),
+    ("upstream HTTP/1 client: parse", ("Response._feed", "_Conn.data_received")),
+    ("upstream HTTP/1 client: send + connect", ("send_with_retries", "Http1Pool")),
+    ("relay: stream setup + end", ("relay_stream",)),
+    ("handler: other", ("CompletionHandler",)),
+    ("aiohttp server (HTTP parsing, response head)", ("aiohttp/",)),
+)
+
+
+def profile_start(pid: int | None, folder: Path, tag: str) -> subprocess.Popen | None:
+    spy = Path(sys.executable).parent / "py-spy"
+    exe = str(spy) if spy.exists() else "py-spy"
+    try:
+        proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+                                 "--nonblocking", "--output", str(folder / f"{tag}.txt")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SystemExit("--profile needs py-spy (pip install py-spy)") from None
+    time.sleep(1.0)  # attached before the burst starts
+    return proc
+
+
+def profile_stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+    proc.wait(30)
+
+
+def profile_summary(folder: Path) -> dict:
+    """Share of samples per PROFILE_RULES category, and the 15 hottest leaf frames."""
+    cats: dict[str, int] = {}
+    leaves: dict[str, int] = {}
+    total = 0
+    for f in sorted(folder.glob("*.txt")):
+        for line in f.read_text().splitlines():
+            stack, _, n = line.rpartition(" ")
+            if not stack or not n.isdigit():
+                continue
+            frames = stack.split(";")
+            count = int(n)
+            total += count
+            leaves[frames[-1]] = leaves.get(frames[-1], 0) + count
+            cat = next((name for fr in reversed(frames) for name, keys in PROFILE_RULES
+                        if any(k in fr for k in keys)), None)
+            if cat is None:
+                cat = "event loop and sockets (uvloop C)" if "run_app" in frames[-1] else "other"
+            cats[cat] = cats.get(cat, 0) + count
+    share = lambda c: round(100 * c / max(total, 1), 1)  # noqa: E731
+    return {"tool": "py-spy record --rate 250 --nonblocking, pdserve's router over its measured bursts",
+            "samples": total,
+            "categories_pct": {k: share(v) for k, v in sorted(cats.items(), key=lambda kv: -kv[1])},
+            "top_leaf_frames_pct": {k: share(v) for k, v in sorted(leaves.items(), key=lambda kv: -kv[1])[:15]}}
 
 
 def peer_versions(python: Path) -> dict[str, str]:
@@ -204,6 +270,11 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {streams} | {name} | {fmt(o.get('ttft_p50_ms'), 0)} | {fmt(o.get('ttft_p99_ms'), 0)} "
                          f"| {fmt(o.get('ttft_p99_vs_best_rust'), 2)} | {fmt(o.get('router_cpu_us_per_token'), 1)} "
                          f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {o['errors']} |")
+    prof = doc.get("profile")
+    if prof:
+        lines += ["", f"Where pdserve's router CPU went ({prof['tool']}; {prof['samples']} samples):", "",
+                  "| category | % of samples |", "|---|---:|",
+                  *[f"| {k} | {v} |" for k, v in prof["categories_pct"].items()]]
     return "\n".join(lines) + "\n"
 
 
@@ -254,6 +325,9 @@ def main() -> int:
                     help="taskset the routers to ROUTER_CPUS and the worker and load clients to LOAD_CPUS")
     ap.add_argument("--lead-s", type=float, default=1.0, help="seconds the load processes get to start")
     ap.add_argument("--timeout", type=float, default=120.0, help="per stream")
+    ap.add_argument("--profile", action="store_true",
+                    help="sample the pdserve router with py-spy (on PATH or next to this Python) over its measured "
+                         "bursts and add where its CPU goes to the result (the `profile` key)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--replot", type=Path, default=None, help="only redraw --plot and the .md from a results JSON")
@@ -276,6 +350,7 @@ def main() -> int:
         os.sched_setaffinity(0, {int(c) for c in load_cpus.split(",")})
     errors: dict[str, str] = {}
     with ExitStack() as stack:
+        profile_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-prof-"))) if args.profile else None
         tok = build_bpe_tokenizer(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-tok-")))
         w = stack.enter_context(start_worker(MODEL, speedup=args.speedup, tokenizer=str(tok),
                                              args=["--max-num-seqs", "4096", "--max-num-batched-tokens", "1048576"]))
@@ -322,7 +397,10 @@ def main() -> int:
                 k = rnd % len(names)
                 for name in names[k:] + names[:k]:
                     url, pid = urls[name]
+                    spy = profile_start(pid, profile_dir, f"{streams}-{rnd}") if profile_dir and name == "pdserve" else None
                     r = burst_once(url, streams, procs, args, pid, load_cpus)
+                    if spy is not None:
+                        profile_stop(spy)
                     rs[name].append(r)
                     print(f"{streams} streams, round {rnd + 1}/{args.rounds}, {name}: TTFT p50 {r['ttft_p50_ms']} "
                           f"p99 {r['ttft_p99_ms']} ms, errors {r['errors']}, CPU/token "
@@ -330,6 +408,7 @@ def main() -> int:
             rounds[str(streams)] = rs
         prompt_tokens = len(load_tokenizer(str(tok)).chat_ids(
             [{"role": "user", "content": prompts_for(1, 0, args.prompt_words)[0]}]))
+        profile = profile_summary(profile_dir) if profile_dir else None
     summary = {s: summarise(rs) for s, rs in rounds.items()}
     doc = {"bench": "router_burst",
            "setup": (f"one mock worker (--mock-speedup {args.speedup:g}), aggregated (no P/D split), chat requests "
@@ -339,6 +418,8 @@ def main() -> int:
                      f"pin {args.pin or 'none'}; {args.rounds} rounds, rotating order, one warm-up burst each"),
            "prompt_tokens": prompt_tokens, "peers": peer_versions(args.peers_python),
            "summary": summary, "verdicts": verdicts(summary), "rounds": rounds, "errors": errors}
+    if profile is not None:
+        doc["profile"] = profile
     print(json.dumps({"summary": summary, "verdicts": doc["verdicts"]}, indent=1))
     if args.out:
         write_result(args.out, doc, run)
