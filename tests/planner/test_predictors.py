@@ -37,6 +37,19 @@ def test_trend_models_fall_back_on_short_or_flat_history(cls):
     assert f.value == pytest.approx(5.0)
 
 
+@pytest.mark.parametrize("cls", [HoltWintersPredictor, ArimaPredictor])
+def test_trend_models_fall_back_to_the_last_value_when_the_fit_is_degenerate(cls, monkeypatch):
+    """Both fitted models share one fallback: a fit that raises (statsmodels does on
+    degenerate data) gives the last value, labelled, and still goes through the clamp."""
+    def broken(self, hist, steps):
+        raise np.linalg.LinAlgError("singular")
+
+    monkeypatch.setattr(cls, "_fit", broken)
+    f = cls().predict([1.0 + (i % 3) for i in range(40)])
+    assert f.value == pytest.approx(1.0 + 39 % 3)
+    assert f.method == f"{cls.name}>constant (LinAlgError)" and not f.exploded
+
+
 def test_seasonal_holt_winters_beats_constant_on_a_cycle():
     period = 12
     series = [50 + 30 * math.sin(2 * math.pi * i / period) for i in range(6 * period)]

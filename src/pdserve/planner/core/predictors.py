@@ -8,7 +8,8 @@ That keeps them trivially testable and lets the backtest and the policy share th
 
 Robustness rules, shared by all predictors through :func:`finish`:
 - NaN / inf samples are dropped before fitting (a missed scrape must not poison a fit);
-- a history too short for a model falls back to a simpler one (noted in ``method``);
+- a history too short for a model falls back to a simpler one (noted in ``method``),
+  and a degenerate fit to the last value (:func:`fit_or_fall_back`, shared by the fitted models);
 - a negative forecast is floored at zero;
 - a forecast that explodes (non-finite, or above ``explode_ratio`` x the recent
   maximum) is clamped to that bound and flagged ``exploded=True`` so the policy
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 
 import numpy as np
@@ -93,6 +94,29 @@ class MovingAveragePredictor:
         return finish(float(np.mean(hist[-self.window :])), hist, self.name, self.explode_ratio)
 
 
+def fit_or_fall_back(name: str, hist: np.ndarray, min_points: int, explode_ratio: float,
+                     fit: Callable[[np.ndarray], tuple[float, str]]) -> Forecast:
+    """The fallback pattern every fitted model shares, in one place.
+
+    A history shorter than ``min_points`` or constant has no trend to fit: the mean is the
+    best estimate (method ``name>moving-average``). A degenerate fit (statsmodels raises
+    ValueError / LinAlgError) falls back to the last value (``name>constant (Error)``).
+    Otherwise ``fit(hist)`` returns the raw forecast and the method's label, and the common
+    floor / explosion clamp applies (:func:`finish`).
+    """
+    if hist.size < min_points or float(np.ptp(hist)) == 0.0:
+        fb = MovingAveragePredictor(explode_ratio=explode_ratio).predict(hist)
+        return Forecast(fb.value, f"{name}>moving-average", fb.exploded, fb.raw)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw, method = fit(hist)
+    except (ValueError, np.linalg.LinAlgError) as exc:  # degenerate fits
+        fb = ConstantPredictor(explode_ratio).predict(hist)
+        return Forecast(fb.value, f"{name}>constant ({type(exc).__name__})", fb.exploded, fb.raw)
+    return finish(raw, hist, method, explode_ratio)
+
+
 @dataclass
 class HoltWintersPredictor:
     """Additive-trend exponential smoothing, optionally with an additive season.
@@ -108,34 +132,17 @@ class HoltWintersPredictor:
 
     def predict(self, history: History, steps: int = 1) -> Forecast:
         hist = clean(history)[-self.max_history :]
-        if hist.size < 6 or float(np.ptp(hist)) == 0.0:
-            # Too short to fit a trend, or constant: the mean is the best estimate.
-            fb = MovingAveragePredictor(explode_ratio=self.explode_ratio).predict(hist)
-            return Forecast(fb.value, f"{self.name}>moving-average", fb.exploded, fb.raw)
+        return fit_or_fall_back(self.name, hist, 6, self.explode_ratio, lambda h: self._fit(h, steps))
+
+    def _fit(self, hist: np.ndarray, steps: int) -> tuple[float, str]:
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-        seasonal = None
         sp = self.seasonal_periods
-        if sp and sp >= 2 and hist.size >= 2 * sp + 2:
-            seasonal = "add"
-        model = ExponentialSmoothing(
-            hist,
-            trend="add",
-            damped_trend=True,
-            seasonal=seasonal,
-            seasonal_periods=sp if seasonal else None,
-            initialization_method="estimated",
-        )
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                fit = model.fit(optimized=True)
-                raw = float(np.max(fit.forecast(max(1, steps))))
-        except (ValueError, np.linalg.LinAlgError) as exc:  # degenerate fits
-            fb = ConstantPredictor(self.explode_ratio).predict(hist)
-            return Forecast(fb.value, f"{self.name}>constant ({type(exc).__name__})", fb.exploded, fb.raw)
-        method = self.name + ("(seasonal)" if seasonal else "")
-        return finish(raw, hist, method, self.explode_ratio)
+        seasonal = "add" if sp and sp >= 2 and hist.size >= 2 * sp + 2 else None
+        model = ExponentialSmoothing(hist, trend="add", damped_trend=True, seasonal=seasonal,
+                                     seasonal_periods=sp if seasonal else None, initialization_method="estimated")
+        fit = model.fit(optimized=True)
+        return float(np.max(fit.forecast(max(1, steps)))), self.name + ("(seasonal)" if seasonal else "")
 
 
 @dataclass
@@ -150,23 +157,15 @@ class ArimaPredictor:
 
     def predict(self, history: History, steps: int = 1) -> Forecast:
         hist = clean(history)[-self.max_history :]
-        if hist.size < 10 or float(np.ptp(hist)) == 0.0:
-            fb = MovingAveragePredictor(explode_ratio=self.explode_ratio).predict(hist)
-            return Forecast(fb.value, f"{self.name}>moving-average", fb.exploded, fb.raw)
+        return fit_or_fall_back(self.name, hist, 10, self.explode_ratio, lambda h: self._fit(h, steps))
+
+    def _fit(self, hist: np.ndarray, steps: int) -> tuple[float, str]:
         from statsmodels.tsa.arima.model import ARIMA
 
         sp = self.seasonal_periods
         seasonal_order = (1, 0, 0, sp) if sp and sp >= 2 and hist.size >= 3 * sp else (0, 0, 0, 0)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                fit = ARIMA(hist, order=self.order, seasonal_order=seasonal_order).fit()
-                raw = float(np.max(fit.forecast(max(1, steps))))
-        except (ValueError, np.linalg.LinAlgError) as exc:
-            fb = ConstantPredictor(self.explode_ratio).predict(hist)
-            return Forecast(fb.value, f"{self.name}>constant ({type(exc).__name__})", fb.exploded, fb.raw)
-        method = self.name + ("(seasonal)" if seasonal_order[3] else "")
-        return finish(raw, hist, method, self.explode_ratio)
+        fit = ARIMA(hist, order=self.order, seasonal_order=seasonal_order).fit()
+        return float(np.max(fit.forecast(max(1, steps)))), self.name + ("(seasonal)" if seasonal_order[3] else "")
 
 
 def make_predictor(name: str, *, seasonal_periods: int | None = None, explode_ratio: float = 4.0) -> Predictor:
