@@ -7,6 +7,8 @@ Policies (``--policies``):
 - ``planner``: ``pdserve.planner.PlannerPolicy`` through the simulator hook (Holt-Winters),
   seeing only what Prometheus would (``pdserve.sim.windows``);
 - ``planner_constant``: the same with the last-value predictor (ablation);
+- ``planner_burst``: the planner reading its burst reserve from the router's burst gauge
+  (``pdserve.common.burst``, 1 s resolution, ``--burst-budget``) instead of the 15 s irate peak;
 - ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
   targets; ``--reactive-sweep`` also runs the grid and records every point;
 - ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
@@ -100,7 +102,7 @@ def run_policy(trace: Trace, s: Setup, scaler, start: tuple[int, int], warmup_s:
         binds = [d.explanation.get("demand", {}).get("terms", {}) for d in scaler.decisions]
         out["binding_counts"] = {
             f"{pool}_{term}": sum(1 for b in binds if b.get(f"binding_{pool}") == term)
-            for pool in ("prefill", "decode") for term in ("compute", "link", "drain")
+            for pool in ("prefill", "decode") for term in ("compute", "link", "drain", "peak")
         }
     return out, res
 
@@ -129,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="planner and reactive scale-down stabilisation, s (default: the shipped one)")
     ap.add_argument("--peak-window", type=float, default=PolicyConfig.peak_window_s,
                     help="planner: keep capacity for the short-window peak this long, s")
+    ap.add_argument("--burst-budget", type=float, default=0.0,
+                    help="planner_burst: which series of the router's burst gauge is its peak (budget, s)")
+    ap.add_argument("--burst-sweep", nargs="*", type=float, metavar="BUDGET_S",
+                    help="also run planner_burst at these budgets (tuning runs)")
     ap.add_argument("--planner-sweep", nargs="*", type=float, metavar="PEAK_WINDOW_S",
                     help="also run the planner at these peak windows (tuning runs)")
     ap.add_argument("--reactive-prefill-target", type=float, default=2.0)
@@ -172,12 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         results = previous["results"]
     log = lambda m: print(f"[{trace_id} {args.model_profile}] {m}", flush=True)  # noqa: E731
 
-    def planner(pred: str, peak_window: float | None = None) -> PlannerAutoscaler:
+    def planner(pred: str, peak_window: float | None = None, burst: float | None = None) -> PlannerAutoscaler:
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
                            prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
                            decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
                            target_utilization=args.target_utilization, startup_s=args.startup,
-                           peak_window_s=args.peak_window if peak_window is None else peak_window)
+                           peak_window_s=args.peak_window if peak_window is None else peak_window,
+                           burst_budget_s=burst)
         return PlannerAutoscaler(PlannerPolicy(cfg, profile))
 
     best_extra: dict = {}
@@ -224,6 +231,17 @@ def main(argv: list[str] | None = None) -> int:
                     o = out if pw == args.peak_window else run_policy(trace, s, planner("holt-winters", pw), (1, 1),
                                                                      args.warmup)[0]
                     sweep.append({"peak_window_s": pw, "attainment": o["attainment"],
+                                  "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
+                results[name]["sweep"] = sweep
+        elif name == "planner_burst":
+            out, _ = run_policy(trace, s, planner("holt-winters", burst=args.burst_budget), (1, 1), args.warmup)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": args.burst_budget}}
+            if args.burst_sweep:
+                sweep = []
+                for b in args.burst_sweep:
+                    o = out if b == args.burst_budget else run_policy(trace, s, planner("holt-winters", burst=b),
+                                                                     (1, 1), args.warmup)[0]
+                    sweep.append({"burst_budget_s": b, "attainment": o["attainment"],
                                   "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
                 results[name]["sweep"] = sweep
         else:
@@ -339,7 +357,7 @@ def plot(path: Path, trace: Trace, s: Setup, results: dict, title: str) -> None:
     axes[0].set_ylabel("prompt ktok/s")
     axes[0].set_title(f"{title}: load, replicas, attainment per {s.interval_s:g} s interval")
     for name, r in results.items():
-        if name not in ("planner", "best", "reactive", "dynamo"):
+        if name not in ("planner", "planner_burst", "best", "reactive", "dynamo"):
             continue
         pts = r["series"]["replicas"]
         xs = [p[0] / 60 for p in pts]

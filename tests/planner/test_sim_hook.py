@@ -31,3 +31,17 @@ def test_autoscaler_hook_drives_the_policy():
     idle = hook.on_tick(20.0, window(0.0), sizes)
     assert idle == sizes  # scale-down waits for the stabilisation window
     assert len(hook.decisions) == 2 and not hook.decisions[0].held
+
+
+def test_the_peak_is_the_burst_series_at_the_planners_budget():
+    from dataclasses import replace
+
+    w = replace(window(4.0), prompt_tokens_peak_rate=18_000.0, prompt_tokens_burst={0.0: 90_000.0, 2.0: 54_000.0})
+    assert observation_from_window(10.0, w, PoolSizes(1, 1)).router_prompt_tokens_peak == 18_000.0  # irate
+    assert observation_from_window(10.0, w, PoolSizes(1, 1), 2.0).router_prompt_tokens_peak == 54_000.0
+    assert observation_from_window(10.0, w, PoolSizes(1, 1), 0.0).router_prompt_tokens_peak == 90_000.0
+    # the hook passes the policy's budget: a 90k/s burst held as reserve is 90k / saturated per replica
+    hook = PlannerAutoscaler(PlannerPolicy(PolicyConfig(interval_s=10, predictor="constant", prefill_max=64,
+                                                        decode_max=64, burst_budget_s=0.0), queue_profile()))
+    hook.on_tick(10.0, w, PoolSizes(1, 1))
+    assert hook.decisions[-1].explanation["inputs"]["router_prompt_tokens_peak"] == 90_000.0

@@ -177,3 +177,41 @@ def test_promql_keys_are_observation_metric_fields():
     # Keys reach Observation(**...) unchecked by the type checker: a non-metric field is refused.
     with pytest.raises(ValueError, match="not an Observation metric field: error"):
         _metric_fields({"request_rate": 1.0, "error": 2.0})
+
+
+def test_the_peak_is_the_routers_burst_gauge_at_the_planners_budget():
+    """The router's own RouterMetrics over real HTTP: with a budget the scrape source reads
+    the burst gauge's series for it; without one, the counter's rate as before."""
+    from prometheus_client import start_http_server
+
+    from pdserve.router.shell.metrics import RouterMetrics
+
+    clock = [100.0]
+    m = RouterMetrics(clock=lambda: clock[0])
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=m.registry)
+    try:
+        target = [parse_target(f"router=http://127.0.0.1:{server.server_port}")]
+        with_gauge, without = ScrapeSource(target, burst_budget_s=2.0), ScrapeSource(target)
+        for src in (with_gauge, without):
+            src.observe(0.0, P, D)
+        for i in range(30):  # 270k prompt tokens in 3 s
+            clock[0] = 100.0 + i * 0.1
+            m.observe_prefix(9000, 0)
+        clock[0] = 110.0
+        assert with_gauge.observe(15.0, P, D).router_prompt_tokens_peak == pytest.approx(270_000 / 5)
+        assert without.observe(15.0, P, D).router_prompt_tokens_peak == pytest.approx(270_000 / 15)
+    finally:
+        server.shutdown()
+        server.server_close()
+    q = PromQL('namespace="ns"', burst_budget_s=0.5).queries()["router_prompt_tokens_peak"]
+    gauge, fallback = q.split(" or ", 1)
+    assert gauge == ('(max_over_time((sum(pdserve_router_prompt_tokens_burst_rate{namespace="ns",budget="0.5"}))'
+                     '[30s:15s]))')
+    assert "irate(pdserve_router_prompt_tokens_total" in fallback  # a router without the gauge
+
+
+def test_a_burst_budget_the_router_does_not_export_is_refused():
+    from pdserve.planner.core.policy import PolicyConfig
+
+    assert PolicyConfig(burst_budget_s=2.0).invalid() is None
+    assert "burst budget 3 s is not one the router exports (0, 0.5, 1, 2, 4)" == PolicyConfig(burst_budget_s=3.0).invalid()

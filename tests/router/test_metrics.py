@@ -44,3 +44,25 @@ def test_histogram_batch_exposes_exactly_what_single_observations_would() -> Non
     assert "pdserve_router_inter_token_latency_seconds_count 12.0" in _itl_lines(fast)
     batch.flush()  # nothing pending: no change
     assert _itl_lines(fast) == _itl_lines(slow)
+
+
+def test_burst_gauge_reads_a_burst_at_its_own_rate_when_scraped() -> None:
+    """3 s of prompt tokens at 90k/s followed by silence: the counter's rate over a 15 s scrape
+    says 18k/s; the gauge, computed when scraped, says what the router saw (pdserve.common.burst)."""
+    clock = [100.0]
+    m = RouterMetrics(clock=lambda: clock[0])
+    for i in range(30):  # 30 requests x 9000 tokens over 100.0 .. 102.9
+        clock[0] = 100.0 + i * 0.1
+        m.observe_prefix(9000, 0)
+    clock[0] = 110.0
+
+    def gauge(budget: str) -> float:
+        text = generate_latest(m.registry).decode()
+        line = next(ln for ln in text.splitlines()
+                    if ln.startswith(f'pdserve_router_prompt_tokens_burst_rate{{budget="{budget}"}}'))
+        return float(line.rsplit(" ", 1)[1])
+
+    assert gauge("0") == 90_000.0  # the busiest whole second
+    assert gauge("2") == 270_000.0 / 5  # all three seconds, plus the 2 s budget
+    clock[0] = 200.0  # 30 s later the burst has left the gauge's span
+    assert gauge("0") == 0.0

@@ -122,3 +122,20 @@ def test_window_knows_no_output_length_before_completion() -> None:
     # ...and learns it from the completions once they are scraped.
     later = [w for _, w, _ in auto.seen if w.completions]
     assert later and later[0].mean_osl == pytest.approx(8000.0)
+
+
+def test_window_reads_the_routers_burst_gauge_at_its_scrapes() -> None:
+    """A 1.5 s burst: the irate peak averages it over a 15 s scrape; the router's burst gauge
+    (pdserve.common.burst), read at the scrapes since the last tick, has it at 1 s resolution."""
+    from pdserve.sim.traces import from_rows
+
+    # 15 requests x 6000 prompt tokens at t = 1.0, 1.1, .., 2.4: 60k tokens in second 1, 30k in second 2.
+    trace = from_rows([(1.0 + 0.1 * i, 6000, 4, ()) for i in range(15)] + [(200.0, 64, 4, ())],
+                      format="synthetic", source="one short burst")
+    auto = Scripted({}, interval_s=30.0)
+    run_simulation(trace, SimConfig(prefill_instances=2, decode_instances=1), autoscaler=auto)
+    first = auto.seen[0][1]  # tick at 31 s: scrapes at 8.5 and 23.5 s (origin 1.0, phase 7.5)
+    assert first.prompt_tokens_peak_rate == pytest.approx(15 * 6000 / 15.0)  # 6k/s
+    assert first.prompt_tokens_burst[0.0] == pytest.approx(60_000)
+    assert first.prompt_tokens_burst[2.0] == pytest.approx(90_000 / 4)  # both seconds + 2 s budget
+    assert auto.seen[2][1].prompt_tokens_burst[0.0] == 0.0  # 60 s on, every scrape read has it out of its span

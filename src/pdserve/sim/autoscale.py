@@ -44,7 +44,7 @@ Semantics (all times are virtual seconds on the simulator's clock):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 
@@ -99,6 +99,9 @@ class WindowMetrics:
     # Highest per-scrape prompt-token rate among the scrapes since the previous tick
     # (PromQL: max_over_time(sum(irate(pdserve_router_prompt_tokens_total[1m]))[30s:15s]))
     prompt_tokens_peak_rate: float = float("nan")
+    # The router's burst gauge (pdserve.common.burst), budget s -> tokens/s, highest among the
+    # scrapes since the previous tick (max_over_time(pdserve_router_prompt_tokens_burst_rate[30s]))
+    prompt_tokens_burst: dict[float, float] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -19,6 +19,9 @@ same view:
   histogram buckets (the one place this view is kinder than Prometheus);
 * the short-window peak is the highest prompt-token increase between two consecutive
   scrapes since the previous tick, per second (``irate`` under ``max_over_time``);
+* the router's burst gauge (``pdserve.common.burst``, one series per budget) is read
+  at each scrape since the previous tick and the highest value kept, as
+  ``max_over_time`` would; the router computes it from every request, at 1 s resolution;
 * pool gauges (running, waiting, KV usage) are read at the tick.
 """
 
@@ -29,6 +32,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
+from pdserve.common.burst import BUDGETS_S, BurstMeter
 from pdserve.sim.autoscale import PoolMetrics, PoolSizes, WindowMetrics
 from pdserve.sim.instance import State
 from pdserve.sim.metrics import RequestRecord, percentile
@@ -59,11 +63,14 @@ class WindowTracker:
         self.done: deque[tuple[float, int, int, float, float | None]] = deque()
         self.inflight = 0
         self.prefix_seen: dict[str, tuple[int, int]] = {}  # instance -> (hits, queries) at last tick
+        # The router's burst meter, kept long enough to be read at the scrapes of one interval.
+        self.burst = BurstMeter(retain_s=4 * window_s)
 
     def arrived(self, rec: RequestRecord) -> None:
         if self.origin is None:
             self.origin = rec.arrival_s
         self.arrivals.append((rec.arrival_s, rec.input_tokens))
+        self.burst.add(rec.arrival_s, rec.input_tokens)
         self.inflight += 1
 
     def completed(self, rec: RequestRecord) -> None:
@@ -116,6 +123,16 @@ class WindowTracker:
             s -= self.scrape_s
         return best
 
+    def _burst(self, end: float, interval_s: float) -> dict[float, float]:
+        """The burst gauge's highest value at the scrapes over the last interval, per budget."""
+        out = dict.fromkeys(BUDGETS_S, 0.0)
+        s = end
+        while s > end - interval_s - 1e-9:
+            for b in BUDGETS_S:
+                out[b] = max(out[b], self.burst.need(b, s))
+            s -= self.scrape_s
+        return out
+
     def snapshot(self, now: float, interval_s: float) -> WindowMetrics:
         end = self.last_scrape(now)
         start = end - self.window_s
@@ -152,6 +169,7 @@ class WindowTracker:
             prompt_tokens_rate=sum(a[1] for a in arr) / self.window_s,
             inflight=self.inflight,
             prompt_tokens_peak_rate=self._peak(end, interval_s),
+            prompt_tokens_burst=self._burst(end, interval_s),
         )
 
 

@@ -48,8 +48,10 @@ class Observation:
     # Prompt tokens/s as the router routes them: the one arrival-time load signal (vLLM's
     # prompt-token histograms are observed only when a request finishes).
     router_prompt_tokens_rate: float = NAN
-    # The highest per-scrape prompt-token rate since the last tick: bursts shorter than
-    # the rate window show here, not in the window's mean.
+    # The burst since the last tick: the router's burst gauge at the planner's budget
+    # (pdserve.common.burst: the rate that would have kept every wait within the budget,
+    # at 1 s resolution), else the highest per-scrape prompt-token rate (irate). Bursts
+    # shorter than the rate window show here, not in the window's mean.
     router_prompt_tokens_peak: float = NAN
     error: str | None = None
     extra: dict[str, float] = field(default_factory=dict)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdserve.common.burst import BUDGETS_S
 from pdserve.planner.core import decision as D
 from pdserve.planner.core.budget import fit_budget, gpus
 from pdserve.planner.core.decision import ScalingDecision
@@ -80,6 +81,12 @@ class PolicyConfig:
     # bursts shorter than the start-up delay can only be absorbed by replicas already up.
     # 900 s was chosen on the tuning set (bench/planner: 0 / 300 / 900 s on bursty seed 0).
     peak_window_s: float = 900.0
+    # Which series of the router's burst gauge is "the peak" (pdserve.common.burst): the rate a
+    # pool needs so that no recent request waited longer than this (0: the raw 1 s peak).
+    # None: the 15 s scrape-resolution irate() peak, as before the gauge existed (also the
+    # stand-in where a router does not export it). Not the default yet: bench/planner
+    # measures both on the bursty family (README there).
+    burst_budget_s: float | None = None
     # No pool shrinks while more than this many requests per ready replica wait in it.
     release_queue_per_replica: float = 1.0
     correction: bool = True
@@ -99,6 +106,9 @@ class PolicyConfig:
             need = gpus(self.prefill_min, self.decode_min, self.prefill_tp, self.decode_tp)
             if need > self.gpu_budget:
                 return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
+        if self.burst_budget_s is not None and self.burst_budget_s not in BUDGETS_S:
+            return (f"burst budget {self.burst_budget_s:g} s is not one the router exports "
+                    f"({', '.join(f'{b:g}' for b in BUDGETS_S)})")
         if not (0 < self.target_utilization <= 1):
             return f"target utilization {self.target_utilization} not in (0, 1]"
         return None

@@ -21,7 +21,8 @@ def _f(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
 
-def observation_from_window(now: float, window: WindowMetrics, current: PoolSizes) -> Observation:
+def observation_from_window(now: float, window: WindowMetrics, current: PoolSizes,
+                            burst_budget_s: float | None = None) -> Observation:
     """Simulator window -> planner observation.
 
     The window holds what Prometheus would (completed requests, scraped counters,
@@ -29,11 +30,15 @@ def observation_from_window(now: float, window: WindowMetrics, current: PoolSize
     The simulator reports p50/p90 over the window's completions; p50 stands in for
     the mean (the profile's mean latency) and p90 for the tail. Instances still
     starting are not ``pending`` in the Kubernetes sense (they will become ready),
-    so the pending cap never fires in simulation.
+    so the pending cap never fires in simulation. The peak is the router's burst gauge
+    at ``burst_budget_s`` where the window has that series, as the live queries read it.
     """
     def pool(size: int, m: PoolMetrics) -> PoolState:
         return PoolState(replicas=size, ready=m.ready)
 
+    peak = window.prompt_tokens_peak_rate
+    if burst_budget_s is not None and burst_budget_s in window.prompt_tokens_burst:
+        peak = window.prompt_tokens_burst[burst_budget_s]
     hit = window.prefill.prefix_hit_ratio
     if hit is None:
         hit = window.decode.prefix_hit_ratio
@@ -56,7 +61,7 @@ def observation_from_window(now: float, window: WindowMetrics, current: PoolSize
         kv_usage=window.decode.kv_usage,
         prefix_hit_ratio=_f(hit),
         router_prompt_tokens_rate=_f(window.prompt_tokens_rate),
-        router_prompt_tokens_peak=_f(window.prompt_tokens_peak_rate),
+        router_prompt_tokens_peak=_f(peak),
         router_inflight=float(window.inflight),
     )
 
@@ -71,6 +76,7 @@ class PlannerAutoscaler:
         return self.policy.interval_s
 
     def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes:
-        decision = self.policy.decide(observation_from_window(now, window, current), now)
+        obs = observation_from_window(now, window, current, self.policy.config.burst_budget_s)
+        decision = self.policy.decide(obs, now)
         self.decisions.append(decision)
         return PoolSizes(prefill=decision.prefill, decode=decision.decode)

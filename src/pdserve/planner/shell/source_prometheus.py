@@ -36,6 +36,7 @@ class Names:
     router_requests: tuple[str, ...] = ("pdserve_router_requests_total",)
     router_inflight: tuple[str, ...] = ("pdserve_router_inflight_requests",)
     router_prompt_tokens: tuple[str, ...] = ("pdserve_router_prompt_tokens_total",)
+    router_burst: tuple[str, ...] = ("pdserve_router_prompt_tokens_burst_rate",)
 
 
 class PromQL:
@@ -43,7 +44,7 @@ class PromQL:
 
     def __init__(self, selector: str, *, role_label: str = "pdserve_role", window: str = "1m",
                  quantile: float = 0.9, names: Names = Names(), peak_range: str = "30s",
-                 scrape: str = "15s") -> None:
+                 scrape: str = "15s", burst_budget_s: float | None = None) -> None:
         self.selector = selector.strip().strip("{}")
         self.role_label = role_label
         self.window = window
@@ -51,6 +52,7 @@ class PromQL:
         self.names = names
         self.peak_range = peak_range  # the planner's interval: peaks since the last tick
         self.scrape = scrape  # the scrape period: irate's resolution
+        self.burst_budget_s = burst_budget_s  # which series of the router's burst gauge is the peak
 
     def _sel(self, role: str | None) -> str:
         parts = [p for p in (self.selector, f'{self.role_label}="{role}"' if role else "") if p]
@@ -111,10 +113,23 @@ class PromQL:
             "router_request_rate": self.rate_sum(n.router_requests, None),
             "router_inflight": self.gauge(n.router_inflight, None),
             "router_prompt_tokens_rate": self.rate_sum(n.router_prompt_tokens, None),
-            "router_prompt_tokens_peak": self._alts(
-                n.router_prompt_tokens, None,
-                lambda m, s: f"max_over_time((sum(irate({m}{s}[{self.window}])))[{self.peak_range}:{self.scrape}])"),
+            "router_prompt_tokens_peak": self.peak(),
         }
+
+    def peak(self) -> str:
+        """The router's burst gauge at the budget, highest since the last tick; where no router
+        exports it, the highest per-scrape rate of its prompt-token counter."""
+        n = self.names
+        scraped = self._alts(
+                n.router_prompt_tokens, None,
+                lambda m, s: f"max_over_time((sum(irate({m}{s}[{self.window}])))[{self.peak_range}:{self.scrape}])")
+        if self.burst_budget_s is None:
+            return scraped
+        sel = self._sel(None)[1:-1]
+        budget = ",".join(p for p in (sel, f'budget="{self.burst_budget_s:g}"') if p)
+        gauge = " or ".join(f"(max_over_time((sum({m}{{{budget}}}))[{self.peak_range}:{self.scrape}]))"
+                            for m in n.router_burst)
+        return f"{gauge} or {scraped}"
 
 
 class PrometheusSource:

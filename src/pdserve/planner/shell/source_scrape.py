@@ -49,7 +49,12 @@ def parse_snapshot(text: str) -> Snapshot:
     out: Snapshot = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            key = f"{s.name}|{s.labels['le']}" if s.name.endswith("_bucket") and "le" in s.labels else s.name
+            if s.name.endswith("_bucket") and "le" in s.labels:
+                key = f"{s.name}|{s.labels['le']}"
+            elif "budget" in s.labels:  # the router's burst gauge: one series per budget
+                key = f"{s.name}|{s.labels['budget']}"
+            else:
+                key = s.name
             out[key] = out.get(key, 0.0) + float(s.value)
     return out
 
@@ -91,10 +96,11 @@ class _RouterMetrics(TypedDict):
 
 class ScrapeSource:
     def __init__(self, targets: Iterable[Target] | Callable[[], Iterable[Target]], *, quantile: float = 0.9,
-                 timeout_s: float = 2.0, names: Names = Names()) -> None:
+                 timeout_s: float = 2.0, names: Names = Names(), burst_budget_s: float | None = None) -> None:
         self._targets = targets if callable(targets) else (lambda ts=list(targets): ts)
         self.quantile = quantile
         self.names = names
+        self.burst_budget_s = burst_budget_s
         self._client = httpx.Client(timeout=timeout_s)
         self._prev: dict[str, tuple[float, Snapshot]] = {}
 
@@ -136,8 +142,9 @@ class ScrapeSource:
             "router_request_rate": _first(rates.get("router", {}), n.router_requests),
             "router_inflight": _first(gauges.get("router", {}), n.router_inflight),
             "router_prompt_tokens_rate": prompt_rate,
-            # One scrape per tick: the peak since the last tick is that tick's own rate.
-            "router_prompt_tokens_peak": prompt_rate,
+            # The router's burst gauge at the budget; without it, one scrape per tick: the
+            # peak since the last tick is that tick's own rate.
+            "router_prompt_tokens_peak": self._burst(gauges.get("router", {}), prompt_rate),
         }
         rates.pop("router", None)
         gauges.pop("router", None)
@@ -161,6 +168,12 @@ class ScrapeSource:
             prefix_hit_ratio=self._pick(rates, "prefill", lambda s: _ratio(s, n.hits, n.queries)),
             extra={"scrape_errors": float(len(errors))}, **router,
         )
+
+    def _burst(self, gauges: Snapshot, fallback: float) -> float:
+        if self.burst_budget_s is None:
+            return fallback
+        keys = [f"{m}|{self.burst_budget_s:g}" for m in self.names.router_burst]
+        return next((gauges[k] for k in keys if k in gauges), fallback)
 
     @staticmethod
     def _pick(by_role: dict[str | None, Snapshot], role: str, fn) -> float:

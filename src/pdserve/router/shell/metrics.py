@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 from bisect import bisect_left
+from collections.abc import Callable
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from pdserve.common.burst import BUDGETS_S, BurstMeter
 
 # vLLM's bucket edges (vllm/v1/metrics/loggers.py), so router- and worker-side
 # latencies can be compared bucket for bucket.
@@ -69,7 +74,8 @@ def exposition(registry: CollectorRegistry) -> bytes:
 
 
 class RouterMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter("pdserve_router_requests", "Requests by route, mode and HTTP status.",
@@ -92,6 +98,22 @@ class RouterMetrics:
                                      "the client (includes event-loop queueing).", buckets=OVERHEAD_BUCKETS,
                                      registry=r)
         self.prompt_tokens = Counter("pdserve_router_prompt_tokens", "Prompt tokens routed.", registry=r)
+        # A planner sizing from rate() of the counter above sees bursts averaged over a whole
+        # scrape period; this gauge is the burst as the router saw it (pdserve.common.burst).
+        self.burst_rate = Gauge("pdserve_router_prompt_tokens_burst_rate",
+                                "Prompt tokens/s a FIFO pool needed over the last 30 s so that no request waited "
+                                "longer than `budget` seconds (budget 0: the peak 1 s rate).", ["budget"],
+                                registry=r, multiprocess_mode="livesum")
+        self._clock = clock
+        self._burst = BurstMeter()
+        self._burst_children = {b: self.burst_rate.labels(f"{b:g}") for b in BUDGETS_S}
+        # One process: computed when scraped. Several (multiprocess mode reads values from
+        # files, not functions): recomputed once per new second, on the next request.
+        self._burst_per_second = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self._burst_second: int | None = None
+        if not self._burst_per_second:
+            for b, child in self._burst_children.items():
+                child.set_function(partial(self._burst_need, b))
         self.cached_tokens = Counter("pdserve_router_estimated_cached_prompt_tokens",
                                      "Prompt tokens the policy expected to hit a prefix cache.", registry=r)
         self.hit_ratio = Gauge("pdserve_router_estimated_prefix_hit_ratio",
@@ -142,8 +164,17 @@ class RouterMetrics:
     def request_done(self, route: str, mode: str, status: int) -> None:
         self._child(self.requests, route, mode, str(status)).inc()
 
+    def _burst_need(self, budget_s: float) -> float:
+        return self._burst.need(budget_s, self._clock())
+
     def observe_prefix(self, prompt: int, cached: int) -> None:
         self.prompt_tokens.inc(prompt)
+        now = self._clock()
+        self._burst.add(now, prompt)
+        if self._burst_per_second and int(now) != self._burst_second:
+            self._burst_second = int(now)
+            for b, child in self._burst_children.items():
+                child.set(self._burst.need(b, now))
         self.cached_tokens.inc(cached)
         self._prompt += prompt
         self._cached += cached
