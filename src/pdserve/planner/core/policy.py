@@ -259,7 +259,8 @@ class PlannerPolicy:
         load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
                     decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now, peak_prompt_tokens=self._peak(obs, now),
                     arriving_prompt_tokens=arriving if cfg.drain_backlog else 0.0,
-                    prefill_replicas=cur[0], decode_replicas=cur[1])
+                    prefill_replicas=cur[0], decode_replicas=cur[1],
+                    peak_is_need=bool(cfg.burst_budget_s) and _finite(obs.router_prompt_tokens_peak))
         terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
                      startup_s=cfg.startup_s if cfg.drain_backlog else 0.0)
         want = (terms.prefill, terms.decode)

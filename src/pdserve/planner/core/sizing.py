@@ -48,6 +48,11 @@ class Load:
     arriving_prompt_tokens: float = 0.0
     prefill_replicas: int = 0
     decode_replicas: int = 0
+    # The peak is the router's delay-bound burst rate (``pdserve.common.burst``, budget > 0):
+    # what a pool must *serve* so no wait exceeds the budget, below the rate the burst
+    # *arrives* at. The prefill reserve then drains the burst flat out, so its KV reaches
+    # the decode links at the reserve's saturated rate: size the decode reserve for that.
+    peak_is_need: bool = False
 
     @property
     def prompt_tokens(self) -> float:
@@ -158,7 +163,8 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     # links' saturated rate, not within the steady wait budget (chosen on the tuning set:
     # with the contention budget the reserve held twice the decode replicas on bursty seed 0
     # and bought no attainment).
-    burst = (p0, _ceil(peak / cap.link)) if cap.link and peak > 0 else (0, 0)
+    sent_in_burst = _ceil(prefill_peak) * cap.prefill_saturated if load.peak_is_need else peak
+    burst = (p0, _ceil(sent_in_burst / cap.link)) if cap.link and peak > 0 else (0, 0)
     # A link term shows only where the links ask for more than compute already does.
     def over(n: int, base: int) -> float:
         return float(n) if n > base else 0.0
