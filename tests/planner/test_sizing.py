@@ -214,17 +214,21 @@ def test_burst_reserve_links_carry_what_the_prefill_reserve_sends_when_the_peak_
     # The router's burst gauge at a budget > 0 is what a pool must serve so no wait exceeds
     # the budget (a 3 s burst at 90k/s with a 2 s budget: 54k), not the rate it arrives at.
     # 54,000 / 30,000 flat out -> 2 prefill; they drain the burst at 2 x 30,000 = 60,000 KV
-    # tokens/s, and that is what reaches the decode links (100,000/s each): still 1 link.
+    # tokens/s, and that is what reaches the decode links (100,000/s each, planned at 85 %):
+    # still 1 link.
     cap = Capacity(prefill_slo=20_000, prefill_saturated=30_000, decode_slo=10_000, link=LINK)
     need = Load(rate=2, isl=1000, osl=100, peak_prompt_tokens=54_000, peak_is_need=True)
     t = size(need, cap, drain_s=60)
     assert (t.prefill, t.decode) == (2, 1)
-    # 95,000 needed: 4 prefill (95,000 / 30,000 = 3.17), which send 120,000/s: 2 links, where
-    # the same 95,000 read as an arrival rate asks for 1 (95,000 / 100,000).
+    # 95,000 needed: 4 prefill (95,000 / 30,000 = 3.17), which send 120,000/s: 120 / 85 -> 2
+    # links, where the same 95,000 read as an arrival rate asks for 1 (95,000 / 100,000 flat out).
+    # 75,000 needed: 3 prefill sending 90,000/s, above one link's 85,000: 2 links as well.
     t = size(Load(rate=2, isl=1000, osl=100, peak_prompt_tokens=95_000, peak_is_need=True), cap, drain_s=60)
     assert (t.prefill, t.decode) == (4, 2) and t.decode_peak == 2
     t = size(Load(rate=2, isl=1000, osl=100, peak_prompt_tokens=95_000), cap, drain_s=60)
     assert (t.prefill, t.decode) == (4, 1)
+    t = size(Load(rate=2, isl=1000, osl=100, peak_prompt_tokens=75_000, peak_is_need=True), cap, drain_s=60)
+    assert (t.prefill, t.decode) == (3, 2)
 
 
 def test_policy_keeps_the_peak_for_its_window_only():

@@ -50,8 +50,8 @@ class Load:
     decode_replicas: int = 0
     # The peak is the router's delay-bound burst rate (``pdserve.common.burst``, budget > 0):
     # what a pool must *serve* so no wait exceeds the budget, below the rate the burst
-    # *arrives* at. The prefill reserve then drains the burst flat out, so its KV reaches
-    # the decode links at the reserve's saturated rate: size the decode reserve for that.
+    # *arrives* at. The prefill pool kept for it then drains the burst flat out, so its KV
+    # reaches the decode links at that pool's saturated rate: size the decode reserve for that.
     peak_is_need: bool = False
 
     @property
@@ -163,8 +163,13 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     # links' saturated rate, not within the steady wait budget (chosen on the tuning set:
     # with the contention budget the reserve held twice the decode replicas on bursty seed 0
     # and bought no attainment).
-    sent_in_burst = _ceil(prefill_peak) * cap.prefill_saturated if load.peak_is_need else peak
-    burst = (p0, _ceil(sent_in_burst / cap.link)) if cap.link and peak > 0 else (0, 0)
+    # (planned at the links' utilisation target like the steady stream: a link run flat out
+    # through a burst that lasts longer than the budget queues without bound)
+    if cap.link and peak > 0:
+        link_burst = p0 * cap.prefill_saturated / (cap.link * cap.link_utilization) if load.peak_is_need else peak / cap.link
+        burst = (p0, _ceil(link_burst))
+    else:
+        burst = (0, 0)
     # A link term shows only where the links ask for more than compute already does.
     def over(n: int, base: int) -> float:
         return float(n) if n > base else 0.0
