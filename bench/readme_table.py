@@ -73,9 +73,14 @@ def planner(d: dict[str, Any]) -> str:
         rs = [r for r in runs if r["trace"].startswith(prefix)]
         if not rs:
             continue
+        burst = [r for r in rs if "planner_burst" in r["policies"]]
+        with_gauge = (f" (with the router's burst gauge, {len(burst)} runs: "
+                      f"{span(burst, 'planner_burst', 'attainment_after_warmup', 100)} % at "
+                      f"{span(burst, 'planner_burst', 'gpu_hours_vs_best', 1, '.2f')}x)") if burst else ""
         parts.append(
             f"{label} ({len(rs)}): planner {span(rs, 'planner', 'attainment_after_warmup', 100)} % at "
-            f"{span(rs, 'planner', 'gpu_hours_vs_best', 1, '.2f')}x, best {span(rs, 'best', 'attainment_after_warmup', 100)} %, "
+            f"{span(rs, 'planner', 'gpu_hours_vs_best', 1, '.2f')}x{with_gauge}, "
+            f"best {span(rs, 'best', 'attainment_after_warmup', 100)} %, "
             f"static {span(rs, 'static', 'attainment_after_warmup', 100)} % at {span(rs, 'static', 'gpu_hours_vs_best', 1, '.2f')}x, "
             f"Dynamo {span(rs, 'dynamo', 'attainment_after_warmup', 100)} %, reactive "
             f"{span(rs, 'reactive', 'attainment_after_warmup', 100)} %")
