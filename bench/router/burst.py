@@ -165,10 +165,11 @@ def profile_summary(folder: Path) -> dict:
             count = int(n)
             total += count
             leaves[frames[-1]] = leaves.get(frames[-1], 0) + count
-            cat = next((name for fr in reversed(frames) for name, keys in PROFILE_RULES
-                        if any(k in fr for k in keys)), None)
-            if cat is None:
-                cat = "event loop and sockets (uvloop C)" if "run_app" in frames[-1] else "other"
+            if frames[-1].startswith("run_app "):  # no Python frame above the loop's C code
+                cat = "event loop and sockets (uvloop C)"
+            else:
+                cat = next((name for fr in reversed(frames) for name, keys in PROFILE_RULES
+                            if any(k in fr for k in keys)), "other")
             cats[cat] = cats.get(cat, 0) + count
     share = lambda c: round(100 * c / max(total, 1), 1)  # noqa: E731
     return {"tool": "py-spy record --rate 250 --nonblocking, pdserve's router over its measured bursts",
