@@ -340,7 +340,9 @@ ROWS: list[Row] = [
                           ("cache_aware, new prompts every burst; A/B of all session 5 router changes, 256 streams",
                            "bench/router/results/burst_ab6.json"),
                           ("cache_aware, new prompts every burst; A/B of session 6's word-by-word encode, 256 streams",
-                           "bench/router/results/burst_ab7.json"))),
+                           "bench/router/results/burst_ab7.json"),
+                          ("cache_aware, new prompts every burst; session 6, pdserve's router under py-spy, "
+                           "256 streams", "bench/router/results/burst_profile7.json"))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",
