@@ -66,3 +66,27 @@ def test_burst_gauge_reads_a_burst_at_its_own_rate_when_scraped() -> None:
     assert gauge("2") == 270_000.0 / 5  # all three seconds, plus the 2 s budget
     clock[0] = 200.0  # 30 s later the burst has left the gauge's span
     assert gauge("0") == 0.0
+
+
+def test_burst_gauge_under_processes_is_set_once_per_new_second(monkeypatch) -> None:
+    """With --processes N the exposition reads values written with set(), not functions: the
+    gauge is recomputed on the first request of each new second (values read at that moment)."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nonexistent-only-the-flag-is-read")
+    clock = [100.0]
+    m = RouterMetrics(clock=lambda: clock[0])
+
+    def gauge(budget: str) -> float:
+        text = generate_latest(m.registry).decode()
+        return float(next(ln for ln in text.splitlines()
+                          if ln.startswith(f'pdserve_router_prompt_tokens_burst_rate{{budget="{budget}"}}')).split()[-1])
+
+    for i in range(10):  # 90k tokens in second 100
+        clock[0] = 100.0 + i * 0.1
+        m.observe_prefix(9000, 0)
+    assert gauge("0") == 0.0  # set at 100.0, before second 100 was over
+    clock[0] = 101.2
+    m.observe_prefix(1000, 0)  # first request of second 101: second 100 is read
+    assert gauge("0") == 90_000.0 and gauge("2") == 30_000.0
+    clock[0] = 101.9
+    m.observe_prefix(1000, 0)  # same second: not recomputed
+    assert gauge("0") == 90_000.0
