@@ -13,12 +13,20 @@ of this process around ``run_simulation``; of Dynamo's process around
 ``run_trace_replay``), trace loading and imports excluded. Runs alternate between the
 two systems so load drift hits both; each is reported as median and range over
 ``--runs``, and the ratio is of the medians. ``taskset -c 1`` pins both to one core.
+
+CPU time on a shared machine moves with its load; ``--instructions`` also counts each
+system's instructions per replay under valgrind (cachegrind, no cache simulation), which
+do not: the count of a process doing two replays minus that of one doing one (the same
+trace loading and imports in both), for pdserve and for Dynamo. Instructions are not CPU
+time (Python's interpreter runs fewer instructions per cycle than Rust), but they show a
+change in pdserve's work whatever the load.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -64,6 +72,21 @@ def pdserve_run(trace: Trace, cfg: SimConfig) -> dict[str, float]:
             "prefix_hit_ratio": s.prefix_hit_ratio or 0.0, "ttft_p50_s": s.ttft["p50"]}
 
 
+def instructions(cmd: list[str]) -> int:
+    """Instructions ``cmd`` executes (all its threads), counted by valgrind's cachegrind."""
+    r = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *cmd],
+                       capture_output=True, text=True, timeout=3600, check=False)
+    m = re.search(r"I\s+refs:\s+([\d,]+)", r.stderr)
+    if r.returncode != 0 or m is None:
+        raise SystemExit(f"valgrind {' '.join(cmd[:3])} ... failed:\n{r.stderr[-3000:]}")
+    return int(m.group(1).replace(",", ""))
+
+
+def per_replay_instructions(cmd: list[str], runs_flag: str) -> int:
+    """Instructions of one replay: ``cmd`` with two replays minus ``cmd`` with one."""
+    return instructions([*cmd, runs_flag, "2"]) - instructions([*cmd, runs_flag, "1"])
+
+
 def dynamo_cmd(args: argparse.Namespace, cfg: SimConfig, trace_path: Path, num_blocks: int) -> list[str]:
     cmd = [args.dynamo_python, str(HERE.parent / "router" / "dynamo_replay.py"), "--trace", str(trace_path),
            "--block-size", str(cfg.block_size), "--num-gpu-blocks", str(num_blocks),
@@ -88,12 +111,20 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dynamo-python", default=None, help="a Python with ai-dynamo 1.6.1 (bench/router/README.md)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "speed.json")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per replay of both systems under valgrind (see above)")
+    ap.add_argument("--replays-only", action="store_true",
+                    help="internal (--instructions): run --runs pdserve replays, write nothing")
     args = ap.parse_args()
     run = Run(runs=args.runs)
     con = Console()
     trace = window(args.trace, args.start_minute, args.minutes)
     cfg = SimConfig(**parse_layout(args.config), profile=args.profile, policy=args.policy, block_size=args.block_size,
                     token_budget=args.token_budget)
+    if args.replays_only:
+        for _ in range(args.runs):
+            Simulation(trace, cfg).run()
+        return 0
     probe = Simulation(trace, cfg)
     pool = "prefill" if cfg.topology == "disagg" else "colocated"
     num_blocks = probe.instances[pool][0].engine.pool.num_blocks
@@ -116,6 +147,16 @@ def main() -> int:
                 d = json.loads(r.stdout.strip().splitlines()[-1])["runs"][0]
                 theirs.append(d)
                 con.print(f"run {i + 1}: dynamo  {d['cpu_s']:.2f} CPU-s")
+        counted: dict[str, int] = {}
+        if args.instructions:
+            own = [sys.executable, str(Path(__file__).resolve()), "--trace", str(args.trace), "--start-minute",
+                   str(args.start_minute), "--config", args.config, "--profile", args.profile, "--policy", args.policy,
+                   "--block-size", str(args.block_size), "--token-budget", str(args.token_budget), "--replays-only",
+                   *(["--minutes", str(args.minutes)] if args.minutes is not None else [])]
+            counted["pdserve"] = per_replay_instructions(own, "--runs")
+            if args.dynamo_python:
+                counted["dynamo"] = per_replay_instructions(dynamo_cmd(args, cfg, mooncake, num_blocks), "--runs")
+            con.print(f"instructions per replay: {counted}")
     n = len(trace.requests)
     doc: dict[str, object] = {
         "trace": args.trace.name, "trace_sha256": trace.sha256, "window_minutes": args.minutes,
@@ -139,6 +180,13 @@ def main() -> int:
         ratio = doc["pdserve"]["cpu_us_per_request"]["median"] / dyn["cpu_us_per_request"]["median"]  # type: ignore[index]
         doc["cpu_ratio_pdserve_over_dynamo"] = round(ratio, 3)
         doc["target"] = "pdserve CPU per simulated request <= 1.5x Dynamo's replay"
+    if counted:
+        ins: dict[str, object] = {"method": "valgrind cachegrind I refs: a process with 2 replays minus one with 1"}
+        for k, v in counted.items():
+            ins[k] = {"per_replay": v, "per_request": round(v / n)}
+        if len(counted) == 2:
+            ins["ratio_pdserve_over_dynamo"] = round(counted["pdserve"] / counted["dynamo"], 3)
+        doc["instructions"] = ins
     write_result(args.out, doc, run)
     con.print(json.dumps({k: v for k, v in doc.items() if k in ("pdserve", "dynamo", "cpu_ratio_pdserve_over_dynamo")},
                          indent=1))
