@@ -121,7 +121,12 @@ def sim_speed(d: dict[str, Any]) -> str:
         k = d["dynamo"]
         txt += (f", Dynamo 1.6.1 replay {_spread(k['cpu_us_per_request'], '.0f')}: "
                 f"**{d['cpu_ratio_pdserve_over_dynamo']:.1f}x** Dynamo's CPU")
-    return txt + f"; median [range] over {d['meta']['runs']} alternating runs"
+    txt += f"; median [range] over {d['meta']['runs']} alternating runs"
+    if "instructions" in d and "ratio_pdserve_over_dynamo" in d["instructions"]:
+        i = d["instructions"]
+        txt += (f"; instructions per request (valgrind, load-independent) {i['pdserve']['per_request'] / 1e6:.2f} M "
+                f"vs {i['dynamo']['per_request'] / 1e6:.2f} M: {i['ratio_pdserve_over_dynamo']:.2f}x")
+    return txt
 
 
 def _spread(x: dict[str, Any], fmt: str) -> str:
