@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,6 +122,10 @@ def sim_speed(d: dict[str, Any]) -> str:
         k = d["dynamo"]
         txt += (f", Dynamo 1.6.1 replay {_spread(k['cpu_us_per_request'], '.0f')}: "
                 f"**{d['cpu_ratio_pdserve_over_dynamo']:.1f}x** Dynamo's CPU")
+        # the runs alternate (pdserve, Dynamo, pdserve, ...), so run i of each is a pair under the same load
+        pairs = [a / b for a, b in zip(p["cpu_s"]["values"], k["cpu_s"]["values"])]
+        if len(pairs) > 1:
+            txt += f" (run by run {median(pairs):.2f}x, {min(pairs):.2f}..{max(pairs):.2f}x)"
     txt += f"; median [range] over {d['meta']['runs']} alternating runs"
     if "instructions" in d and "ratio_pdserve_over_dynamo" in d["instructions"]:
         i = d["instructions"]
