@@ -83,9 +83,9 @@ def test_chat_requests_vllm_refuses_are_400(tok, body, fragment) -> None:
         (b"{", "completions", "not valid JSON", None),
         (b"[1]", "completions", "must be a JSON object", None),
         (b'{"model":"m"}', "completions", "prompt", "prompt"),
-        (b'{"prompt":"x","max_tokens":"7"}', "completions", "max_tokens", "max_tokens"),
+        (b'{"prompt":"x","max_tokens":"lots"}', "completions", "max_tokens", "max_tokens"),
         (b'{"prompt":"x","max_tokens":-1}', "completions", "max_tokens", "max_tokens"),
-        (b'{"prompt":"x","stream":"yes"}', "completions", "stream", "stream"),
+        (b'{"prompt":"x","stream":"maybe"}', "completions", "stream", "stream"),
         (b'{"prompt":[]}', "completions", "must not be empty", "prompt"),
         (b'{"messages":[]}', "chat", "messages", "messages"),
         (b'{"messages":[{"content":"x"}]}', "chat", "role", "messages"),
@@ -98,6 +98,41 @@ def test_bad_requests_name_the_problem(raw: bytes, kind: str, fragment: str, par
     assert e.value.status == 400 and fragment in e.value.message
     assert e.value.param == param
     assert e.value.body()["error"]["type"] == "BadRequestError"
+
+
+@pytest.mark.parametrize(
+    ("raw", "stream", "include_usage"),
+    [
+        # vLLM's request models are pydantic in lax mode (OpenAIBaseModel: ConfigDict(extra="allow") only), so
+        # a worker accepts these; the router, which used strict types, refused them with a 400.
+        (b'{"prompt":"x","stream":"yes","max_tokens":"7"}', True, False),
+        (b'{"prompt":"x","stream":1,"n":"1"}', True, False),
+        # vLLM StreamOptions.include_usage defaults to True: stream_options {} asks for usage
+        # (serving_completion.py: include_usage = stream_options.include_usage when stream_options is set).
+        (b'{"prompt":"x","stream":true,"stream_options":{}}', True, True),
+        (b'{"prompt":"x","stream":true,"stream_options":{"include_usage":"false"}}', True, False),
+        (b'{"prompt":"x","stream":true,"stream_options":{"include_usage":null}}', True, False),
+    ],
+)
+def test_fields_read_as_vllm_reads_them(raw: bytes, stream: bool, include_usage: bool) -> None:
+    p = parse_request(raw, "completions")
+    assert (p.stream, p.include_usage) == (stream, include_usage)
+    assert p.body == json.loads(raw)  # forwarded as the client sent it: the worker reads it the same way
+
+
+def test_router_and_worker_share_one_set_of_request_models() -> None:
+    from pdserve.common import openai_protocol as shared
+    from pdserve.router.core import requests
+    from pdserve.worker import protocol
+
+    assert issubclass(requests.CompletionBody, shared.CompletionFields)
+    assert issubclass(protocol.CompletionRequest, shared.CompletionFields)
+    assert issubclass(requests.ChatBody, shared.ChatFields) and issubclass(protocol.ChatCompletionRequest,
+                                                                         shared.ChatFields)
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": "true", "tools": [{"type": "function"}]}
+    worker = protocol.ChatCompletionRequest.model_validate(body)
+    router = requests.ChatBody.model_validate(body)
+    assert worker.stream is router.stream is True and worker.tools == router.tools
 
 
 def test_block_keys_are_chained_64bit_ints() -> None:

@@ -112,3 +112,12 @@ def test_mistral_tokenizer_mode() -> None:
         assert r.json()["usage"]["prompt_tokens"] == len(tok.encode(TEXT))
         oov = httpx.post(f"{w.url}/v1/completions", json={"prompt": [tok.vocab_size], "max_tokens": 1})
         assert oov.status_code == 400 and "out of vocabulary" in oov.json()["error"]["message"]
+        # vLLM renders a chat's tools into the prompt, as the router does when it hashes the prompt's blocks.
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+        with_tools = len(tok.chat_ids(msgs, add_generation_prompt=True, tools=tools))
+        assert with_tools > len(tok.chat_ids(msgs, add_generation_prompt=True))
+        t = httpx.post(f"{w.url}/v1/chat/completions", json={"messages": msgs, "tools": tools, "max_tokens": 3})
+        assert t.status_code == 200, t.text
+        assert t.json()["usage"]["prompt_tokens"] == with_tools

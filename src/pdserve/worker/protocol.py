@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pdserve.common.openai_protocol import ChatFields, CompletionFields
+
 
 class ApiError(Exception):
     """An error that becomes vLLM's ``{"error": {...}}`` body."""
@@ -48,22 +50,13 @@ def from_validation_error(err: ValidationError) -> ApiError:
     return ApiError(400, f"{loc}: {msg}" if loc else msg, loc.split(".")[0] if loc else None)
 
 
-class StreamOptions(BaseModel):
-    include_usage: bool = True
-    continuous_usage_stats: bool = False
-
-
 class _Sampling(BaseModel):
-    """Parameters shared by completions and chat completions."""
+    """Parameters shared by completions and chat completions that only the worker reads (the fields the
+    router reads too are ``pdserve.common.openai_protocol``'s)."""
 
     model_config = ConfigDict(extra="allow")
 
-    model: str | None = None
-    max_tokens: int | None = None
     min_tokens: int = Field(default=0, ge=0)
-    n: int = 1
-    stream: bool = False
-    stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
@@ -75,11 +68,9 @@ class _Sampling(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     use_beam_search: bool = False
-    kv_transfer_params: dict[str, Any] | None = None
-    cache_salt: str | None = None  # vLLM: a salt in the first block's hash, isolating the prefix cache
     user: str | None = None
 
-    @field_validator("n")
+    @field_validator("n", check_fields=False)  # ``n`` is declared by the shared fields
     @classmethod
     def _only_n1(cls, v: int) -> int:
         if v != 1:
@@ -99,27 +90,13 @@ class _Sampling(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else [s for s in self.stop if s]
 
 
-class CompletionRequest(_Sampling):
-    prompt: str | list[int] | list[str] | list[list[int]]
+class CompletionRequest(_Sampling, CompletionFields):
     echo: bool = False
     logprobs: int | None = None
-    add_special_tokens: bool = True  # vLLM's default for completions (BOS added)
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-
-
-class ChatCompletionRequest(_Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = None
+class ChatCompletionRequest(_Sampling, ChatFields):
     logprobs: bool | None = False
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    add_special_tokens: bool = False  # vLLM's default for chat: the template adds them
-    chat_template_kwargs: dict[str, Any] | None = None
 
 
 def parse(model: type[BaseModel], body: Any) -> Any:

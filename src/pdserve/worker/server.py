@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from pdserve.common.openai_protocol import StreamOptions
 from pdserve.tokenization import ChatTemplateError, ModelTokenizer
 from pdserve.worker import protocol
 from pdserve.worker.engine import FINISH_ABORT, FINISH_STOP, EngineRequest, TokenEvent
@@ -137,8 +138,9 @@ class WorkerServer:
                                     add_generation_prompt=req.add_generation_prompt,
                                     continue_final_message=req.continue_final_message,
                                     add_special_tokens=req.add_special_tokens,
+                                    tools=req.tools,
                                     chat_template_kwargs=req.chat_template_kwargs)
-        except ChatTemplateError as err:
+        except (ChatTemplateError, TypeError) as err:
             raise bad_request(str(err), "messages") from None
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         return await self._generate(request, req, model, ids, chat=True, max_tokens=max_tokens)
@@ -278,7 +280,7 @@ class WorkerServer:
                 self.runner.finish_early(rid, FINISH_ABORT)
 
     async def _stream(self, request: web.Request, gen: _TextStream, rid: str, model: str, chat: bool,
-                      opts: protocol.StreamOptions | None, n_prompt: int) -> web.StreamResponse:
+                      opts: StreamOptions | None, n_prompt: int) -> web.StreamResponse:
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
         created = int(self.runner.clock.now())

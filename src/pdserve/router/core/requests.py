@@ -5,7 +5,8 @@ The ids are the served model's, computed as vLLM's OpenAI server computes them
 (``pdserve.tokenization``): completions with ``add_special_tokens`` (default true),
 chats through the chat template with ``add_generation_prompt`` (default true),
 ``continue_final_message``, ``add_special_tokens`` (default false), ``tools`` and
-``chat_template_kwargs``. Only what the router relies on is checked strictly;
+``chat_template_kwargs``. Only what the router relies on is checked, with the
+models the mock worker reads too (``pdserve.common.openai_protocol``, typed as vLLM's);
 everything else passes through to the worker untouched (extra fields are allowed),
 as vLLM will judge them.
 """
@@ -15,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
+from pdserve.common.openai_protocol import ChatFields, CompletionFields
 from pdserve.tokenization import ChatTemplateError, ModelTokenizer
 from pdserve.router.core.body_guard import load_json_body
 from pdserve.router.core.errors import RequestError
@@ -24,37 +26,20 @@ from pdserve.router.core.errors import RequestError
 Kind = Literal["completions", "chat"]
 
 
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: str | None = None
-    stream: StrictBool = False
-    max_tokens: StrictInt | None = Field(default=None, ge=0)
-    max_completion_tokens: StrictInt | None = Field(default=None, ge=0)
-    n: StrictInt = Field(default=1, ge=1, le=128)
-    stream_options: dict[str, Any] | None = None
-    kv_transfer_params: dict[str, Any] | None = None
+class _Bounds(BaseModel):
+    """The router's own limits on top of vLLM's fields."""
+
+    max_tokens: int | None = Field(default=None, ge=0)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+    n: int = Field(default=1, ge=1, le=128)
 
 
-class CompletionBody(_Common):
-    prompt: str | list[StrictInt] | list[str] | list[list[StrictInt]]
-    add_special_tokens: StrictBool = True
-    cache_salt: str | None = None
+class CompletionBody(_Bounds, CompletionFields):
+    pass
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-
-
-class ChatBody(_Common):
-    messages: list[ChatMessage] = Field(min_length=1)
-    add_generation_prompt: StrictBool = True
-    continue_final_message: StrictBool = False
-    add_special_tokens: StrictBool = False
-    tools: list[dict[str, Any]] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    cache_salt: str | None = None
+class ChatBody(_Bounds, ChatFields):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,5 +95,4 @@ def parse_request(raw: bytes, kind: Kind, tokenizer: ModelTokenizer) -> ParsedRe
             )
         except (ChatTemplateError, TypeError) as e:
             raise RequestError(f"invalid request: messages: {e}", param="messages") from e
-    include_usage = bool((parsed.stream_options or {}).get("include_usage"))
-    return ParsedRequest(kind, body, parsed.model, parsed.stream, ids, include_usage, raw, parsed.cache_salt)
+    return ParsedRequest(kind, body, parsed.model, parsed.stream, ids, parsed.include_usage, raw, parsed.cache_salt)
