@@ -139,21 +139,35 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -
 
 
 @contextmanager
-def kv_event_subscriber(endpoint: str, settle_s: float = 0.5) -> Iterator[Any]:
-    """A ZMQ SUB socket on a worker's KV-event endpoint, subscribed to everything, held open
-    ``settle_s`` first so the subscription has reached the worker's PUB (ZMQ drops what a
-    publisher sends before it sees the subscriber)."""
+def kv_event_subscriber(endpoint: str, settle_s: float = 0.2, connect_timeout_s: float = 60.0) -> Iterator[Any]:
+    """A ZMQ SUB socket on a worker's KV-event endpoint, subscribed to everything.
+
+    ZMQ drops what a publisher sends before it has seen the subscriber. The subscription goes out right
+    after the connection's handshake, so the socket is handed over once the handshake has succeeded (waited
+    for: on a loaded machine the connect alone can take longer than any fixed pause) and the subscription
+    has had ``settle_s`` to cross loopback."""
     import zmq
+    from zmq.utils.monitor import recv_monitor_message
 
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(endpoint)
+    monitor = sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
     try:
+        sub.connect(endpoint)
+        deadline = time.monotonic() + connect_timeout_s
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0 or not monitor.poll(left_ms):
+                raise TimeoutError(f"no ZMQ handshake with the KV-event publisher {endpoint} in {connect_timeout_s} s")
+            if recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                break
+        sub.disable_monitor()
         end = time.monotonic() + settle_s
         while time.monotonic() < end:
             sub.poll(20)
         yield sub
     finally:
+        monitor.close(0)
         sub.close(0)
         ctx.term()
