@@ -21,14 +21,17 @@ def _listening(url: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(620)
 def test_short_demo_runs_the_loop_and_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "report"
+    # A hang guard, not a speed target: the demo costs ~26 CPU-s (5 processes' imports, the plots) around
+    # its 20 s replay and took 94 s wall at load 12 on this 2-core machine; 170 s was within reach of a
+    # loaded CI run.
     proc = subprocess.run(
         [sys.executable, "-m", "pdserve.cli", "demo", "--duration", "20", "--no-live", "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "requests succeeded" in proc.stdout
@@ -40,7 +43,11 @@ def test_short_demo_runs_the_loop_and_writes_the_report(tmp_path: Path) -> None:
     summary, samples = data["summary"], data["samples"]
     assert summary["requests"] >= 40 and summary["failed"] == 0
     assert summary["ttft_p50"] > 0 and summary["itl_p50"] > 0
-    assert len(samples) >= 15
+    # The sampler ticks once a second but never skips a tick, so a loaded machine, where one tick's HTTP
+    # reads take 1-3 s, gets fewer samples (17 at load 12, against 15 required before). What the report
+    # needs is a timeline over the whole replay: samples from its start to the end of its 20 s schedule.
+    times = [s["t"] for s in samples]
+    assert len(samples) >= 5 and times == sorted(times) and times[0] < 10 and times[-1] >= 19, times
     assert all(s["prefill_replicas"] >= 1 and s["decode_replicas"] >= 1 for s in samples[2:])
     assert any(s["hit_ratio"] is not None for s in samples), "prefix-cache counters were read from the workers"
     md = (out / "summary.md").read_text()
