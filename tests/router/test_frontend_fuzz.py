@@ -125,6 +125,9 @@ _bodies = st.one_of(
 )
 
 
+# 5,000 requests over real HTTP are ~60 ms each at load 12 (360 s measured): past the suite's 300 s per-test
+# limit, which is a hang guard sized for ordinary tests (this one hit it at load 14).
+@pytest.mark.timeout(1800)
 async def test_fuzz_the_request_grammar_gets_no_5xx(workers) -> None:
     cfg = router_config(decode=[w.url for w in workers], request_timeout_s=30)
     async with run_router(cfg) as r:
