@@ -167,16 +167,23 @@ async def test_fuzz_front_end_never_breaks_the_router(colocated) -> None:
 
 async def test_first_token_clears_the_prompt_from_the_routing_ledger(colocated) -> None:
     async with run_router(router_config(decode=[colocated[0].url], scrape_interval_s=60)) as r:
+        # The ledger's state is recorded as each change happens: checking it after the first chunk reached
+        # the client raced the stream's end (400 tokens at this speed-up take ~50 ms; at load 12 the
+        # stream had finished and left the ledger before the check ran).
+        ledger, url = r.state.decode_policy.ledger, colocated[0].url
+        seen: list[tuple[str, int, int]] = []
+        for name in ("prefill_done", "finish"):
+            def recorded(rid: str, _call=getattr(ledger, name), _name=name) -> None:
+                _call(rid)
+                seen.append((_name, ledger.requests(url), ledger.prefill_tokens(url)))
+            setattr(ledger, name, recorded)
         resp = await r.post("/v1/completions", {"model": MODEL, "prompt": "word " * 100, "max_tokens": 400,
                                                  "ignore_eos": True, "stream": True})
         assert resp.status == 200
-        async for _ in resp.content.iter_any():
-            break  # the first token has arrived; the stream is still going
-        ledger = r.state.decode_policy.ledger
-        await wait_for(lambda: ledger.requests(colocated[0].url) == 1 and ledger.prefill_tokens(colocated[0].url) == 0,
-                       what="the prompt to leave the queue estimate")
-        await read_sse(resp)
-        await wait_for(lambda: ledger.requests(colocated[0].url) == 0, what="the request to leave the ledger")
+        assert (await read_sse(resp))[-1] == "[DONE]"
+        await wait_for(lambda: ("finish", 0, 0) in seen, what="the request to leave the ledger")
+        # At the first token the prompt left the queue estimate while the request stayed counted.
+        assert seen[0] == ("prefill_done", 1, 0) and seen[-1] == ("finish", 0, 0), seen
 
 
 async def test_router_internal_overhead_metrics_cover_each_stream(colocated) -> None:

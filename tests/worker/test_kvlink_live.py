@@ -160,4 +160,6 @@ def test_a_hung_sender_does_not_hold_the_receivers_link(workers: dict[str, Worke
         return took, n * PerfModel(load_profile(PROFILE)).kv_bytes_per_token / Link(GBPS).bytes_per_s
 
     took, transfer = asyncio.run(scenario())
-    assert took < SCHEDULE_WAIT_S + transfer + 2 * TOLERANCE_S, (took, transfer)
+    # What this guards against is waiting out the hung pull's 30 s timeout. The hops' overhead measured
+    # 0.44 s at load 12-15 (1.83 s against 1.39 s of schedule), so 3 s of room, still far below 30.
+    assert took < SCHEDULE_WAIT_S + transfer + 3.0, (took, transfer)
