@@ -19,7 +19,7 @@ with sizes of CV ~1 the 99th-percentile transfer alone takes ~6 mean transfer ti
 budget that counted it (as this model did before) declared links of long-prompt traffic
 unusable at any load (Mooncake: 22 decode replicas for 40k prompt tokens/s over 95k-token/s
 links, where 2 carry it). Pure and deterministic; results are cached; each new
-(senders, receivers, budget) costs tens of ms (up to ~0.2 s at 32 receivers).
+(senders, receivers, budget) costs about 0.3 s (ten probes of 4,000 transfers).
 A measured profile of a real link (fair-shared NIXL reads) would replace it.
 """
 
