@@ -351,6 +351,8 @@ ROWS: list[Row] = [
                            "bench/router/results/burst_ab6.json"),
                           ("cache_aware, new prompts every burst; A/B of session 6's word-by-word encode, 256 streams",
                            "bench/router/results/burst_ab7.json"),
+                          ("cache_aware, new prompts every burst; the same A/B repeated (second run), 256 streams",
+                           "bench/router/results/burst_ab7_run2.json"),
                           ("cache_aware, new prompts every burst; session 6, pdserve's router under py-spy, "
                            "256 streams", "bench/router/results/burst_profile7.json"))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
