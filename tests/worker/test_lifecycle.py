@@ -113,13 +113,19 @@ def test_start_worker_reports_a_worker_that_fails_to_start() -> None:
             pass  # pragma: no cover - never reached
 
 
-def _completion_seconds(url: str) -> float:
+def _completion_seconds(url: str, samples: int = 5) -> float:
+    """The fastest of ``samples`` one-token completions: a loaded machine only ever adds wall
+    time (one sample each had measured 0.07-0.10 s of difference at load 13-14 instead of
+    0.22), and the minimum is what the worker itself spends."""
     body = {"model": "m", "prompt": "hello there", "max_tokens": 1}
     with httpx.Client(timeout=30) as c:
         c.post(f"{url}/v1/completions", json=body).raise_for_status()  # warm the connection and the handlers
-        t0 = time.monotonic()
-        c.post(f"{url}/v1/completions", json=body).raise_for_status()
-        return time.monotonic() - t0
+        best = float("inf")
+        for _ in range(samples):
+            t0 = time.monotonic()
+            c.post(f"{url}/v1/completions", json=body).raise_for_status()
+            best = min(best, time.monotonic() - t0)
+        return best
 
 
 def _histogram_sums(url: str) -> dict[str, tuple[float, float]]:
@@ -145,6 +151,6 @@ def test_profile_frontend_latency_delays_the_first_token_unless_turned_off() -> 
     # like vLLM's, TTFT counts from the API server's receipt, queue time from the engine's (after the front-end)
     ttft_sum, n = sums["vllm:time_to_first_token_seconds"]
     queue_sum, n_queue = sums["vllm:request_queue_time_seconds"]
-    assert n == n_queue == 2
+    assert n == n_queue == 6
     assert ttft_sum / n >= 0.22
     assert queue_sum / n_queue < 0.1
