@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pdserve.tokenization import load_tokenizer
 from pdserve.tokenization.hf import HfTokenizer
 from pdserve.tokenization.segments import SegmentEncoder
-from pdserve.tokenization.testing import SPECIAL_TOKENS, build_bpe_tokenizer
+from pdserve.tokenization.testing import SPECIAL_TOKENS, CountingBackend, build_bpe_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -29,18 +29,6 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> HfTokenizer:
 
 def reference(t: HfTokenizer, text: str) -> list[int]:
     return list(t.hf(text, add_special_tokens=False)["input_ids"])
-
-
-class CountingBackend:
-    """Forwards to the real backend and records the texts it was asked to encode."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.texts: list[str] = []
-
-    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool) -> Any:
-        self.texts += texts
-        return self.backend.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
 
 
 def counted(tok: HfTokenizer, max_chars: int = 2_000_000) -> tuple[SegmentEncoder, CountingBackend]:

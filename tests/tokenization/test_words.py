@@ -16,7 +16,7 @@ from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 from pdserve.tokenization import load_tokenizer
 from pdserve.tokenization.hf import HfTokenizer
 from pdserve.tokenization.segments import SegmentEncoder
-from pdserve.tokenization.testing import SPECIAL_TOKENS, build_bpe_tokenizer
+from pdserve.tokenization.testing import SPECIAL_TOKENS, CountingBackend, build_bpe_tokenizer
 from pdserve.tokenization.words import WordEncoder
 
 # Llama 3's pre-tokenizer regex (its tokenizer.json), with ByteLevel(use_regex=False) after it.
@@ -88,18 +88,6 @@ def test_other_pipelines_keep_the_backend(tok: HfTokenizer) -> None:
     dropout = Tokenizer.from_str(json.dumps(spec))
     for b in (with_normalizer, prefix_space, metaspace, dropout):
         assert WordEncoder.plan(b) is None
-
-
-class CountingBackend:
-    """Forwards to the real backend and records the texts it was asked to encode."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.texts: list[str] = []
-
-    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool) -> Any:
-        self.texts += texts
-        return self.backend.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
 
 
 def test_new_plain_prompts_skip_the_backend(tok: HfTokenizer) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pdserve.tokenization.mistral import shipped_tokenizer_path as shipped_mistral_tokenizer  # noqa: F401
 
@@ -22,6 +22,20 @@ BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
 EOT = "<|eot_id|>"
 SPECIAL_TOKENS = (BOS, EOS, "<|start_header_id|>", "<|end_header_id|>", EOT)
+
+
+class CountingBackend:
+    """A spy for tests of what reaches the Rust backend: forwards to the real backend and
+    records the texts it was asked to encode."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.texts: list[str] = []
+
+    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool) -> Any:
+        self.texts += texts
+        return self.backend.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
+
 
 # Meta-Llama-3-8B-Instruct's chat template (string content).
 LLAMA3_CHAT_TEMPLATE = (
