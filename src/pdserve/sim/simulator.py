@@ -43,16 +43,10 @@ from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.autoscale import Autoscaler, ScalingEvent
 from pdserve.sim.coast import end_coast, reach, settle_coasts, start_coast
 from pdserve.sim.config import SimConfig, SimConfigError
-from pdserve.sim.events import COAST_DONE as _COAST_DONE
-from pdserve.sim.events import DISPATCH as _DISPATCH
-from pdserve.sim.events import HANDOFF as _HANDOFF
-from pdserve.sim.events import KICK as _KICK
-from pdserve.sim.events import KV_DONE as _KV_DONE
-from pdserve.sim.events import KV_EVENTS as _KV_EVENTS
-from pdserve.sim.events import READY as _READY
-from pdserve.sim.events import SCRAPE as _SCRAPE
-from pdserve.sim.events import STEP_DONE as _STEP_DONE
-from pdserve.sim.events import TICK as _TICK
+from pdserve.sim.events import (  # module globals, not ev.X: the event loop reads them per event
+    COAST_DONE as _COAST_DONE, DISPATCH as _DISPATCH, HANDOFF as _HANDOFF, KICK as _KICK, KV_DONE as _KV_DONE,
+    KV_EVENTS as _KV_EVENTS, READY as _READY, SCRAPE as _SCRAPE, STEP_DONE as _STEP_DONE, TICK as _TICK,
+)
 from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
 from pdserve.common.kvlink import schedule_transfer
 from pdserve.sim.metrics import RequestRecord
