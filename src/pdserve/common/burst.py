@@ -71,6 +71,3 @@ class BurstMeter:
                 total += v
                 best = max(best, total / ((kj - ki + 1) * res + budget_s))
         return best
-
-    def needs(self, now: float, budgets: tuple[float, ...] = BUDGETS_S) -> dict[float, float]:
-        return {b: self.need(b, now) for b in budgets}
