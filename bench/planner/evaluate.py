@@ -32,7 +32,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from baselines import ReactiveAutoscaler, smallest_static  # noqa: E402
 from bursty import BurstySpec, bursty_trace  # noqa: E402
-from references import BestSchedule, Setup, lower_bound  # noqa: E402
+from feasibility import Hardware, TraceFeasibility  # noqa: E402
+from references import BestSchedule, Setup, ideal_hits, lower_bound  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
@@ -72,7 +73,14 @@ def window_of(trace: Trace, start_s: float, dur_s: float | None) -> Trace:
                  hash_block_tokens=trace.hash_block_tokens)
 
 
-def run_policy(trace: Trace, s: Setup, scaler, start: tuple[int, int], warmup_s: float, startup: float | None = None) -> dict:
+def trace_feasibility(trace: Trace, s: Setup, warmup_s: float) -> TraceFeasibility:
+    """Which requests could meet the SLO alone on idle replicas (``feasibility.py``), best-case prefix hits."""
+    rows = [(r.arrival_s, r.input_tokens, r.output_tokens, c) for r, c in zip(trace.requests, ideal_hits(trace))]
+    return TraceFeasibility.of(rows, Hardware.of(s.sim_config(1, 1)), s.slo, trace.requests[0].arrival_s + warmup_s)
+
+
+def run_policy(trace: Trace, s: Setup, scaler, start: tuple[int, int], warmup_s: float, startup: float | None = None,
+               *, feas: TraceFeasibility) -> dict:
     rec = Recorder(scaler) if scaler is not None else None
     wall = time.perf_counter()
     res = run_simulation(trace, s.sim_config(*start, startup=startup), autoscaler=rec)
@@ -86,9 +94,11 @@ def run_policy(trace: Trace, s: Setup, scaler, start: tuple[int, int], warmup_s:
         cnt[k] += 1
         ok[k] += r.attains(s.slo)
     sm = res.summary
+    by_index = sorted(recs, key=lambda r: r.index)
     series = rec.series if rec else [(t0, *start), (res.end_time_s, *start)]
     out = {
         "attainment": sm.attainment, "attainment_after_warmup": sum(r.attains(s.slo) for r in warm) / len(warm) if warm else None,
+        **feas.score([r.attains(s.slo) for r in by_index], by_index),
         "attainment_ttft": sm.attainment_ttft, "attainment_tpot": sm.attainment_tpot,
         "gpu_hours": res.gpu_seconds / 3600, "requests": sm.requests, "finished": sm.finished,
         "ttft_p99_s": sm.ttft.get("p99"), "tpot_p99_s": sm.tpot.get("p99"),
@@ -167,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
               args.max_replicas, args.max_replicas, slo, args.interval, args.startup, args.kv_link_gbps)
     t0 = trace.requests[0].arrival_s
     bound = lower_bound(trace, s)
+    feas = trace_feasibility(trace, s, args.warmup)
     results: dict[str, dict] = {}
     previous: dict = {}
     if args.merge and args.out.exists():
@@ -194,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             search.search_intervals(bound["per_interval"])
             rounds = []
             for i in range(args.repairs + 1):
-                out, res = run_policy(trace, s, search.autoscaler(t0), search.initial(), args.warmup)
+                out, res = run_policy(trace, s, search.autoscaler(t0), search.initial(), args.warmup, feas=feas)
                 rounds.append({"attainment": out["attainment"], "gpu_hours": out["gpu_hours"]})
                 log(f"best round {i}: {out['attainment']:.4f} at {out['gpu_hours']:.2f} GPU-h")
                 if out["attainment"] >= 0.99 or i == args.repairs or not search.repair(res.records, t0):
@@ -206,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             start = (max(1, round(max(p for p, _ in bound["per_interval"]))),
                      max(1, round(max(d for _, d in bound["per_interval"]))))
             size, sims = smallest_static(trace, s, start)
-            out, _ = run_policy(trace, s, None, size, args.warmup, startup=0.0)
+            out, _ = run_policy(trace, s, None, size, args.warmup, startup=0.0, feas=feas)
             results["static"] = out | {"size": list(size), "search_sims": sims}
         elif name == "reactive":
             grid = [(args.reactive_prefill_target, args.reactive_kv_target)]
@@ -215,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             sweep = []
             for pt, kt in grid:
                 sc = ReactiveAutoscaler(args.interval, args.max_replicas, args.max_replicas, pt, kt, args.stabilization)
-                out, _ = run_policy(trace, s, sc, (1, 1), args.warmup)
+                out, _ = run_policy(trace, s, sc, (1, 1), args.warmup, feas=feas)
                 sweep.append({"prefill_target": pt, "decode_kv_target": kt, "attainment": out["attainment"],
                               "attainment_after_warmup": out["attainment_after_warmup"], "gpu_hours": out["gpu_hours"]})
                 if (pt, kt) == grid[0]:
@@ -223,24 +234,26 @@ def main(argv: list[str] | None = None) -> int:
             if args.reactive_sweep:
                 results["reactive"]["sweep"] = sweep
         elif name in ("planner", "planner_constant"):
-            out, _ = run_policy(trace, s, planner("holt-winters" if name == "planner" else "constant"), (1, 1), args.warmup)
+            pred = "holt-winters" if name == "planner" else "constant"
+            out, _ = run_policy(trace, s, planner(pred), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window}}
             if name == "planner" and args.planner_sweep:
                 sweep = []
                 for pw in args.planner_sweep:
                     o = out if pw == args.peak_window else run_policy(trace, s, planner("holt-winters", pw), (1, 1),
-                                                                     args.warmup)[0]
+                                                                     args.warmup, feas=feas)[0]
                     sweep.append({"peak_window_s": pw, "attainment": o["attainment"],
                                   "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
                 results[name]["sweep"] = sweep
         elif name == "planner_burst":
-            out, _ = run_policy(trace, s, planner("holt-winters", burst=args.burst_budget), (1, 1), args.warmup)
+            out, _ = run_policy(trace, s, planner("holt-winters", burst=args.burst_budget), (1, 1), args.warmup,
+                                feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": args.burst_budget}}
             if args.burst_sweep:
                 sweep = []
                 for b in args.burst_sweep:
                     o = out if b == args.burst_budget else run_policy(trace, s, planner("holt-winters", burst=b),
-                                                                     (1, 1), args.warmup)[0]
+                                                                     (1, 1), args.warmup, feas=feas)[0]
                     sweep.append({"burst_budget_s": b, "attainment": o["attainment"],
                                   "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
                 results[name]["sweep"] = sweep
@@ -251,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             f" in {r['sim_wall_s']} s")
 
     if args.dynamo_python is not None:
-        results["dynamo"] = run_dynamo(args.dynamo_python, trace, s, args.max_replicas, args.warmup, args.out)
+        results["dynamo"] = run_dynamo(args.dynamo_python, trace, s, args.max_replicas, args.warmup, args.out, feas)
         r = results["dynamo"]
         log(f"dynamo: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h")
     if "best" in results:
@@ -273,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                   "planner": {"target_utilization": args.target_utilization, "stabilization_s": args.stabilization,
                               "peak_window_s": args.peak_window}},
         "lower_bound": {k: v for k, v in bound.items() if k != "per_interval"},
+        "feasibility": feas.summary() | {"method": "each request alone on idle warm replicas, best-case prefix hits "
+                                                  "(bench/planner/feasibility.py)"},
         "results": results,
     }
     if previous:
@@ -284,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s: float, out: Path) -> dict:
+def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s: float, out: Path,
+               feas: TraceFeasibility) -> dict:
     """Dynamo's SLA planner in its offline replay (``dynamo_peer.py``), scored like ours."""
     import json
     import subprocess
@@ -304,6 +320,7 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
     n = int(trace.duration_s // s.interval_s) + 1
     ok, cnt = [0] * n, [0] * n
     good = good_warm = warm = 0
+    hits = []
     for r in d["requests"]:
         arr = r["arrival_ms"] / 1000
         hit = False
@@ -314,6 +331,7 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
         k = min(int(arr // s.interval_s), n - 1)
         cnt[k] += 1
         ok[k] += hit
+        hits.append((arr, hit))
         good += hit
         if arr >= warmup_s:
             warm += 1
@@ -324,6 +342,8 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
     return {
         "attainment": good / len(d["requests"]), "attainment_after_warmup": good_warm / warm if warm else None,
         "gpu_hours": d["gpu_hours"], "requests": len(d["requests"]),
+        # Dynamo's records carry no request id: the k-th arrival of its replay is the trace's k-th.
+        **feas.score([h for _, h in sorted(hits, key=lambda x: x[0])]),
         "finished": sum(r["status"] == "completed" for r in d["requests"]),
         "max_prefill": max((x[1] for x in series), default=1), "max_decode": max((x[2] for x in series), default=1),
         "sim_wall_s": d["wall_s"], "calibration": d["calibration"], "planner_config": d["planner_config"],

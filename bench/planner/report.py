@@ -24,6 +24,16 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
+def _feasible_line(f: dict | None) -> str:
+    """The trace's requests that could meet the SLO alone on idle replicas (feasibility.py)."""
+    if not f:
+        return ""
+    c = f["counts"]
+    why = ", ".join(f"{n} {k}" for k, n in c.items() if k != "feasible" and n)
+    return (f" Feasible alone: {_pct(f['feasible_fraction'])} of requests, "
+            f"{_pct(f['feasible_fraction_after_warmup'])} after warm-up" + (f" (infeasible: {why})." if why else "."))
+
+
 def render(results: Path) -> str:
     out = []
     base = results.parent  # links relative to the README's folder (results/ sits next to it)
@@ -41,13 +51,13 @@ def render(results: Path) -> str:
             f"{tr['requests']} requests over {tr['window_s'][1] - tr['window_s'][0]:.0f} s, {tr['mean_rate']:.1f} req/s, "
             f"{tr['prompt_tokens_per_s'] / 1000:.1f}k prompt tokens/s on average; warm-up {su['warmup_s']:.0f} s. "
             f"[`{f.relative_to(base)}`]({f.relative_to(base)}), load {m['loadavg_before']['1m']:.1f}, "
-            f"commit {m['commit'][:8]}.",
+            f"commit {m['commit'][:8]}.{_feasible_line(d.get('feasibility'))}",
             "",
-            "| policy | attainment | after warm-up | GPU-hours | vs best | max P / D |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |",
-            f"| lower bound | - | - | {d['lower_bound']['gpu_hours']:.2f} | "
+            "| policy | attainment | after warm-up | feasible only, after warm-up | GPU-hours | vs best | max P / D |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| lower bound | - | - | - | {d['lower_bound']['gpu_hours']:.2f} | "
             f"{d['lower_bound']['gpu_hours'] / best:.2f} | - |" if best else
-            f"| lower bound | - | - | {d['lower_bound']['gpu_hours']:.2f} | - | - |",
+            f"| lower bound | - | - | - | {d['lower_bound']['gpu_hours']:.2f} | - | - |",
         ]
         for name in ORDER[1:]:
             r = res.get(name)
@@ -57,7 +67,7 @@ def render(results: Path) -> str:
                      f"{r.get('size', ['?', '?'])[1]}D"}.get(name, name)
             vs = f"{r['gpu_hours'] / best:.2f}" if best else "-"
             out.append(f"| {label} | {_pct(r['attainment'])} | {_pct(r['attainment_after_warmup'])} | "
-                       f"{r['gpu_hours']:.2f} | {vs} | {r.get('max_prefill', '-')} / {r.get('max_decode', '-')} |")
+                       f"{_pct(r.get('attainment_feasible_after_warmup'))} | {r['gpu_hours']:.2f} | {vs} | {r.get('max_prefill', '-')} / {r.get('max_decode', '-')} |")
         out.append("")
         png = f.with_suffix(".png")
         if png.exists():

@@ -85,9 +85,11 @@ def summarise(results: Path, run: Run) -> dict:
         row = {"file": name, "setup": f.parent.name, "trace": d["trace"]["id"],
                "tuned_on": d["trace"]["tuned_on"], "requests": d["trace"]["requests"],
                "warmup_s": d["setup"]["warmup_s"], "lower_bound_gpu_hours": d["lower_bound"]["gpu_hours"],
+               "feasible_fraction_after_warmup": d.get("feasibility", {}).get("feasible_fraction_after_warmup"),
                "policies": {}}
         for name, r in d["results"].items():
-            row["policies"][name] = {k: r.get(k) for k in ("attainment", "attainment_after_warmup", "gpu_hours",
+            row["policies"][name] = {k: r.get(k) for k in ("attainment", "attainment_after_warmup",
+                                                           "attainment_feasible_after_warmup", "gpu_hours",
                                                            "gpu_hours_vs_best", "gpu_hours_vs_lower_bound")}
         best, pl = d["results"].get("best"), d["results"].get("planner")
         if best and pl:
