@@ -24,6 +24,16 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
+def _earlier(d: dict) -> str:
+    """Commits of the file's earlier runs: rows of policies not re-run come from them."""
+    seen: list[str] = []
+    for m in d.get("earlier_runs", []):
+        c = str(m.get("commit"))[:8]
+        if c not in seen and c != str(d["meta"]["commit"])[:8]:
+            seen.append(c)
+    return f" (earlier runs: {', '.join(seen)}; `earlier_runs`)" if seen else ""
+
+
 def _feasible_line(f: dict | None) -> str:
     """The trace's requests that could meet the SLO alone on idle replicas (feasibility.py)."""
     if not f:
@@ -51,7 +61,7 @@ def render(results: Path) -> str:
             f"{tr['requests']} requests over {tr['window_s'][1] - tr['window_s'][0]:.0f} s, {tr['mean_rate']:.1f} req/s, "
             f"{tr['prompt_tokens_per_s'] / 1000:.1f}k prompt tokens/s on average; warm-up {su['warmup_s']:.0f} s. "
             f"[`{f.relative_to(base)}`]({f.relative_to(base)}), load {m['loadavg_before']['1m']:.1f}, "
-            f"commit {m['commit'][:8]}.{_feasible_line(d.get('feasibility'))}",
+            f"commit {m['commit'][:8]}{_earlier(d)}.{_feasible_line(d.get('feasibility'))}",
             "",
             "| policy | attainment | after warm-up | feasible only, after warm-up | GPU-hours | vs best | max P / D |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
