@@ -9,6 +9,9 @@ Policies (``--policies``):
 - ``planner_constant``: the same with the last-value predictor (ablation);
 - ``planner_burst``: the planner reading its burst reserve from the router's burst gauge
   (``pdserve.common.burst``, 1 s resolution, ``--burst-budget``) instead of the 15 s irate peak;
+- ``planner_fit``: the planner holding a burst's *arrival rate*, fitted from the router's burst
+  gauge at two budgets (``--burst-budget`` 2 s and ``--burst-fit-budget`` 4 s;
+  ``pdserve.planner.core.burst_fit``), with the planner's headroom;
 - ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
   targets; ``--reactive-sweep`` also runs the grid and records every point;
 - ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
@@ -143,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="planner: keep capacity for the short-window peak this long, s")
     ap.add_argument("--burst-budget", type=float, default=0.0,
                     help="planner_burst: which series of the router's burst gauge is its peak (budget, s)")
+    ap.add_argument("--burst-fit-budget", type=float, default=4.0,
+                    help="planner_fit: the second budget of the gauge (with --burst-budget, or 2 s where that is 0)")
     ap.add_argument("--burst-sweep", nargs="*", type=float, metavar="BUDGET_S",
                     help="also run planner_burst at these budgets (tuning runs)")
     ap.add_argument("--planner-sweep", nargs="*", type=float, metavar="PEAK_WINDOW_S",
@@ -189,13 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         results = previous["results"]
     log = lambda m: print(f"[{trace_id} {args.model_profile}] {m}", flush=True)  # noqa: E731
 
-    def planner(pred: str, peak_window: float | None = None, burst: float | None = None) -> PlannerAutoscaler:
+    def planner(pred: str, peak_window: float | None = None, burst: float | None = None,
+                fit: float | None = None) -> PlannerAutoscaler:
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
                            prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
                            decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
                            target_utilization=args.target_utilization, startup_s=args.startup,
                            peak_window_s=args.peak_window if peak_window is None else peak_window,
-                           burst_budget_s=burst)
+                           burst_budget_s=burst, burst_fit_budget_s=fit)
         return PlannerAutoscaler(PlannerPolicy(cfg, profile))
 
     best_extra: dict = {}
@@ -245,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
                     sweep.append({"peak_window_s": pw, "attainment": o["attainment"],
                                   "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
                 results[name]["sweep"] = sweep
+        elif name == "planner_fit":
+            b1 = args.burst_budget or 2.0
+            out, _ = run_policy(trace, s, planner("holt-winters", burst=b1, fit=args.burst_fit_budget), (1, 1), args.warmup)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": b1,
+                                              "burst_fit_budget_s": args.burst_fit_budget}}
         elif name == "planner_burst":
             out, _ = run_policy(trace, s, planner("holt-winters", burst=args.burst_budget), (1, 1), args.warmup,
                                 feas=feas)
@@ -377,7 +388,7 @@ def plot(path: Path, trace: Trace, s: Setup, results: dict, title: str) -> None:
     axes[0].set_ylabel("prompt ktok/s")
     axes[0].set_title(f"{title}: load, replicas, attainment per {s.interval_s:g} s interval")
     for name, r in results.items():
-        if name not in ("planner", "planner_burst", "best", "reactive", "dynamo"):
+        if name not in ("planner", "planner_burst", "planner_fit", "best", "reactive", "dynamo"):
             continue
         pts = r["series"]["replicas"]
         xs = [p[0] / 60 for p in pts]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
-ORDER = ["lower bound", "best", "static", "reactive", "planner", "planner_burst", "planner_constant", "dynamo"]
+ORDER = ["lower bound", "best", "static", "reactive", "planner", "planner_burst", "planner_fit", "planner_constant", "dynamo"]
 
 
 def _pct(x: float | None) -> str:

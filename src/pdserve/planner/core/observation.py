@@ -53,6 +53,9 @@ class Observation:
     # at 1 s resolution), else the highest per-scrape prompt-token rate (irate). Bursts
     # shorter than the rate window show here, not in the window's mean.
     router_prompt_tokens_peak: float = NAN
+    # The same gauge at the planner's second, larger budget (``burst_fit_budget_s``): with both,
+    # the policy fits the burst's arrival rate (pdserve.planner.core.burst_fit). NaN: not read.
+    router_prompt_tokens_peak_wide: float = NAN
     error: str | None = None
     extra: dict[str, float] = field(default_factory=dict)
 

@@ -23,6 +23,7 @@ from typing import Any
 from pdserve.common.burst import BUDGETS_S
 from pdserve.planner.core import decision as D
 from pdserve.planner.core.budget import fit_budget, gpus
+from pdserve.planner.core.burst_fit import burst_arrival_rate
 from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.core.link_model import budget_transfers, usable_utilization
 from pdserve.planner.core.observation import Observation
@@ -87,6 +88,11 @@ class PolicyConfig:
     # stand-in where a router does not export it). Not the default yet: bench/planner
     # measures both on the bursty family (README there).
     burst_budget_s: float | None = None
+    # With a second, larger budget the peak is the burst's *arrival rate*, fitted from the gauge
+    # at both budgets (pdserve.planner.core.burst_fit), and the reserve is planned at
+    # target_utilization: what a burst from the same source needs however long it lasts,
+    # without the busiest second's noise (budget 0) or a short burst's discount (budget > 0).
+    burst_fit_budget_s: float | None = None
     # No pool shrinks while more than this many requests per ready replica wait in it.
     release_queue_per_replica: float = 1.0
     correction: bool = True
@@ -109,6 +115,12 @@ class PolicyConfig:
         if self.burst_budget_s is not None and self.burst_budget_s not in BUDGETS_S:
             return (f"burst budget {self.burst_budget_s:g} s is not one the router exports "
                     f"({', '.join(f'{b:g}' for b in BUDGETS_S)})")
+        if self.burst_fit_budget_s is not None:
+            if self.burst_budget_s is None:
+                return "burst fit budget needs burst_budget_s (the smaller of the two budgets)"
+            if self.burst_fit_budget_s not in BUDGETS_S or self.burst_fit_budget_s <= self.burst_budget_s:
+                return (f"burst fit budget {self.burst_fit_budget_s:g} s must be one the router exports and "
+                        f"above the burst budget {self.burst_budget_s:g} s")
         if not (0 < self.target_utilization <= 1):
             return f"target utilization {self.target_utilization} not in (0, 1]"
         return None
@@ -260,7 +272,9 @@ class PlannerPolicy:
                     decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now, peak_prompt_tokens=self._peak(obs, now),
                     arriving_prompt_tokens=arriving if cfg.drain_backlog else 0.0,
                     prefill_replicas=cur[0], decode_replicas=cur[1],
-                    peak_is_need=bool(cfg.burst_budget_s) and _finite(obs.router_prompt_tokens_peak))
+                    peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
+                                  and _finite(obs.router_prompt_tokens_peak)),
+                    peak_utilization=cfg.target_utilization if self._fitting(obs) else 1.0)
         terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
                      startup_s=cfg.startup_s if cfg.drain_backlog else 0.0)
         want = (terms.prefill, terms.decode)
@@ -284,12 +298,27 @@ class PlannerPolicy:
                                   tokens_per_transfer / link)
         return lambda p, d: usable_utilization(p, d, budget)
 
+    def _fitting(self, obs: Observation) -> bool:
+        """The peak is a fitted burst arrival rate (both gauge readings present)."""
+        cfg = self.config
+        return (cfg.burst_fit_budget_s is not None and cfg.burst_budget_s is not None
+                and _finite(obs.router_prompt_tokens_peak) and _finite(obs.router_prompt_tokens_peak_wide))
+
     def _peak(self, obs: Observation, now: float) -> float:
-        """The highest short-window prompt-token rate within ``peak_window_s``."""
+        """The highest short-window prompt-token rate within ``peak_window_s`` (with a burst fit
+        budget: the highest fitted burst arrival rate)."""
         cfg, peaks = self.config, self._s.peaks
         if cfg.peak_window_s <= 0:
             return 0.0
-        if _finite(obs.router_prompt_tokens_peak):
+        if self._fitting(obs):
+            assert cfg.burst_budget_s is not None and cfg.burst_fit_budget_s is not None
+            # A burst is believed to last at least the wide budget: below that the fit reads one or
+            # two long prompts in one second as a "rate" (Mooncake: 12k-token prompts, one second
+            # at 290k tokens/s, 16 prefill replicas held for it), and the budget absorbs them anyway.
+            peaks.append((now, burst_arrival_rate(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
+                                                  obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
+                                                  min_duration_s=cfg.burst_fit_budget_s)))
+        elif _finite(obs.router_prompt_tokens_peak):
             peaks.append((now, obs.router_prompt_tokens_peak))
         while peaks and peaks[0][0] <= now - cfg.peak_window_s:
             peaks.popleft()

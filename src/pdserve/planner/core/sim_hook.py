@@ -22,7 +22,7 @@ def _f(x: float | None) -> float:
 
 
 def observation_from_window(now: float, window: WindowMetrics, current: PoolSizes,
-                            burst_budget_s: float | None = None) -> Observation:
+                            burst_budget_s: float | None = None, burst_fit_budget_s: float | None = None) -> Observation:
     """Simulator window -> planner observation.
 
     The window holds what Prometheus would (completed requests, scraped counters,
@@ -31,7 +31,8 @@ def observation_from_window(now: float, window: WindowMetrics, current: PoolSize
     the mean (the profile's mean latency) and p90 for the tail. Instances still
     starting are not ``pending`` in the Kubernetes sense (they will become ready),
     so the pending cap never fires in simulation. The peak is the router's burst gauge
-    at ``burst_budget_s`` where the window has that series, as the live queries read it.
+    at ``burst_budget_s`` where the window has that series, as the live queries read it,
+    and the wide peak the series at ``burst_fit_budget_s``.
     """
     def pool(size: int, m: PoolMetrics) -> PoolState:
         return PoolState(replicas=size, ready=m.ready)
@@ -39,6 +40,7 @@ def observation_from_window(now: float, window: WindowMetrics, current: PoolSize
     peak = window.prompt_tokens_peak_rate
     if burst_budget_s is not None and burst_budget_s in window.prompt_tokens_burst:
         peak = window.prompt_tokens_burst[burst_budget_s]
+    wide = window.prompt_tokens_burst.get(burst_fit_budget_s, math.nan) if burst_fit_budget_s is not None else math.nan
     hit = window.prefill.prefix_hit_ratio
     if hit is None:
         hit = window.decode.prefix_hit_ratio
@@ -62,6 +64,7 @@ def observation_from_window(now: float, window: WindowMetrics, current: PoolSize
         prefix_hit_ratio=_f(hit),
         router_prompt_tokens_rate=_f(window.prompt_tokens_rate),
         router_prompt_tokens_peak=_f(peak),
+        router_prompt_tokens_peak_wide=_f(wide),
         router_inflight=float(window.inflight),
     )
 
@@ -76,7 +79,8 @@ class PlannerAutoscaler:
         return self.policy.interval_s
 
     def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes:
-        obs = observation_from_window(now, window, current, self.policy.config.burst_budget_s)
+        cfg = self.policy.config
+        obs = observation_from_window(now, window, current, cfg.burst_budget_s, cfg.burst_fit_budget_s)
         decision = self.policy.decide(obs, now)
         self.decisions.append(decision)
         return PoolSizes(prefill=decision.prefill, decode=decision.decode)

@@ -14,7 +14,8 @@ same terms. Each term is a fractional replica count:
 * burst reserve: bursts shorter than a replica's start-up cannot be answered by
   scaling, only absorbed by capacity already up: each pool keeps enough, at saturated
   speed (prefill) and link rate (decode), for the highest short-window prompt-token
-  rate seen recently (``peak_prompt_tokens``; the policy decides how long "recently" is);
+  rate seen recently (``peak_prompt_tokens``; the policy decides how long "recently" is),
+  with headroom (``peak_utilization``) where that rate is a burst's arrival rate;
 * burst drain, start-up taken into account: a replica requested now serves only after
   ``startup_s``, so until then the queue keeps growing by whatever arrives beyond the
   pool's current flat-out speed (``arriving_prompt_tokens`` over ``prefill_replicas`` x
@@ -53,6 +54,11 @@ class Load:
     # *arrives* at. The prefill pool kept for it then drains the burst flat out, so its KV
     # reaches the decode links at that pool's saturated rate: size the decode reserve for that.
     peak_is_need: bool = False
+    # Plan the reserve at this fraction of each replica's saturated speed and link rate. 1 for
+    # a peak read over one short window (it is the burst's top already); below 1 where the peak
+    # is a burst's *arrival rate* (``pdserve.planner.core.burst_fit``): a burst that outlasts
+    # the TTFT budget at the very rate of its reserve queues without bound, as a link does.
+    peak_utilization: float = 1.0
 
     @property
     def prompt_tokens(self) -> float:
@@ -152,7 +158,8 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
 
     prefill_compute = tokens / cap.prefill_slo
     prefill_drain = prefill_out / cap.prefill_saturated if q_p > 0 else 0.0
-    prefill_peak = peak / cap.prefill_saturated
+    peak_u = min(max(load.peak_utilization, 1e-6), 1.0)
+    prefill_peak = peak / (cap.prefill_saturated * peak_u)
     decode_compute = load.rate * load.osl / cap.decode_slo
     # Links, both ends: the pair (P, D) whose links carry each KV stream, starting from what
     # compute asks for each pool (more prefill senders also ease the receivers' links).
@@ -166,7 +173,8 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     # (planned at the links' utilisation target like the steady stream: a link run flat out
     # through a burst that lasts longer than the budget queues without bound)
     if cap.link and peak > 0:
-        link_burst = p0 * cap.prefill_saturated / (cap.link * cap.link_utilization) if load.peak_is_need else peak / cap.link
+        link_burst = (p0 * cap.prefill_saturated / (cap.link * cap.link_utilization) if load.peak_is_need
+                      else peak / (cap.link * peak_u))
         burst = (p0, _ceil(link_burst))
     else:
         burst = (0, 0)

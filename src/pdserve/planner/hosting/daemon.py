@@ -83,7 +83,8 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
         query = PromQL(f'namespace="{namespace}",pdserve_service="{name}"',
                        window=rate_window(settings.config.interval_s, options.scrape_interval_s),
                        quantile=min(max(settings.config.attainment, 0.5), 0.99),
-                       burst_budget_s=settings.config.burst_budget_s)
+                       burst_budget_s=settings.config.burst_budget_s,
+                       burst_fit_budget_s=settings.config.burst_fit_budget_s)
         if source is None or source.url != settings.prometheus_url:
             source = PrometheusSource(settings.prometheus_url, query)
         source.query = query

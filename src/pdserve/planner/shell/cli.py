@@ -187,12 +187,15 @@ async def _run_local(args, stopped, log) -> int:
     if args.prometheus:
         selector = args.selector if args.selector is not None else f'namespace="{ns}",pdserve_service="{service}"'
         source = PrometheusSource(args.prometheus, PromQL(selector, window=rate_window(cfg.interval_s, 5.0),
-                                                          burst_budget_s=cfg.burst_budget_s))
+                                                          burst_budget_s=cfg.burst_budget_s,
+                                                          burst_fit_budget_s=cfg.burst_fit_budget_s))
     elif pool is not None:  # the pool's ready workers, plus e.g. the router (wake-up from zero)
         extra = [parse_target(s) for s in args.scrape]
-        source = ScrapeSource(lambda: pool.targets() + extra, burst_budget_s=cfg.burst_budget_s)
+        source = ScrapeSource(lambda: pool.targets() + extra, burst_budget_s=cfg.burst_budget_s,
+                              burst_fit_budget_s=cfg.burst_fit_budget_s)
     elif args.scrape:
-        source = ScrapeSource([parse_target(s) for s in args.scrape], burst_budget_s=cfg.burst_budget_s)
+        source = ScrapeSource([parse_target(s) for s in args.scrape], burst_budget_s=cfg.burst_budget_s,
+                              burst_fit_budget_s=cfg.burst_fit_budget_s)
     else:
         raise ValueError("give --prometheus URL or --scrape URL (or use --actuator process-pool)")
     metrics = PlannerMetrics()

@@ -44,7 +44,8 @@ class PromQL:
 
     def __init__(self, selector: str, *, role_label: str = "pdserve_role", window: str = "1m",
                  quantile: float = 0.9, names: Names = Names(), peak_range: str = "30s",
-                 scrape: str = "15s", burst_budget_s: float | None = None) -> None:
+                 scrape: str = "15s", burst_budget_s: float | None = None,
+                 burst_fit_budget_s: float | None = None) -> None:
         self.selector = selector.strip().strip("{}")
         self.role_label = role_label
         self.window = window
@@ -53,6 +54,7 @@ class PromQL:
         self.peak_range = peak_range  # the planner's interval: peaks since the last tick
         self.scrape = scrape  # the scrape period: irate's resolution
         self.burst_budget_s = burst_budget_s  # which series of the router's burst gauge is the peak
+        self.burst_fit_budget_s = burst_fit_budget_s  # ... and the wide peak (the policy fits the burst from both)
 
     def _sel(self, role: str | None) -> str:
         parts = [p for p in (self.selector, f'{self.role_label}="{role}"' if role else "") if p]
@@ -114,19 +116,22 @@ class PromQL:
             "router_inflight": self.gauge(n.router_inflight, None),
             "router_prompt_tokens_rate": self.rate_sum(n.router_prompt_tokens, None),
             "router_prompt_tokens_peak": self.peak(),
-        }
+        } | ({"router_prompt_tokens_peak_wide": self.peak(self.burst_fit_budget_s)}
+             if self.burst_fit_budget_s is not None else {})
 
-    def peak(self) -> str:
-        """The router's burst gauge at the budget, highest since the last tick; where no router
-        exports it, the highest per-scrape rate of its prompt-token counter."""
+    def peak(self, budget_s: float | None = None) -> str:
+        """The router's burst gauge at the budget (default: ``burst_budget_s``), highest since the
+        last tick; where no router exports it, the highest per-scrape rate of its prompt-token counter."""
         n = self.names
         scraped = self._alts(
                 n.router_prompt_tokens, None,
                 lambda m, s: f"max_over_time((sum(irate({m}{s}[{self.window}])))[{self.peak_range}:{self.scrape}])")
-        if self.burst_budget_s is None:
+        if budget_s is None:
+            budget_s = self.burst_budget_s
+        if budget_s is None:
             return scraped
         sel = self._sel(None)[1:-1]
-        budget = ",".join(p for p in (sel, f'budget="{self.burst_budget_s:g}"') if p)
+        budget = ",".join(p for p in (sel, f'budget="{budget_s:g}"') if p)
         gauge = " or ".join(f"(max_over_time((sum({m}{{{budget}}}))[{self.peak_range}:{self.scrape}]))"
                             for m in n.router_burst)
         return f"{gauge} or {scraped}"

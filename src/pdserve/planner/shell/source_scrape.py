@@ -92,15 +92,18 @@ class _RouterMetrics(TypedDict):
     router_inflight: float
     router_prompt_tokens_rate: float
     router_prompt_tokens_peak: float
+    router_prompt_tokens_peak_wide: float
 
 
 class ScrapeSource:
     def __init__(self, targets: Iterable[Target] | Callable[[], Iterable[Target]], *, quantile: float = 0.9,
-                 timeout_s: float = 2.0, names: Names = Names(), burst_budget_s: float | None = None) -> None:
+                 timeout_s: float = 2.0, names: Names = Names(), burst_budget_s: float | None = None,
+                 burst_fit_budget_s: float | None = None) -> None:
         self._targets = targets if callable(targets) else (lambda ts=list(targets): ts)
         self.quantile = quantile
         self.names = names
         self.burst_budget_s = burst_budget_s
+        self.burst_fit_budget_s = burst_fit_budget_s
         self._client = httpx.Client(timeout=timeout_s)
         self._prev: dict[str, tuple[float, Snapshot]] = {}
 
@@ -144,7 +147,9 @@ class ScrapeSource:
             "router_prompt_tokens_rate": prompt_rate,
             # The router's burst gauge at the budget; without it, one scrape per tick: the
             # peak since the last tick is that tick's own rate.
-            "router_prompt_tokens_peak": self._burst(gauges.get("router", {}), prompt_rate),
+            "router_prompt_tokens_peak": self._burst(gauges.get("router", {}), prompt_rate, self.burst_budget_s),
+            # ... and at the fit budget; no fallback: without both series the policy does not fit
+            "router_prompt_tokens_peak_wide": self._burst(gauges.get("router", {}), math.nan, self.burst_fit_budget_s),
         }
         rates.pop("router", None)
         gauges.pop("router", None)
@@ -169,10 +174,10 @@ class ScrapeSource:
             extra={"scrape_errors": float(len(errors))}, **router,
         )
 
-    def _burst(self, gauges: Snapshot, fallback: float) -> float:
-        if self.burst_budget_s is None:
+    def _burst(self, gauges: Snapshot, fallback: float, budget_s: float | None) -> float:
+        if budget_s is None:
             return fallback
-        keys = [f"{m}|{self.burst_budget_s:g}" for m in self.names.router_burst]
+        keys = [f"{m}|{budget_s:g}" for m in self.names.router_burst]
         return next((gauges[k] for k in keys if k in gauges), fallback)
 
     @staticmethod
