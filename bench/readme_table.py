@@ -211,7 +211,7 @@ ROUTING_ROLE = {ROUTING_FILES[0]: "tuned on", ROUTING_FILES[1]: "tuned on", ROUT
 # routing_quality.py's row for kv_aware with RoutingSpec.decode_reuse_threshold_tokens on (P/D layouts).
 DECODE_REUSE = "kv_aware_decode_reuse"
 SIDE_BY_SIDE = ["round_robin", "least_loaded", "kv_aware", DECODE_REUSE, "prefix_approx", "cache_aware",
-                "sglang_router_cache_aware", "vllm_router_cache_aware", "greedy_global"]
+                "sglang_router_cache_aware", "vllm_router_cache_aware", "dynamo_kv_router_rule", "greedy_global"]
 
 
 def routing_table(root: Path) -> str:
@@ -256,6 +256,33 @@ def reuse_table(root: Path) -> str:
                      + " | ".join(f"{w['hit_fraction_by_reuse_gap_s'][g]:.3f}" for g in gaps) + " |")
     lines.append("")
     lines.append(f"Source: {_provenance(d, REUSE_FILE)}.")
+    return "\n".join(lines)
+
+
+GAP_FILES = [f"bench/router/results/routing_gap_min{m}.json" for m in (0, 10, 20, 40)]
+GAP_ROLE = {"minutes 20-30": "held out"}  # the rest are the tuning windows (CostWeights)
+
+
+def gap_table(root: Path) -> str:
+    """Per-request comparison of kv_aware and Dynamo's kv_router on the P/D windows (bench/router/routing_gap.py)."""
+    lines = ["Request by request on the 4P4D windows (`routing_gap.py`; shares of the window's prompt tokens, median "
+             "[min..max] over pairs of runs: pdserve tie phase k beside Dynamo run k):", "",
+             "| window | pairs | hit at dispatch pdserve / Dynamo | reported hit pdserve / Dynamo | "
+             "lost while queued pdserve / Dynamo | Dynamo ahead: pdserve routed away | Dynamo ahead: not cached "
+             "anywhere in pdserve | pdserve ahead: Dynamo routed away | pdserve ahead: not cached anywhere in Dynamo |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for rel in GAP_FILES:
+        d = _load(root, rel)
+        x = d["shares"]
+        lines.append(
+            f"| {d['layout']}, {d['trace']} {d['window']} ({GAP_ROLE.get(d['window'], 'tuned on')}) | {d['pairs']} | "
+            f"{_hit(x['pdserve_dispatch'])} / {_hit(x['dynamo_dispatch'])} | {_hit(x['pdserve_admission'])} / "
+            f"{_hit(x['dynamo_admission'])} | {_hit(x['pdserve_lost_while_queued'])} / "
+            f"{_hit(x['dynamo_lost_while_queued'])} | {_hit(x['dynamo_ahead_routed_away'])} | "
+            f"{_hit(x['dynamo_ahead_not_cached_anywhere'])} | {_hit(x['pdserve_ahead_routed_away'])} | "
+            f"{_hit(x['pdserve_ahead_not_cached_anywhere'])} |")
+    lines.append("")
+    lines.append("Sources: " + ", ".join(_provenance(_load(root, rel), rel) for rel in GAP_FILES) + ".")
     return "\n".join(lines)
 
 
@@ -376,7 +403,8 @@ def render(root: Path = REPO) -> str:
 # Files with a generated table: path -> renderer.
 TARGETS: dict[str, Callable[[Path], str]] = {
     "README.md": render,
-    "bench/router/README.md": lambda root: "\n".join([BEGIN, "", routing_table(root), "", reuse_table(root), "", END]),
+    "bench/router/README.md": lambda root: "\n".join([BEGIN, "", routing_table(root), "", reuse_table(root), "",
+                                                      gap_table(root), "", END]),
 }
 
 

@@ -64,6 +64,9 @@ SMOKES: list[Smoke] = [
     Smoke("dynamo_replay", "bench/router/dynamo_replay.py",
           ["--trace", MOONCAKE, "--workers", "2", "--num-gpu-blocks", "848", "--router-mode", "kv_router"],
           timeout_s=120, needs_peers=True),
+    Smoke("routing_gap", "bench/router/routing_gap.py",
+          ["--trace", MOONCAKE, "--minutes", "1", "--instances", "2", "--decode-instances", "2", "--runs", "2",
+           "--dynamo-python", "{peers}", "--out", "{out}/gap.json"], ["gap.json"], timeout_s=180, needs_peers=True),
     Smoke("kv_event_lag", "bench/sim/kv_event_lag.py", ["--requests", "10", "--out", "{out}/lag.json"], ["lag.json"]),
     Smoke("decision_time", "bench/router/decision_time.py",
           ["--workers", "4", "--blocks", "2000", "--requests", "50", "--runs", "2", "--out", "{out}/dt.json"], ["dt.json"]),
@@ -152,9 +155,11 @@ def k8s_available() -> bool:
 def run_one(s: Smoke, root: Path, python: str) -> tuple[bool, float, str]:
     out = root / s.name
     out.mkdir(parents=True, exist_ok=True)
-    if s.needs_peers:
-        python = peers_python() or python
-    cmd = [python, str(REPO / s.script), *(a.replace("{out}", str(out)) for a in s.args)]
+    peers = peers_python()
+    # "{peers}" in the args: the script runs here and is handed the peers' Python; else it runs in it
+    if s.needs_peers and not any("{peers}" in a for a in s.args):
+        python = peers or python
+    cmd = [python, str(REPO / s.script), *(a.replace("{out}", str(out)).replace("{peers}", peers or "") for a in s.args)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p)}
     t0 = time.perf_counter()

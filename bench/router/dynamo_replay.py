@@ -44,6 +44,11 @@ def engine_args(block_size: int, num_blocks: int, budget: int, worker_type: str)
     }
 
 
+def key_of(args: argparse.Namespace) -> str:
+    """The per-request field naming the routed worker: the prefill worker in P/D, else the aggregated one."""
+    return "prefill_worker_idx" if args.prefill_workers else "decode_worker_idx"
+
+
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
     from dynamo.replay import run_trace_replay
 
@@ -66,7 +71,15 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     s = rep.summary
-    key = "prefill_worker_idx" if args.prefill_workers else "decode_worker_idx"
+    if args.per_request:
+        # One line per request and run: where its prefill went, what the router saw there and anywhere at that
+        # instant (blocks), and what the engine reused at admission (tokens); routing_gap.py pairs these with pdserve's.
+        with open(args.per_request, "a") as fh:
+            fh.write(json.dumps([[r["arrival_time_ms"], r["input_length"], r[key_of(args)],
+                                  r["routing_history"][0]["selected_overlap_blocks"],
+                                  r["routing_history"][0]["best_available_overlap_blocks"],
+                                  r["reused_input_tokens"]] for r in rep.per_request]) + "\n")
+    key = key_of(args)
     n_routed = args.prefill_workers or args.workers
     counts = Counter(r[key] for r in rep.per_request)
     per_worker = [counts.get(i, 0) for i in range(n_routed)]
@@ -98,6 +111,9 @@ def main() -> int:
     ap.add_argument("--router-mode", choices=["round_robin", "kv_router"], required=True)
     ap.add_argument("--overlap-score-weight", type=float, default=None, help="KvRouterConfig (default: Dynamo's)")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--per-request", default=None,
+                    help="append one JSON line per run: [arrival ms, input length, routed worker, router-view overlap "
+                         "blocks there, best overlap blocks anywhere, reused input tokens] per request")
     args = ap.parse_args()
     os.environ.setdefault("DYN_LOG", "error")  # the Rust router logs every decision at info
     logging.disable(logging.INFO)

@@ -53,6 +53,7 @@ from pdserve.sim.traces import Trace, from_rows, load_trace
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from resultmeta import Run, spread, write_result  # noqa: E402
+from dynamo_rule import DynamoRulePolicy  # noqa: E402
 
 HASH_BLOCK = 512
 # Released defaults of the two Rust routers' cache_aware policy (router_args.py of
@@ -121,6 +122,8 @@ POLICIES = [p.value for p in PolicyName]
 DECODE_REUSE = "kv_aware_decode_reuse"
 # pdserve policies whose tie-breaks rotate from a phase (``tie_offset``) that --seeds varies.
 SEEDED = {"kv_aware": KvAwarePolicy, "prefix_approx": PrefixApproxPolicy, DECODE_REUSE: KvAwarePolicy}
+# Dynamo's worker-selection rule in pdserve's simulator (bench/router/dynamo_rule.py): random ties, seeded.
+RULE = DynamoRulePolicy.name
 
 
 def install_reference(name: str, sim: Simulation, block: int, seed: int = 0) -> None:
@@ -132,6 +135,8 @@ def install_reference(name: str, sim: Simulation, block: int, seed: int = 0) -> 
         w = pool_weights(sim.cfg.routing.weights, pool)
         policy: Policy = (KvAwarePolicy(index=sim.scheduler.index, weights=w, block_size=block, tie_offset=seed)
                           if SEEDED[name] is KvAwarePolicy else PrefixApproxPolicy(weights=w, block_size=block, tie_offset=seed))
+    elif name == DynamoRulePolicy.name:
+        policy = DynamoRulePolicy(sim.scheduler.index, block_size=block, pool=sim.entry_pool, seed=seed)
     elif name == "greedy_global":
         policy = GlobalOracle(sim, sim.entry_pool)
     elif name in BASELINES:
@@ -224,7 +229,8 @@ def _median(x: float | dict) -> float:
 def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int, seed: int = 0) -> tuple[dict, Simulation]:
     """One pdserve policy on the window: hit ratio, TTFT, load balance (requests and work per routed worker)."""
     reuse = args.decode_reuse_threshold_tokens if name == DECODE_REUSE else 0
-    policy = "kv_aware" if name == DECODE_REUSE else name if name in POLICIES else "round_robin"
+    # RULE reads the KV-event index, which the simulator feeds only for a prefix-reading spec
+    policy = "kv_aware" if name in (DECODE_REUSE, RULE) else name if name in POLICIES else "round_robin"
     cfg = SimConfig(topology=args.topology, instances=args.instances, block_size=block,
                     prefill_instances=args.instances, decode_instances=args.decode_instances,
                     routing=RoutingSpec(policy=policy, block_size=block, decode_reuse_threshold_tokens=reuse),
@@ -259,7 +265,7 @@ def simulate(name: str, trace: Trace, args: argparse.Namespace, block: int, seed
 def simulate_seeds(name: str, trace: Trace, args: argparse.Namespace, block: int) -> tuple[dict, Simulation]:
     """``simulate`` at tie phases 0..--seeds-1 for the SEEDED policies (once for the others): median and
     spread, like Dynamo's runs; ``seed0`` keeps the live router's own phase (0)."""
-    seeds = range(args.seeds if name in SEEDED else 1)
+    seeds = range(args.seeds if name in SEEDED or name == RULE else 1)
     runs = []
     for seed in seeds:
         row, sim = simulate(name, trace, args, block, seed)
@@ -303,7 +309,7 @@ def main() -> int:
                          f"{DECODE_REUSE}): a prompt whose prefix a decode engine holds, with fewer uncached tokens "
                          f"there than this, is prefilled by that engine")
     ap.add_argument("--rate-scale", type=float, default=1.0, help="arrival rate multiplier")
-    ap.add_argument("--policies", nargs="+", default=[*sorted(POLICIES), *BASELINES, "greedy_global"])
+    ap.add_argument("--policies", nargs="+", default=[*sorted(POLICIES), *BASELINES, RULE, "greedy_global"])
     ap.add_argument("--block-size", type=int, default=None,
                     help="KV block size (default: the simulator's choice for the trace, 512 for Mooncake)")
     ap.add_argument("--dynamo-python", default=None,
@@ -321,7 +327,7 @@ def main() -> int:
     if args.replot:
         plot([json.loads(p.read_text()) for p in args.replot], args.plot or Path("routing_quality.png"))
         return 0
-    unknown = set(args.policies) - set(POLICIES) - set(BASELINES) - {"greedy_global", DECODE_REUSE}
+    unknown = set(args.policies) - set(POLICIES) - set(BASELINES) - {"greedy_global", DECODE_REUSE, RULE}
     if unknown:
         ap.error(f"unknown policies {sorted(unknown)}")
     if args.trace is None:

@@ -28,7 +28,8 @@ def _copy_tree(tmp: Path) -> Path:
     for rel in readme_table.TARGETS:
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp / rel).write_text((ROOT / rel).read_text())
-    for src in {row.source for row in readme_table.ROWS} | set(readme_table.ROUTING_FILES) | {readme_table.REUSE_FILE}:
+    for src in {row.source for row in readme_table.ROWS} | set(readme_table.ROUTING_FILES) | {readme_table.REUSE_FILE} \
+            | set(readme_table.GAP_FILES):
         dst = tmp / src
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / src, dst)

@@ -1,0 +1,195 @@
+"""Where pdserve's kv_aware and Dynamo's kv_router get different prefix hits, request by request.
+
+Both systems replay the same window (``routing_quality.py``'s setup: same workers, 512-token
+blocks, 848 KV blocks per worker). For every request each side records, at the instant its
+router placed it: the worker it chose, the blocks that worker really held of the prompt
+(pdserve: the simulated engine's cache, read without touching it; Dynamo: its router's
+overlap on the chosen worker, ``selected_overlap_blocks``, from an index fed by KV events)
+and the most any worker held (``best_available_overlap_blocks``). Requests are paired by
+arrival (ms) and prompt length; the few pairs that are ambiguous are left out and counted.
+
+Per pair of runs (pdserve tie phase k beside Dynamo run k), the prompt tokens one side had
+cached on its chosen worker and the other did not are put in one of two classes:
+
+* ``routed_away``: the other side held them on some worker but chose another one (load,
+  tie-break, or a stale view);
+* ``not_cached_anywhere``: no worker of the other side held them any more (an earlier
+  placement or eviction differed).
+
+and each side's hit ratio is given at dispatch (what the chosen worker held when the
+request was routed) and at admission (what the engine reused when it scheduled the
+prompt; the reported hit ratio): the difference is prefix evicted while the request
+waited in the worker's queue. Every number is a share of the window's prompt tokens,
+median [min..max] over the pairs.
+
+    .venv/bin/python bench/router/routing_gap.py --trace $T --start-minute 20 --minutes 10 \\
+        --dynamo-python .cache/peers-venv/bin/python --runs 5 --out bench/router/results/routing_gap_min20.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from pdserve.router.core.spec import RoutingSpec
+from pdserve.router.policies import Decision, KvAwarePolicy, RouteRequest, pool_weights
+from pdserve.sim.config import SimConfig
+from pdserve.sim.instance import PD_BATCHED_TOKENS
+from pdserve.sim.simulator import Simulation
+from pdserve.sim.traces import Trace, from_rows, load_trace
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from resultmeta import Run, spread, write_result  # noqa: E402
+from routing_quality import write_mooncake  # noqa: E402
+
+BLOCK = 512
+
+
+class RecordingKvAware(KvAwarePolicy):
+    """kv_aware, unchanged, that also notes per placement what every worker's engine really held."""
+
+    def __init__(self, sim: Simulation, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.sim = sim
+        self.placed: dict[str, tuple[str, int, int, int]] = {}  # request id -> (worker, view, held, best held)
+
+    def on_routed(self, decision: Decision, req: RouteRequest, now: float) -> None:
+        super().on_routed(decision, req, now)
+        keys = list(req.block_hashes)
+        held = {i.instance_id: i.cached_prefix_blocks(keys, req.prompt_tokens)
+                for i in self.sim.instances[self.sim.entry_pool]}
+        self.placed.setdefault(req.request_id, (decision.worker_id, decision.overlap_blocks,
+                                                held[decision.worker_id], max(held.values())))
+
+
+def pdserve_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
+    """kv_aware at tie phases 0..runs-1: per request (arrival ms, prompt, worker, view, held, best held) and the
+    engine's reported hit ratio."""
+    out = []
+    for phase in range(args.runs):
+        cfg = SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK, prefill_instances=args.instances,
+                        decode_instances=args.decode_instances, token_budget=args.token_budget,
+                        routing=RoutingSpec(policy="kv_aware", block_size=BLOCK))
+        sim = Simulation(trace, cfg)
+        pol = RecordingKvAware(sim, index=sim.scheduler.index, weights=pool_weights(cfg.routing.weights, "prefill"),
+                               block_size=BLOCK, tie_offset=phase)
+        sim.scheduler.policies = sim.scheduler.policies.replacing("prefill", pol)
+        res = sim.run()
+        rows = []
+        for rec in res.records:
+            w, view, held, best = pol.placed.get(str(rec.index), ("", 0, 0, 0))
+            rows.append((round(1000 * rec.arrival_s), rec.input_tokens, w, view, held, best))
+        out.append({"hit_ratio": res.summary.prefix_hit_ratio or 0.0, "requests": rows})
+    return out
+
+
+def dynamo_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
+    """Dynamo's kv_router replay, ``--runs`` times, with per-request records (dynamo_replay.py --per-request)."""
+    budget = str(max(PD_BATCHED_TOKENS, args.token_budget))
+    with tempfile.TemporaryDirectory(prefix="pdserve-gap-") as tmp:
+        window, per = Path(tmp) / "window.jsonl", Path(tmp) / "per_request.jsonl"
+        write_mooncake(trace, window)
+        cmd = [args.dynamo_python, str(HERE / "dynamo_replay.py"), "--trace", str(window), "--block-size", str(BLOCK),
+               "--num-gpu-blocks", str(args.num_gpu_blocks), "--prefill-workers", str(args.instances), "--workers",
+               str(args.decode_instances), "--token-budget", budget, "--prefill-budget", budget,
+               "--router-mode", "kv_router", "--runs", str(args.runs), "--per-request", str(per)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+        if r.returncode != 0:
+            raise SystemExit(f"dynamo replay failed:\n{r.stderr[-3000:]}")
+        summary = json.loads(r.stdout.strip().splitlines()[-1])["runs"]
+        lines = per.read_text().splitlines()
+    return [{"hit_ratio": s["prefix_hit_ratio"],
+             "requests": [(round(a), n, str(w), view, view, best) for a, n, w, view, best, _reused in json.loads(line)]}
+            for s, line in zip(summary, lines)]
+
+
+def compare(pd: dict, dy: dict, prompt_tokens: int) -> dict[str, float]:
+    """One pair of runs: each side's hit ratio at dispatch and admission, and the tokens one side held on its chosen
+    worker beyond the other's, by class. Shares of the window's prompt tokens."""
+    by_key: dict[tuple[int, int], list[tuple]] = defaultdict(list)
+    for row in dy["requests"]:
+        by_key[(row[0], row[1])].append(row)
+    out: dict[str, float] = defaultdict(float)
+    ambiguous = 0
+    for a, n, _w, _view, held, best in pd["requests"]:
+        match = by_key.get((a, n), [])
+        if len(match) != 1:
+            ambiguous += 1
+            continue
+        _, _, _, d_held, _, d_best = match[0]
+        cap = (n - 1) // BLOCK  # neither side reuses the prompt's last token
+        mine, theirs = min(held, cap) * BLOCK, min(d_held, cap) * BLOCK
+        out["pdserve_dispatch"] += mine
+        out["dynamo_dispatch"] += theirs
+        if theirs > mine:
+            out["dynamo_ahead_" + ("routed_away" if min(best, cap) * BLOCK >= theirs else "not_cached_anywhere")] += theirs - mine
+        elif mine > theirs:
+            out["pdserve_ahead_" + ("routed_away" if min(d_best, cap) * BLOCK >= mine else "not_cached_anywhere")] += mine - theirs
+    doc = {k: v / prompt_tokens for k, v in out.items()}
+    doc["pdserve_admission"], doc["dynamo_admission"] = pd["hit_ratio"], dy["hit_ratio"]
+    doc["pdserve_lost_while_queued"] = doc.get("pdserve_dispatch", 0.0) - pd["hit_ratio"]
+    doc["dynamo_lost_while_queued"] = doc.get("dynamo_dispatch", 0.0) - dy["hit_ratio"]
+    doc["ambiguous_requests"] = ambiguous
+    return doc
+
+
+CLASSES = ["pdserve_admission", "dynamo_admission", "pdserve_dispatch", "dynamo_dispatch", "pdserve_lost_while_queued",
+           "dynamo_lost_while_queued", "dynamo_ahead_routed_away", "dynamo_ahead_not_cached_anywhere",
+           "pdserve_ahead_routed_away", "pdserve_ahead_not_cached_anywhere", "ambiguous_requests"]
+
+
+def summarize(pairs: Sequence[dict[str, float]]) -> dict[str, dict]:
+    return {k: spread([round(p.get(k, 0.0), 5) for p in pairs]) for k in CLASSES}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL trace")
+    ap.add_argument("--start-minute", type=float, default=0.0)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--instances", type=int, default=4, help="prefill engines (the routed pool)")
+    ap.add_argument("--decode-instances", type=int, default=4)
+    ap.add_argument("--token-budget", type=int, default=2048)
+    ap.add_argument("--runs", type=int, default=5, help="pdserve tie phases 0..N-1, and N Dynamo runs")
+    ap.add_argument("--dynamo-python", required=True, help="a Python with ai-dynamo 1.6.1 (see README)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be >= 1")
+    full = load_trace(args.trace)
+    lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
+    picked = [r for r in full.requests if lo <= r.arrival_s < hi]
+    if not picked:
+        ap.error(f"no requests in minutes {args.start_minute:g}-{args.start_minute + args.minutes:g} of {args.trace}")
+    trace = from_rows([(r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids) for r in picked],
+                      format=full.format, source=full.source, sha256=full.sha256)
+    probe = Simulation(trace, SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK,
+                                        prefill_instances=args.instances, decode_instances=args.decode_instances,
+                                        token_budget=args.token_budget))
+    args.num_gpu_blocks = probe.instances["prefill"][0].engine.pool.num_blocks
+    pd, dy = pdserve_runs(trace, args), dynamo_runs(trace, args)
+    prompt = sum(r.input_tokens for r in trace.requests)
+    pairs = [compare(p, d, prompt) for p, d in zip(pd, dy)]
+    doc = {"bench": "routing_gap", "trace": args.trace.name, "trace_sha256": full.sha256,
+           "window": f"minutes {args.start_minute:g}-{args.start_minute + args.minutes:g}", "requests": len(picked),
+           "layout": f"{args.instances}P{args.decode_instances}D", "block_size": BLOCK,
+           "kv_blocks_per_worker": args.num_gpu_blocks, "pairs": len(pairs), "shares": summarize(pairs),
+           "what": "shares of the window's prompt tokens; dispatch = what the chosen worker held when routed, "
+                   "admission = the reported hit ratio; <side>_ahead_<class> = tokens that side's chosen worker "
+                   "held beyond the other side's, by why the other side missed them"}
+    print(json.dumps(doc["shares"], indent=1))
+    if args.out:
+        write_result(args.out, doc, Run(runs=len(pairs)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
