@@ -19,6 +19,7 @@ from pdserve.sim import instance
 from pdserve.router.core.spec import RoutingSpec
 from pdserve.sim.autoscale import PoolSizes, WindowMetrics
 from pdserve.sim.config import SimConfig, parse_layout
+from pdserve.sim.metrics import sorted_samples
 from pdserve.sim.simulator import Simulation
 from pdserve.sim.traces import Trace, from_rows, load_trace, synthetic_trace
 from pdserve.worker.perf import PerfModel, PerfProfile
@@ -52,7 +53,7 @@ def _digest(trace: Trace, cfg: SimConfig, *, coast: bool, autoscale: bool = Fals
     return (
         [astuple(r) for r in res.records], res.summary.as_dict(), res.steps, res.preemptions, res.end_time_s,
         res.gpu_seconds, res.kv_recomputes, res.rejected, res.instances,
-        [(e.time_s, e.before, e.after, e.note) for e in res.scaling_events], sorted(sim.itl),
+        [(e.time_s, e.before, e.after, e.note) for e in res.scaling_events], sorted_samples(sim.itl, sim.itl_repeats).tolist(),
     ), sim.coasted_steps
 
 

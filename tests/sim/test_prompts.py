@@ -85,3 +85,28 @@ def test_an_engine_steps_a_zero_prompt_as_the_list() -> None:
                         [(s.block_hashes, s.parent_block_hash) for s in o.kv_events.stored]))
         assert len(req.block_hashes) == (100 + 40 - 1) // 16
     assert outs[0] == outs[1] and len(outs[0]) == 40
+
+
+def test_key_hasher_chains_like_vllm_hashes_and_is_the_same_in_every_process() -> None:
+    """The simulator's keys for output-filled blocks: equal exactly where vLLM's sha256 chain is equal, and the
+    same numbers whatever PYTHONHASHSEED a process has (Python 3.11 hashes None by its address, strings by seed)."""
+    import os
+    import subprocess
+    import sys
+
+    from pdserve.sim.prompts import KeyHasher
+    from pdserve.worker.vllm_hash import BlockHasher
+
+    keys, sha = KeyHasher(), BlockHasher()
+    blocks = [[1, 2, 3], [1, 2, 3], [1, 2, 4], [0, 0, 0]]
+    for parent in (None, 17, 18):
+        ours = [keys.hash_block(cast(bytes, parent), b) for b in blocks]
+        theirs = [sha.hash_block(cast(bytes, parent), b) for b in blocks]
+        assert [[x == y for y in ours] for x in ours] == [[x == y for y in theirs] for x in theirs]
+    assert keys.hash_block(cast(bytes, 17), [1, 2, 3]) != keys.hash_block(cast(bytes, 18), [1, 2, 3])
+    assert keys.hash_block(None, [5]) == keys.hash_block(cast(bytes, 0), [5])  # a falsy parent is the root, as vLLM's
+    code = ("from pdserve.sim.prompts import KeyHasher; h = KeyHasher(); a = h.hash_block(None, [9, 8]); "
+            "print(a, h.hash_block(a, list(range(512))))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
+    assert len(outs) == 1, outs

@@ -72,3 +72,20 @@ def test_runs_of_decode_steps_equal_step_by_step_costs(
         attn += seqs
         kv += seqs
     assert step_ends_fn(model)(now, n, seqs, ctx + seqs, ctx, until, gap) == want
+
+
+@pytest.mark.parametrize("model", MODELS[::3])
+def test_runs_of_decode_steps_with_float_products_past_2_53(model: PerfModel) -> None:
+    """``ends`` multiplies bytes per token by the KV read as floats, the perf model as ints (then converted):
+    the same float also where the product is past 2**53 and rounds (both round the exact product once). Few
+    attention pairs against that much KV read: memory-bound steps, the branch that multiplies so."""
+    cost = step_cost_fn(model)
+    edge = 2**53 // model.kv_bytes_per_token
+    for seqs, ctx in ((1, edge - 40), (3, edge - 40), (7, edge - 6), (2, edge + 3), (5, 3 * edge + 1)):
+        want, t, attn, kv = [], 0.0, seqs, ctx
+        for _ in range(20):
+            t = t + cost(seqs, float(attn), kv, seqs)
+            want.append(t)
+            attn += seqs
+            kv += seqs
+        assert step_ends_fn(model)(0.0, 20, seqs, seqs, ctx, float("inf"), 0.0) == want

@@ -43,6 +43,7 @@ import math
 from operator import sub
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from pdserve.sim.events import COAST_DONE, STEP_DONE
@@ -96,10 +97,16 @@ def _run(sim: Simulation, c: Coast, n: int) -> float:
         itl.append(first - st.last_token_s)  # as Simulation._on_step_done measures a gap
         st.last_token_s = last
     if n > 1:
-        # every request of the batch has the same gap at each later step (the summary sorts the samples)
-        gaps = list(map(sub, ends[1:n], ends))
+        # every request of the batch has the same gap at each later step (the summary sorts the samples):
+        # recorded once, counted len(eng.running) times (Simulation.itl_repeats)
         seqs = len(eng.running)
-        itl.fromlist(gaps if seqs == 1 else gaps * seqs)
+        if seqs == 1:
+            itl.extend(map(sub, islice(ends, 1, n), ends))
+        else:
+            rep = sim.itl_repeats.get(seqs)
+            if rep is None:
+                rep = sim.itl_repeats[seqs] = []
+            rep.extend(map(sub, islice(ends, 1, n), ends))
     advance(eng, n)
     sim.coasted_steps += n
     if last > sim.coasted_until:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from pdserve.router.policies import WorkerView
 from pdserve.sim.config import SimConfig, SimConfigError
-from pdserve.sim.prompts import ZeroPrompt
+from pdserve.sim.prompts import KeyHasher, ZeroPrompt
 from pdserve.common.kvlink import Link
 from pdserve.worker.engine import Engine, EngineConfig, EngineRequest, StepOutput
 from pdserve.worker.perf import PerfModel, PerfProfile, load_profile
@@ -93,6 +93,7 @@ def pool_spec(config: SimConfig, pool: str) -> PoolSpec:
         # profile, so the simulator and the live mock worker charge the same.
         frontend_latency_s=profile.efficiency.frontend_latency_s,
         kv_event_token_ids=False,  # RouterView indexes the hashes only
+        hasher=KeyHasher(),  # keys of output-filled blocks, chained to the prompt's (pdserve.sim.prompts)
     )
     return PoolSpec(pool=pool, perf=perf, engine_config=ecfg, tp=profile.tp)
 

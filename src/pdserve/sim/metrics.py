@@ -114,14 +114,27 @@ class Summary:
         }
 
 
-def _dist(values: Sequence[float]) -> dict[str, float | None]:
+def _dist(values: Sequence[float] | np.ndarray) -> dict[str, float | None]:
     # One sort for all quantiles: the ITL list holds one sample per generated token.
-    xs = np.sort(np.asarray(values, dtype=np.float64))
+    # stable (timsort): the simulator hands in its inter-token gaps as a few sorted runs (merged in linear
+    # time); equal floats are indistinguishable, so the sorted array is what any sort gives
+    xs = np.sort(np.asarray(values, dtype=np.float64), kind="stable")
     xs = xs[np.isfinite(xs)]
     if xs.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(xs, [50, 90, 99])  # linear interpolation, like percentile()
     return {"mean": _r(float(xs.mean())), "p50": _r(float(p50)), "p90": _r(float(p90)), "p99": _r(float(p99))}
+
+
+def sorted_samples(single: Sequence[float], repeats: dict[int, list[float]]) -> np.ndarray:
+    """``single`` once each and ``repeats[k]`` k times each, sorted (the simulator's inter-token gaps). Each
+    part is sorted before it is repeated, so the whole is a few sorted runs that a stable sort (timsort)
+    merges in linear time; equal floats are indistinguishable, so this is the array any sort of all the
+    samples gives."""
+    parts = [np.sort(np.fromiter(single, np.float64, len(single)))]
+    for k, gaps in sorted(repeats.items()):
+        parts.append(np.repeat(np.sort(np.fromiter(gaps, np.float64, len(gaps))), k))
+    return np.sort(np.concatenate(parts), kind="stable")
 
 
 def summarize(
@@ -148,7 +161,7 @@ def summarize(
         attainment_tpot=ok_p / n if n else 0.0,
         ttft=_dist([r.ttft for r in done]),
         tpot=_dist([r.tpot for r in done if r.output_tokens > 1]),
-        itl=_dist(itl_samples if isinstance(itl_samples, (array, list)) else list(itl_samples)),
+        itl=_dist(itl_samples if isinstance(itl_samples, (array, list, np.ndarray)) else list(itl_samples)),
         e2e=_dist([r.e2e for r in done]),
         throughput_rps=len(done) / span if span > 0 else 0.0,
         output_tokens_per_s=sum(r.output_tokens for r in done) / span if span > 0 else 0.0,

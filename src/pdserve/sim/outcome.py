@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pdserve.sim.autoscale import ScalingEvent
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import Instance, State
@@ -48,7 +50,8 @@ def instance_report(i: Instance) -> dict[str, object]:
     }
 
 
-def collect_result(cfg: SimConfig, records: list[RequestRecord], itl: Sequence[float], instances: list[Instance],
+def collect_result(cfg: SimConfig, records: list[RequestRecord], itl: Sequence[float] | np.ndarray,
+                   instances: list[Instance],
                    end: float, *, gpus: int, kv_recomputes: int, rejected: int, steps: int,
                    scaling_events: list[ScalingEvent]) -> SimResult:
     """Close every instance still held at ``end`` and total the run."""

@@ -15,9 +15,10 @@ prefix, exactly the property vLLM's hashes have.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import overload
+from typing import Any, cast, overload
 
 from pdserve.sim.traces import TraceRequest
+from pdserve.worker.vllm_hash import BlockHasher
 
 VOCAB = 32000
 _FIRST_ID = 1000  # keep clear of special ids (EOS and friends) at the bottom of the vocabulary
@@ -55,6 +56,22 @@ def block_keys(req: TraceRequest, block_size: int, hash_block_tokens: int = 512)
             parent = hash((parent, 1, uid, k))
             keys.append(parent)
     return keys
+
+
+class KeyHasher(BlockHasher):
+    """The engines' hashes of the blocks ``block_keys`` does not cover: a prompt's last, partial block once
+    output tokens fill it, and the output's blocks. Keys chained like ``block_keys`` (Python's hash of the
+    parent key and the block's tokens) instead of vLLM's sha256 over a pickle: the engine and the router only
+    compare them, and the simulator's prompt keys are not vLLM hashes either. A pickle and a sha256 of 512
+    token ids cost ~7x a tuple hash; no ``None`` goes into the tuple, whose hash in Python 3.11 depends
+    on its address (so keys would differ between processes)."""
+
+    def hash_block(self, parent: bytes | None, tokens: Sequence[int], extra_keys: tuple[Any, ...] | None = None
+                   ) -> bytes:
+        # as BlockHasher: no parent (or a falsy one) means the root
+        key = (parent or _ROOT, 2, tuple(tokens)) if extra_keys is None else (parent or _ROOT, 3, tuple(tokens),
+                                                                               extra_keys)
+        return cast("bytes", hash(key))
 
 
 def token_ids(req: TraceRequest, hash_block_tokens: int = 512) -> list[int]:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -49,7 +48,7 @@ from pdserve.sim.events import (  # module globals, not ev.X: the event loop rea
 )
 from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
 from pdserve.common.kvlink import schedule_transfer
-from pdserve.sim.metrics import RequestRecord
+from pdserve.sim.metrics import RequestRecord, sorted_samples
 from pdserve.sim.outcome import SimResult, collect_result
 from pdserve.sim.prompts import block_keys
 from pdserve.sim.router_view import RouterView
@@ -112,7 +111,10 @@ class Simulation:
         self.now = 0.0
         self.states: dict[str, _Req] = {}
         self.records: list[RequestRecord] = []
-        self.itl = array("d")
+        # Inter-token gaps (all of them: metrics.sorted_samples): single samples, and gaps of coasted steps that k
+        # requests share, each k samples (numpy converts list elements one by one; array("d") is slower still)
+        self.itl: list[float] = []
+        self.itl_repeats: dict[int, list[float]] = {}
         self.outstanding = 0
         self.kv_recomputes = 0
         self.rejected = 0
@@ -468,10 +470,9 @@ class Simulation:
         return self._result()
 
     def _result(self) -> SimResult:
-        # A coast's steps are events the loop never popped; the last of them may be the latest step
-        # before max_sim_time_s stopped the clock.
-        end = max(self.now, self.coasted_until)
-        return collect_result(self.cfg, self.records, self.itl, self.all_instances, end, gpus=self.static_gpus,
+        # A coast's steps are events the loop never popped; the last may be the latest step before max_sim_time_s.
+        end, itl = max(self.now, self.coasted_until), sorted_samples(self.itl, self.itl_repeats)
+        return collect_result(self.cfg, self.records, itl, self.all_instances, end, gpus=self.static_gpus,
                               kv_recomputes=self.kv_recomputes, rejected=self.rejected, steps=self.steps,
                               scaling_events=self.scaling_events)
 

@@ -91,6 +91,10 @@ def step_ends_fn(perf: PerfModel) -> StepEndsFn:
         return ends_by_call
     (flops_per_token, attn_flops, flops_rate, weight_bytes, kv_bytes, byte_rate, step_overhead,
      per_seq_overhead) = _coefficients(perf)
+    # kv_bytes is an int (bytes per token): `kv_bytes * tokens` would be a big-int product that `weight_bytes + ...`
+    # converts back to a float. A float product is the same float: IEEE multiplication rounds the exact product
+    # once, as the int-to-float conversion does, and both factors are exact as floats (below 2**53).
+    kv_f = float(kv_bytes)
 
     def ends(now: float, n: int, seqs: int, attn_pairs: int, kv_read: int, until: float, gap_s: float) -> list[float]:
         out: list[float] = []
@@ -113,9 +117,8 @@ def step_ends_fn(perf: PerfModel) -> StepEndsFn:
                 first = (weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate + overhead
                 if until - now < first * n:
                     n = min(n, int((until - now) / first) + 2)
-                out = list(accumulate([(weight_bytes + kv_bytes * r) / byte_rate + overhead
-                                       for r in range(kv_read + seqs, kv_read + seqs * (n + 1), seqs)],
-                                      initial=now))
+                out = list(accumulate([(weight_bytes + kv_f * r) / byte_rate + overhead
+                                       for r in range(kv_read + seqs, kv_read + seqs * (n + 1), seqs)], initial=now))
                 del out[0]
                 cut = bisect_left(out, until) + 1
                 if cut < n:
