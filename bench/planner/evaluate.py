@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[name]["sweep"] = sweep
         elif name == "planner_fit":
             b1 = args.burst_budget or 2.0
-            out, _ = run_policy(trace, s, planner("holt-winters", burst=b1, fit=args.burst_fit_budget), (1, 1), args.warmup)
+            out, _ = run_policy(trace, s, planner("holt-winters", burst=b1, fit=args.burst_fit_budget), (1, 1), args.warmup,
+                                feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": b1,
                                               "burst_fit_budget_s": args.burst_fit_budget}}
         elif name == "planner_burst":
