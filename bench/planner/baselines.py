@@ -9,7 +9,7 @@ from pdserve.sim.autoscale import PoolSizes, WindowMetrics
 from pdserve.sim.simulator import run_simulation
 from pdserve.sim.traces import Trace
 
-from references import Setup, _blame
+from references import Setup, _blame, attainment_of
 
 
 @dataclass
@@ -44,15 +44,18 @@ class ReactiveAutoscaler:
         return PoolSizes(p, d)
 
 
-def smallest_static(trace: Trace, s: Setup, start: tuple[int, int], target: float = 0.99) -> tuple[tuple[int, int], int]:
-    """Grow (P, D) from ``start`` on whichever pool the misses point at until >= target, or
-    until more replicas stop helping (then the smallest size with the best attainment)."""
-    p, d = start
+def smallest_static(trace: Trace, s: Setup, start: tuple[int, int], target: float = 0.99,
+                    feasible: list[bool] | None = None) -> tuple[tuple[int, int], int]:
+    """Grow (P, D) from ``start`` (clamped to the caps) on whichever pool the misses point at until
+    >= target among the ``feasible`` requests (all if None), or until more replicas stop helping
+    (then the smallest size with the best attainment)."""
+    p, d = min(start[0], s.max_p), min(start[1], s.max_d)
+    start = (p, d)
     sims, best_ok, best, stalls = 0, -1.0, start, 0
     while True:
         res = run_simulation(trace, s.sim_config(p, d, startup=0.0))
         sims += 1
-        ok = sum(r.attains(s.slo) for r in res.records) / len(res.records)
+        ok = attainment_of(sorted(res.records, key=lambda r: r.index), s.slo, feasible)
         if ok > best_ok + 1e-9:
             best_ok, best, stalls = ok, (p, d), 0
         else:

@@ -9,12 +9,14 @@
   and per interval (tighter, but assumes work stays in the 30 s interval it arrived in).
 * ``best_schedule``: an achievable cost found by hindsight search: for each interval,
   the fewest GPUs (P x TP + D x TP) whose replay of that interval's requests alone, on
-  warm replicas, meets the SLO for >= 99 % of them (grown from the interval bound,
-  adding to whichever pool the misses point at, and stopping where more replicas stop
-  helping: requests no size can serve within the SLO are left to miss); then replayed
-  end to end with the
-  start-up delay (replicas requested one start-up ahead), and repaired: intervals
-  whose requests still miss get one more replica of the pool they missed on.
+  warm replicas, meets the SLO for >= 99 % of its *feasible* requests (``feasibility.py``:
+  a request that misses alone on idle replicas is left to miss, more replicas cannot
+  help it), grown from the interval bound (clamped to the pool caps), adding to whichever
+  pool the misses point at, and stopping at the caps or where two more replicas bought
+  nothing; then replayed end to end with the same start-up delay the policies face
+  (replicas requested one start-up ahead of the interval that needs them), and
+  repaired: intervals whose feasible requests still miss get one more replica of the
+  pool they missed on. Each interval's outcome (``status``) says whether its cap bound.
 """
 
 from __future__ import annotations
@@ -113,6 +115,13 @@ def _sub_trace(reqs: list[TraceRequest], trace: Trace) -> Trace:
                  hash_block_tokens=trace.hash_block_tokens)
 
 
+def attainment_of(recs: list[RequestRecord], slo: Slo, feasible: list[bool] | None = None) -> float:
+    """Share of ``recs`` that met the SLO, among the feasible ones when flags (same order) are given."""
+    pairs = [(r, f) for r, f in zip(recs, feasible)] if feasible is not None else [(r, True) for r in recs]
+    n = sum(f for _, f in pairs)
+    return sum(r.attains(slo) for r, f in pairs if f) / n if n else 1.0
+
+
 def _blame(recs: list[RequestRecord], slo: Slo) -> str:
     """Which pool the misses point at: waiting for prefill -> prefill; the rest -> decode."""
     pre = dec = 0
@@ -131,34 +140,43 @@ class BestSchedule:
     setup: Setup
     trace: Trace
     target: float = 0.99
+    feasible: list[bool] | None = None  # per trace request (feasibility.py); None: all count
     sims: int = 0
     needs: list[tuple[int, int]] = field(default_factory=list)
+    status: list[dict] = field(default_factory=list)  # per interval: the isolated search's outcome
+
+    def _flags(self, idx: list[int]) -> list[bool] | None:
+        return None if self.feasible is None else [self.feasible[i] for i in idx]
 
     def search_intervals(self, bound: list[tuple[float, float]]) -> None:
         s, tr = self.setup, self.trace
         t0 = tr.requests[0].arrival_s
-        buckets: list[list[TraceRequest]] = [[] for _ in bound]
-        for r in tr.requests:
-            buckets[int((r.arrival_s - t0) // s.interval_s)].append(r)
-        for k, reqs in enumerate(buckets):
-            p, d = max(1, math.ceil(bound[k][0] - 1e-9)), max(1, math.ceil(bound[k][1] - 1e-9))
-            if not reqs:
+        buckets: list[list[int]] = [[] for _ in bound]
+        for i, r in enumerate(tr.requests):
+            buckets[int((r.arrival_s - t0) // s.interval_s)].append(i)
+        for k, idx in enumerate(buckets):
+            # The interval bound can exceed a pool's cap (a burst's work): the cap is the search's too.
+            p = min(s.max_p, max(1, math.ceil(bound[k][0] - 1e-9)))
+            d = min(s.max_d, max(1, math.ceil(bound[k][1] - 1e-9)))
+            if not idx:
                 self.needs.append((p, d))
+                self.status.append({"ok": None, "capped": False, "stalled": False})
                 continue
-            sub = _sub_trace(reqs, tr)
+            sub = _sub_trace([tr.requests[i] for i in idx], tr)
+            flags = self._flags(idx)
             best_ok, best_size, stalls = -1.0, (p, d), 0
             while True:
                 res = run_simulation(sub, s.sim_config(p, d))
                 self.sims += 1
-                ok = sum(r.attains(s.slo) for r in res.records) / len(res.records)
+                ok = attainment_of(sorted(res.records, key=lambda r: r.index), s.slo, flags)
                 if ok > best_ok + 1e-9:
                     best_ok, best_size, stalls = ok, (p, d), 0
                 else:
                     stalls += 1
-                # Stop at the target, at the caps, or when two more replicas bought nothing:
-                # the rest is unattainable at this SLO (e.g. prompts whose prefill alone
-                # exceeds the TTFT), and more GPUs would only inflate the reference.
-                if ok >= self.target or (p >= s.max_p and d >= s.max_d) or stalls >= 2:
+                # Stop at the target, at the caps, or when two more replicas bought nothing
+                # (more GPUs would only inflate the reference).
+                capped = p >= s.max_p and d >= s.max_d
+                if ok >= self.target or capped or stalls >= 2:
                     break
                 pool = _blame(res.records, s.slo)
                 if (pool == "prefill" and p < s.max_p) or d >= s.max_d:
@@ -166,6 +184,26 @@ class BestSchedule:
                 else:
                     d += 1
             self.needs.append(best_size)
+            self.status.append({"ok": round(best_ok, 4), "capped": best_ok < self.target and capped,
+                                "stalled": best_ok < self.target and not capped})
+
+    def miss_causes(self, records: list[RequestRecord], t0: float) -> dict[str, int]:
+        """The end-to-end replay's misses by cause: (a) infeasible alone; among feasible ones, in an
+        interval whose isolated search (b) hit the pool caps below target, (c) met the target in
+        isolation (so the miss comes from the end-to-end replay: work carried over from earlier
+        intervals, replicas still starting, per-interval granularity), or (d) stalled below
+        target without reaching the caps (two more replicas bought nothing)."""
+        s = self.setup
+        out = {"infeasible": 0, "cap": 0, "end_to_end": 0, "stalled": 0}
+        for r in sorted(records, key=lambda r: r.index):
+            if r.attains(s.slo):
+                continue
+            if self.feasible is not None and not self.feasible[r.index]:
+                out["infeasible"] += 1
+                continue
+            st = self.status[min(int((r.arrival_s - t0) // s.interval_s), len(self.status) - 1)]
+            out["cap" if st["capped"] else "stalled" if st["stalled"] else "end_to_end"] += 1
+        return out
 
     def autoscaler(self, t0: float) -> ScheduleAutoscaler:
         return ScheduleAutoscaler(list(self.needs), t0, self.setup.interval_s, self.setup.startup_s)
@@ -177,13 +215,13 @@ class BestSchedule:
         """One more replica, on the pool the misses point at, for intervals that missed."""
         s = self.setup
         by_k: dict[int, list[RequestRecord]] = {}
-        for r in records:
+        for r in sorted(records, key=lambda r: r.index):
             by_k.setdefault(int((r.arrival_s - t0) // s.interval_s), []).append(r)
         changed = 0
         for k, recs in by_k.items():
             if k >= len(self.needs):
                 continue
-            ok = sum(r.attains(s.slo) for r in recs) / len(recs)
+            ok = attainment_of(recs, s.slo, self._flags([r.index for r in recs]))
             if ok < self.target:
                 p, d = self.needs[k]
                 if _blame(recs, s.slo) == "prefill" and p < s.max_p:
