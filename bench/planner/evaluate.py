@@ -25,10 +25,8 @@ long runs under ``flock /tmp/pdserve-bench.lock``.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,35 +34,18 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from baselines import ReactiveAutoscaler, smallest_static  # noqa: E402
 from bursty import BurstySpec, bursty_trace  # noqa: E402
-from feasibility import Hardware, TraceFeasibility  # noqa: E402
-from references import BestSchedule, Setup, ideal_hits, lower_bound  # noqa: E402
+from feasibility import TraceFeasibility  # noqa: E402
+from references import Setup, lower_bound  # noqa: E402
+from replays import REFERENCE, best_schedule, causal_reference, run_order, run_policy, trace_feasibility  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
 from pdserve.planner.core.profile_model import derive_profile  # noqa: E402
 from pdserve.planner.core.sim_hook import PlannerAutoscaler  # noqa: E402
 from pdserve.sim.metrics import Slo  # noqa: E402
-from pdserve.sim.simulator import run_simulation  # noqa: E402
 from pdserve.sim.traces import Trace, from_rows, load_trace  # noqa: E402
 
 SCHEMA = "pdserve.planner-eval/2"
-
-
-@dataclass
-class Recorder:
-    """Wraps an autoscaler to record (time, prefill, decode) after each tick."""
-
-    inner: object
-    series: list[tuple[float, int, int]] = field(default_factory=list)
-
-    @property
-    def interval_s(self) -> float:
-        return self.inner.interval_s  # type: ignore[attr-defined]
-
-    def on_tick(self, now, window, current):  # type: ignore[no-untyped-def]
-        out = self.inner.on_tick(now, window, current)  # type: ignore[attr-defined]
-        self.series.append((now, out.prefill, out.decode))
-        return out
 
 
 def window_of(trace: Trace, start_s: float, dur_s: float | None) -> Trace:
@@ -75,89 +56,6 @@ def window_of(trace: Trace, start_s: float, dur_s: float | None) -> Trace:
                   format=trace.format, source=trace.source, sha256=trace.sha256)
     return Trace(requests=t.requests, format=t.format, source=t.source, sha256=t.sha256,
                  hash_block_tokens=trace.hash_block_tokens)
-
-
-def trace_feasibility(trace: Trace, s: Setup, warmup_s: float) -> TraceFeasibility:
-    """Which requests could meet the SLO alone on idle replicas (``feasibility.py``), best-case prefix hits."""
-    rows = [(r.arrival_s, r.input_tokens, r.output_tokens, c) for r, c in zip(trace.requests, ideal_hits(trace))]
-    return TraceFeasibility.of(rows, Hardware.of(s.sim_config(1, 1)), s.slo, trace.requests[0].arrival_s + warmup_s)
-
-
-def run_policy(trace: Trace, s: Setup, scaler, start: tuple[int, int], warmup_s: float, startup: float | None = None,
-               *, feas: TraceFeasibility) -> dict:
-    rec = Recorder(scaler) if scaler is not None else None
-    wall = time.perf_counter()
-    res = run_simulation(trace, s.sim_config(*start, startup=startup), autoscaler=rec)
-    t0 = trace.requests[0].arrival_s
-    recs = res.records
-    warm = [r for r in recs if r.arrival_s >= t0 + warmup_s]
-    n = int(trace.duration_s // s.interval_s) + 1
-    ok, cnt = [0] * n, [0] * n
-    for r in recs:
-        k = int((r.arrival_s - t0) // s.interval_s)
-        cnt[k] += 1
-        ok[k] += r.attains(s.slo)
-    sm = res.summary
-    by_index = sorted(recs, key=lambda r: r.index)
-    series = rec.series if rec else [(t0, *start), (res.end_time_s, *start)]
-    out = {
-        "attainment": sm.attainment, "attainment_after_warmup": sum(r.attains(s.slo) for r in warm) / len(warm) if warm else None,
-        **feas.score([r.attains(s.slo) for r in by_index], by_index),
-        "attainment_ttft": sm.attainment_ttft, "attainment_tpot": sm.attainment_tpot,
-        "gpu_hours": res.gpu_seconds / 3600, "requests": sm.requests, "finished": sm.finished,
-        "ttft_p99_s": sm.ttft.get("p99"), "tpot_p99_s": sm.tpot.get("p99"),
-        "max_prefill": max(x[1] for x in series), "max_decode": max(x[2] for x in series),
-        "sim_wall_s": round(time.perf_counter() - wall, 1),
-        "series": {"replicas": [(round(t - t0, 1), p, d) for t, p, d in series],
-                   "interval_attainment": [round(o / c, 4) if c else None for o, c in zip(ok, cnt)]},
-    }
-    if isinstance(scaler, PlannerAutoscaler):
-        out["held_decisions"] = sum(d.held for d in scaler.decisions)
-        binds = [d.explanation.get("demand", {}).get("terms", {}) for d in scaler.decisions]
-        out["binding_counts"] = {
-            f"{pool}_{term}": sum(1 for b in binds if b.get(f"binding_{pool}") == term)
-            for pool in ("prefill", "decode") for term in ("compute", "link", "drain", "peak")
-        }
-    return out, res
-
-
-REFERENCE = re.compile(r"(best|static)(?:_cap(\d+))?")
-
-
-def best_schedule(trace: Trace, s: Setup, bound: dict, feas: TraceFeasibility, warmup_s: float, repairs: int,
-                  log, static: dict | None) -> dict:
-    """The hindsight per-interval search (``references.BestSchedule``), replayed end to end and
-    repaired; then the best candidate found: the cheapest meeting 99 % of the feasible requests,
-    else the highest attainment among them. The static search's schedule is a candidate too (a
-    schedule that is better than the search's is the best found)."""
-    t0 = trace.requests[0].arrival_s
-    search = BestSchedule(s, trace, feasible=[v == "feasible" for v in feas.verdicts])
-    search.search_intervals(bound["per_interval"])
-    rounds, cands = [], []
-    for i in range(repairs + 1):
-        out, res = run_policy(trace, s, search.autoscaler(t0), search.initial(), warmup_s, feas=feas)
-        out["search"] = {"miss_causes": search.miss_causes(res.records, t0),
-                         "per_interval": [list(x) for x in search.needs]}
-        rounds.append({"attainment": out["attainment"], "attainment_feasible": out["attainment_feasible"],
-                       "gpu_hours": out["gpu_hours"], "miss_causes": out["search"]["miss_causes"]})
-        cands.append((f"search round {i}", out))
-        log(f"best round {i}: {out['attainment']:.4f} (feasible {out['attainment_feasible']:.4f}) at "
-            f"{out['gpu_hours']:.2f} GPU-h, misses {out['search']['miss_causes']}")
-        if out["attainment_feasible"] >= 0.99 or i == repairs or not search.repair(res.records, t0):
-            break
-    if static is not None:
-        cands.append((f"static {static['size'][0]}P{static['size'][1]}D", static))
-
-    def rank(c: tuple[str, dict]) -> tuple[bool, float]:
-        a = c[1]["attainment_feasible"] or 0.0
-        return (a >= 0.99, -c[1]["gpu_hours"] if a >= 0.99 else a)
-
-    chosen, out = max(cands, key=rank)
-    extra = {"interval_sims": search.sims, "rounds": rounds, "chosen": chosen, "max_replicas": s.max_p,
-             "interval_status": search.status, "startup_s": s.startup_s,
-             "per_interval": [list(x) for x in search.needs]}
-    return {k: v for k, v in out.items() if k not in ("size", "search_sims", "search")} | {
-        "search": (out.get("search", {}) | extra)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return PlannerAutoscaler(PlannerPolicy(cfg, profile))
 
     feasible = [v == "feasible" for v in feas.verdicts]
-    # The static search runs first: its schedule is one more candidate for the best schedule found.
-    for name in sorted(args.policies, key=lambda n: 0 if n.startswith("static") else 1):
+    for name in sorted(args.policies, key=run_order):
         ref = REFERENCE.fullmatch(name)
         cap = int(ref.group(2)) if ref and ref.group(2) else args.max_replicas
         s_ref = replace(s, max_p=cap, max_d=cap)
@@ -264,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             size, sims = smallest_static(trace, s_ref, start, feasible=feasible)
             out, _ = run_policy(trace, s_ref, None, size, args.warmup, startup=0.0, feas=feas)
             results[name] = out | {"size": list(size), "search_sims": sims, "max_replicas": cap}
+        elif name == "causal":
+            if "best" not in results:
+                raise SystemExit("policy 'causal' needs 'best' (its per-interval sizes) in the same run or the --merge file")
+            results[name] = causal_reference(trace, s, results["best"], feas, args.warmup, log)
         elif name == "reactive":
             grid = [(args.reactive_prefill_target, args.reactive_kv_target)]
             if args.reactive_sweep:

@@ -256,6 +256,32 @@ class ScheduleAutoscaler:
         return PoolSizes(*self.want(now))
 
 
+@dataclass
+class OnsetAutoscaler:
+    """The causal reference: a floor held all the time, plus an *onset oracle*: at the tick that
+    starts interval k it learns the hindsight size that interval needs (``needs[k]``, the best
+    schedule's) and orders it, so capacity for a burst arrives one start-up after the interval it
+    began in, never before; ordered capacity is held ``hold`` intervals (long enough to arrive
+    and drain what queued). Optimistic for any causal policy (it learns a whole interval's demand
+    at the interval's start, up to one interval before a burst's first request); what it cannot
+    do, and no causal policy can, is have capacity up before the onset it did not foresee."""
+
+    needs: list[tuple[int, int]]
+    t0: float
+    interval_s: float
+    floor: tuple[int, int]
+    hold: int
+
+    def want(self, now: float) -> tuple[int, int]:
+        k = int((now - self.t0) / self.interval_s + 1e-9)
+        ks = range(max(k - self.hold, 0), min(k, len(self.needs) - 1) + 1)
+        return (max([self.floor[0], *(self.needs[j][0] for j in ks)]),
+                max([self.floor[1], *(self.needs[j][1] for j in ks)]))
+
+    def on_tick(self, now: float, window: WindowMetrics, current: PoolSizes) -> PoolSizes:
+        return PoolSizes(*self.want(now))
+
+
 # ----------------------------------------------------------------------------- peer export
 def dynamo_inputs(trace: Trace, s: Setup, *, max_replicas: int, out_dir) -> tuple:
     """Mooncake-format trace and pdserve's engine numbers for ``dynamo_peer.py``."""
