@@ -86,6 +86,14 @@ def planner(d: dict[str, Any]) -> str:
             f"Dynamo {span(rs, 'dynamo', 'attainment_after_warmup', 100)} %, reactive "
             f"{span(rs, 'reactive', 'attainment_after_warmup', 100)} %")
     parts.append(f"best schedule at {span(runs, 'best', 'gpu_hours_vs_lower_bound', 1, '.2f')}x the lower bound")
+    causal = [r for r in runs if "causal" in r["policies"]]
+    if causal:
+        parts.append(f"causal reference (cheapest floor + onset oracle, {len(causal)} bursty runs) at "
+                     f"{span(causal, 'causal', 'gpu_hours_vs_best', 1, '.2f')}x the best schedule")
+    infeasible = [r for r in runs if (r.get("feasible_fraction_after_warmup") or 1.0) < 1.0]
+    if infeasible:
+        parts.append("requests infeasible even alone on idle replicas: " + ", ".join(
+            f"{r['trace']} ({r['setup']}) {100 * (1 - r['feasible_fraction_after_warmup']):.1f} %" for r in infeasible))
     return "; ".join(parts)
 
 

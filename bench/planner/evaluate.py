@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reactive-prefill-target", type=float, default=2.0)
     ap.add_argument("--reactive-kv-target", type=float, default=0.5)
     ap.add_argument("--reactive-sweep", action="store_true", help="also run the reactive grid")
-    ap.add_argument("--repairs", type=int, default=3, help="best schedule: repair rounds")
+    ap.add_argument("--repairs", type=int, default=8, help="best schedule: repair rounds (each one end-to-end replay)")
     ap.add_argument("--policies", nargs="*", default=["best", "static", "reactive", "planner", "planner_constant"])
     ap.add_argument("--merge", action="store_true",
                     help="add these policies' results to the existing --out file (same trace and setup)")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
-ORDER = ["lower bound", "best", "static", "reactive", "planner", "planner_burst", "planner_fit", "planner_constant", "dynamo"]
+ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "static_cap16", "reactive", "planner", "planner_burst",
+         "planner_fit", "planner_constant", "dynamo"]
 
 
 def _pct(x: float | None) -> str:
@@ -44,8 +45,46 @@ def _feasible_line(f: dict | None) -> str:
             f"{_pct(f['feasible_fraction_after_warmup'])} after warm-up" + (f" (infeasible: {why})." if why else "."))
 
 
+def _label(name: str, r: dict) -> str:
+    size = r.get("size", ["?", "?"])
+    if name == "best":
+        return "best schedule found" + (f" (= {r['search']['chosen']})" if "static" in r["search"].get("chosen", "")
+                                        else "")
+    if name.startswith("best_cap"):
+        return f"best schedule found, <= {name[8:]} per pool"
+    if name.startswith("static"):
+        return f"static {size[0]}P{size[1]}D" + (f", <= {name[10:]} per pool" if name != "static" else "")
+    if name == "causal":
+        return f"causal: floor {r['floor'][0]}P{r['floor'][1]}D + onset oracle"
+    return name
+
+
+def achievable(results: Path) -> str:
+    """One row per run: what the references say is achievable (all numbers from the result files)."""
+    out = ["| run | feasible alone, after warm-up | best found: of feasible, after warm-up | its misses: infeasible / "
+           "cap / end-to-end / stalled | static vs best | causal (floor + onset oracle): of feasible, vs best |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for f in sorted(results.glob("*/*.json")):
+        d = json.loads(f.read_text())
+        if d.get("schema") != "pdserve.planner-eval/2" or "best" not in d["results"]:
+            continue
+        res, best = d["results"], d["results"]["best"]
+        causes = best.get("search", {}).get("miss_causes")
+        mc = " / ".join(str(causes[k]) for k in ("infeasible", "cap", "end_to_end", "stalled")) if causes else "-"
+        st = res.get("static")
+        ca = res.get("causal")
+        out.append(
+            f"| {f.parent.name}/{d['trace']['id']} | {_pct(d.get('feasibility', {}).get('feasible_fraction_after_warmup'))} "
+            f"| {_pct(best.get('attainment_feasible_after_warmup'))} at {best['gpu_hours']:.2f} GPU-h | {mc} | "
+            + (f"{st['gpu_hours'] / best['gpu_hours']:.2f}x ({_pct(st.get('attainment_feasible_after_warmup'))})"
+               if st else "-") + " | "
+            + (f"{ca['floor'][0]}P{ca['floor'][1]}D: {_pct(ca.get('attainment_feasible_after_warmup'))}, "
+               f"{ca['gpu_hours'] / best['gpu_hours']:.2f}x" if ca else "-") + " |")
+    return "\n".join(out)
+
+
 def render(results: Path) -> str:
-    out = []
+    out = ["#### What is achievable (references)", "", achievable(results), ""]
     base = results.parent  # links relative to the README's folder (results/ sits next to it)
     for f in sorted(results.glob("*/*.json")):
         d = json.loads(f.read_text())
@@ -73,8 +112,7 @@ def render(results: Path) -> str:
             r = res.get(name)
             if r is None:
                 continue
-            label = {"best": "best schedule found", "static": f"static {r.get('size', ['?', '?'])[0]}P"
-                     f"{r.get('size', ['?', '?'])[1]}D"}.get(name, name)
+            label = _label(name, r)
             vs = f"{r['gpu_hours'] / best:.2f}" if best else "-"
             out.append(f"| {label} | {_pct(r['attainment'])} | {_pct(r['attainment_after_warmup'])} | "
                        f"{_pct(r.get('attainment_feasible_after_warmup'))} | {r['gpu_hours']:.2f} | {vs} | {r.get('max_prefill', '-')} / {r.get('max_decode', '-')} |")
