@@ -45,3 +45,17 @@ def test_best_schedule_search_stays_within_the_caps():
     search.search_intervals([(10.0, 10.0)])
     assert max(search.needs[0]) <= 2
     assert search.status[0]["ok"] == 1.0 and not search.status[0]["capped"]
+
+
+def test_best_found_is_the_cheapest_meeting_the_target_else_undominated():
+    from replays import pick
+
+    def c(name: str, att: float, gh: float) -> tuple[str, dict]:
+        return name, {"attainment_feasible": att, "gpu_hours": gh}
+
+    # Two schedules meet 99 %: the cheaper one is the best found, even if the other attains more.
+    assert pick([c("r0", 0.95, 1.0), c("r1", 0.991, 1.2), c("static", 0.999, 1.75)], 2)[0] == "r1"
+    assert pick([c("r0", 0.995, 1.06), c("static", 0.999, 1.75)], 1)[0] == "r0"
+    # None meets it: the search round attaining most, unless another candidate dominates it.
+    assert pick([c("r0", 0.866, 6.56), c("r3", 0.869, 6.83), c("static", 0.902, 15.2)], 2)[0] == "r3"
+    assert pick([c("r0", 0.866, 6.56), c("static", 0.90, 6.0)], 1)[0] == "static"
