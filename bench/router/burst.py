@@ -329,6 +329,8 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true",
                     help="sample the pdserve router with py-spy (on PATH or next to this Python) over its measured "
                          "bursts and add where its CPU goes to the result (the `profile` key)")
+    ap.add_argument("--profile-dir", type=Path, default=None,
+                    help="with --profile: keep py-spy's raw folded stacks here (default: a temporary folder)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--replot", type=Path, default=None, help="only redraw --plot and the .md from a results JSON")
@@ -351,7 +353,10 @@ def main() -> int:
         os.sched_setaffinity(0, {int(c) for c in load_cpus.split(",")})
     errors: dict[str, str] = {}
     with ExitStack() as stack:
-        profile_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-prof-"))) if args.profile else None
+        profile_dir = None
+        if args.profile:
+            profile_dir = args.profile_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-prof-")))
+            profile_dir.mkdir(parents=True, exist_ok=True)
         tok = build_bpe_tokenizer(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-tok-")))
         w = stack.enter_context(start_worker(MODEL, speedup=args.speedup, tokenizer=str(tok),
                                              args=["--max-num-seqs", "4096", "--max-num-batched-tokens", "1048576"]))

@@ -6,9 +6,11 @@ and other pipelines or other text must keep the backend's encode."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
+import regex
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
@@ -17,11 +19,13 @@ from pdserve.tokenization import load_tokenizer
 from pdserve.tokenization.hf import HfTokenizer
 from pdserve.tokenization.segments import SegmentEncoder
 from pdserve.tokenization.testing import SPECIAL_TOKENS, CountingBackend, build_bpe_tokenizer
-from pdserve.tokenization.words import WordEncoder
+from pdserve.tokenization.words import GPT2_PATTERN, WordEncoder, ascii_pattern
 
 # Llama 3's pre-tokenizer regex (its tokenizer.json), with ByteLevel(use_regex=False) after it.
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen 2's: Llama 3's with single digits.
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +112,25 @@ def test_new_plain_prompts_skip_the_backend(tok: HfTokenizer) -> None:
 def test_chat_encode_with_words_is_transformers(tok: HfTokenizer, parts: list[str]) -> None:
     text = "".join(parts)
     assert tok._encode_chat(text, add_special_tokens=False) == list(tok.hf(text, add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.parametrize("pattern", [GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN])
+@settings(max_examples=300, deadline=None)
+@given(text=plain_text | any_plain)
+def test_ascii_pattern_splits_plain_text_as_regex_does(pattern: str, text: str) -> None:
+    fast = ascii_pattern(pattern)
+    assert fast is not None  # the three real split regexes are translated
+    assert fast.findall(text) == regex.compile(pattern).findall(text)
+
+
+@pytest.mark.parametrize("pattern", [r"\p{Lu}+|\s+", r"\P{L}+", r"\pL+", r"[\p{L}--[a-z]]+", r"\p{L}+|\p{M}+"])
+def test_ascii_pattern_refuses_what_it_cannot_translate(pattern: str) -> None:
+    assert ascii_pattern(pattern) is None
+
+
+@pytest.mark.parametrize("form", ["gpt2", "llama3"])
+def test_word_encoder_splits_with_the_stdlib_re(tok: HfTokenizer, form: str) -> None:
+    b = backend_of(tok) if form == "gpt2" else llama3_form(tok)
+    words = WordEncoder.plan(b)
+    assert words is not None
+    assert isinstance(words._split.__self__, re.Pattern)  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import chain
 from typing import Any
 
 import regex
@@ -52,6 +53,66 @@ def _byte_level_ascii() -> dict[int, str]:
 
 
 _TO_BYTE_LEVEL = str.maketrans(_byte_level_ascii())
+
+# On plain text (``_PLAIN``) the Unicode classes are these ASCII sets.
+_ASCII_CLASSES = {"L": "A-Za-z", "N": "0-9"}
+# Strings on which the translated pattern is checked against ``regex`` before it is used:
+# every character class of plain text, in runs, next to each other, contractions in both cases.
+_PROBES = ("Hello world's 'S 'll 'T don't I'M we've 12 1234567 x1 1x a_b 3.14 (x) {} [] ?! ... ~`\"'\"",
+           "  two  spaces\tand\ttabs \n\nnew\r\nlines \n \r \t\t\n  end  ", "\n", " ", "a", "9999 9",
+           "".join(chr(c) for c in range(32, 127)), "".join(chr(c) + " " for c in range(32, 127)) + "\r\n\t")
+
+
+def ascii_pattern(pattern: str) -> re.Pattern[str] | None:
+    """``pattern`` (``regex`` syntax, Unicode classes ``\\p{L}``, ``\\p{N}``) as a stdlib ``re``
+    pattern that splits plain text the same way, or None. ``re`` runs these split regexes about
+    2.4x faster than ``regex`` (34 against 14 µs for a 64-word prompt, bench/router/burst.py),
+    but has no ``\\p{..}``; on plain text the letters and digits are ASCII, so the classes
+    become ranges. Any other Unicode escape, nested set syntax or a mismatch with ``regex`` on
+    the probe strings gives None: the caller keeps ``regex``."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            if nxt in ("p", "P"):
+                m = re.match(r"\\p\{(L|N)\}", pattern[i:])
+                if m is None:
+                    return None  # \P{..}, \pL, \p{Lu}, ...: not translated
+                ranges = _ASCII_CLASSES[m.group(1)]
+                out.append(ranges if in_class else f"[{ranges}]")
+                i += m.end()
+                continue
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "[" or pattern.startswith(("&&", "--", "||", "~~"), i):
+                return None  # regex's set operations
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            if pattern[i : i + 1] == "^":
+                out.append("^")
+                i += 1
+            if pattern[i : i + 1] == "]":  # a literal ] first in the class
+                out.append("\\]")
+                i += 1
+            continue
+        out.append(c)
+        i += 1
+    try:
+        translated = re.compile("".join(out))
+        reference = regex.compile(pattern)
+    except (re.error, regex.error):
+        return None
+    if any(translated.findall(p) != reference.findall(p) for p in _PROBES):
+        return None
+    return translated
 
 
 def _split_pattern(pre: Any) -> str | None:
@@ -80,7 +141,9 @@ class WordEncoder:
 
     def __init__(self, model: Any, pattern: str, max_words: int = 200_000) -> None:
         self._tokenize = model.tokenize
-        self._split = regex.compile(pattern).findall
+        # Only ever applied to plain text (the caller checks ``plain`` first).
+        fast = ascii_pattern(pattern)
+        self._split = fast.findall if fast is not None else regex.compile(pattern).findall
         self.max_words = max_words
         self._ids: dict[str, list[int]] = {}
 
@@ -113,16 +176,20 @@ class WordEncoder:
         if sum(map(len, words)) != len(text):
             return None  # characters no alternative matched: tokenizers keeps them as pre-tokens
         known = self._ids
-        out: list[int] = []
-        for w in words:
-            ids = known.get(w)
-            if ids is None:
-                ids = [t.id for t in self._tokenize(w.translate(_TO_BYTE_LEVEL))]
-                if len(known) >= self.max_words:
-                    del known[next(iter(known))]  # the oldest: a bounded memo, not an LRU
-                known[w] = ids
-            out += ids
-        return out
+        # Lookups in one C-level pass; words not remembered yet are filled in after.
+        found = list(map(known.get, words))
+        if None in found:
+            for i, ids in enumerate(found):
+                if ids is None:
+                    w = words[i]
+                    ids = known.get(w)  # the same new word twice in this text
+                    if ids is None:
+                        ids = [t.id for t in self._tokenize(w.translate(_TO_BYTE_LEVEL))]
+                        if len(known) >= self.max_words:
+                            del known[next(iter(known))]  # the oldest: a bounded memo, not an LRU
+                        known[w] = ids
+                    found[i] = ids
+        return list(chain.from_iterable(found))  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         return len(self._ids)
