@@ -77,6 +77,28 @@ def _backend_encoder(tok: Any) -> Any | None:
     return backend
 
 
+# Messages the direct render is checked on against apply_chat_template (per template, once):
+# every role, and text with the tokenizer's own special tokens in it (a transformers that
+# marks control tokens in user text would render those differently).
+def _probe_conversations(special: Sequence[str]) -> list[list[dict[str, str]]]:
+    marks = " ".join(special)
+    return [[{"role": "user", "content": f"Hello {marks} there.  "}],
+            [{"role": "system", "content": " be brief\n"}, {"role": "user", "content": "hi"},
+             {"role": "assistant", "content": f"hello {marks}"}, {"role": "user", "content": "\tbye\n\n"}],
+            [{"role": "user", "content": "a", "name": "n1"}, {"role": "assistant", "content": ""}]]
+
+
+def _plain_messages(conversation: Sequence[Mapping[str, Any]]) -> bool:
+    """Messages that apply_chat_template passes to the template as they are: only string
+    values (no parts lists, no None that transformers 5 drops, no reasoning it aliases),
+    under the keys a plain chat message has."""
+    for m in conversation:
+        for k, v in m.items():
+            if type(v) is not str or k not in ("role", "content", "name"):
+                return False
+    return True
+
+
 @lru_cache(maxsize=32)
 def _template_vars(chat_template: str) -> frozenset[str]:
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(
@@ -104,6 +126,10 @@ class HfTokenizer(ModelTokenizer):
         self._fn_params = frozenset(
             p.name for p in inspect.signature(tokenizer.apply_chat_template).parameters.values()
             if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL))
+        # Per template: the kwargs it may receive, and its compiled form when rendering it
+        # directly gives apply_chat_template's text (None: always go through transformers).
+        self._accept: dict[str, frozenset[str]] = {}
+        self._direct: dict[str, Any] = {}
 
     @property
     def hf(self) -> Any:
@@ -168,17 +194,68 @@ class HfTokenizer(ModelTokenizer):
             "add_generation_prompt": opts.add_generation_prompt,
             "continue_final_message": opts.continue_final_message,
         }
-        try:
-            accept = (self._fn_params | _template_vars(template)) - _UNEXPECTED_KWARGS
-        except jinja2.TemplateError as e:
-            raise ChatTemplateError(f"chat template does not parse: {e}") from e
+        accept = self._accept.get(template)
+        if accept is None:
+            try:
+                accept = (self._fn_params | _template_vars(template)) - _UNEXPECTED_KWARGS
+            except jinja2.TemplateError as e:
+                raise ChatTemplateError(f"chat template does not parse: {e}") from e
+            if len(self._accept) < 32:
+                self._accept[template] = accept
         kwargs = {k: v for k, v in kwargs.items() if k in accept}
         try:
-            text = self._tok.apply_chat_template(conversation, tools=tools, chat_template=template,
-                                                 tokenize=False, **kwargs)
+            direct = None
+            if tools is None and not opts.continue_final_message and _plain_messages(conversation):
+                direct = self._direct_template(template)
+            passed = user_kwargs.keys() & accept
+            if direct is not None and not passed & self._fn_params and all(
+                    type(user_kwargs[k]) in (str, int, float, bool) for k in passed):
+                # What apply_chat_template hands the template for such messages and kwargs
+                # (its own parameters are not template variables).
+                variables = {**self._tok.special_tokens_map,
+                             **{k: v for k, v in kwargs.items() if k not in self._fn_params}}
+                text = direct.render(messages=conversation, tools=None, documents=None,
+                                     add_generation_prompt=opts.add_generation_prompt, **variables)
+            else:
+                text = self._tok.apply_chat_template(conversation, tools=tools, chat_template=template,
+                                                     tokenize=False, **kwargs)
         except Exception as e:  # template errors are the request's fault (vLLM: 400)
             raise ChatTemplateError(f"chat template rejected the request: {e}") from e
         return str(text)
+
+    def _direct_template(self, template: str) -> Any | None:
+        """transformers' compiled ``template`` (same environment, filters and globals) when
+        rendering it directly gives apply_chat_template's text on the probe conversations,
+        else None. apply_chat_template's own work around the render (normalising messages
+        into plain data, the kwargs merge) was about half the render's CPU for a plain
+        one-message chat, paid on every request (bench/router/burst.py)."""
+        if template in self._direct:
+            return self._direct[template]
+        compiled = None
+        try:
+            from transformers.utils.chat_template_utils import _compile_jinja_template
+
+            candidate = _compile_jinja_template(template)
+            special = [v for v in self._tok.special_tokens_map.values() if isinstance(v, str)]
+            compared = 0
+            for conversation in _probe_conversations(special):
+                for generation_prompt in (True, False):
+                    try:
+                        want = self._tok.apply_chat_template(conversation, chat_template=template, tokenize=False,
+                                                             add_generation_prompt=generation_prompt)
+                    except Exception:  # noqa: BLE001 - a template may refuse a shape; others are compared
+                        continue
+                    got = candidate.render(messages=conversation, tools=None, documents=None,
+                                           add_generation_prompt=generation_prompt, **self._tok.special_tokens_map)
+                    if got != want:
+                        raise ValueError("direct render differs")
+                    compared += 1
+            compiled = candidate if compared else None
+        except Exception:  # noqa: BLE001 - no direct render: apply_chat_template as before
+            compiled = None
+        if len(self._direct) < 32:
+            self._direct[template] = compiled
+        return compiled
 
     def _chat_ids(self, messages: Sequence[Mapping[str, Any]], opts: ChatOptions) -> list[int]:
         text = self._render(messages, opts)
