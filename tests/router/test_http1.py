@@ -202,3 +202,25 @@ async def test_a_sink_can_abort_the_response(pool) -> None:
             await resp.readany()
         assert resp.finished
         resp.release()
+
+
+async def test_a_read_of_several_chunks_reaches_the_sink_as_one_payload(pool) -> None:
+    """A router that fell behind its worker reads several chunks at once: the client gets
+    them in one write (one sink call), not one write per chunk."""
+    from pdserve.router.shell.http1 import Response, _Conn
+
+    resp = Response(pool, ("127.0.0.1", 1), _Conn(), False, None)
+    resp._on_head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked")
+    got: list[tuple[bytes, bytes | None]] = []
+    resp.set_sink(lambda data, raw: got.append((data, raw)))
+    events = [b"data: {\"text\":\"a\"}\n\n", b"data: {\"text\":\"b\"}\n\n", b"data: {\"text\":\"c\"}\n\n"]
+    resp._feed(chunked(*events)[:-5])  # three whole chunks in one read
+    assert got == [(b"".join(events), None)]
+    resp._feed(chunked(events[0])[:-5])  # one whole chunk: passed on with its raw bytes
+    assert got[-1] == (events[0], chunked(events[0])[:-5])
+    wire = chunked(events[1], b"data: [DONE]\n\n")
+    resp._feed(wire[:7])  # a chunk cut in two reads, then the rest with the end of the body
+    resp._feed(wire[7:])
+    assert b"".join(d for d, _ in got[2:]) == events[1] + b"data: [DONE]\n\n"
+    assert len(got) == 4 and resp.finished
+    resp.release()
