@@ -186,11 +186,24 @@ def verdict(d: dict[str, Any], policy: str = "kv_aware") -> str:
     return "target met" if not misses else "target missed: " + ", ".join(misses)
 
 
+def _rank_test(ours: float | dict[str, Any], theirs: float | dict[str, Any]) -> str:
+    """How sure the verdict is: the two-sided Mann-Whitney p of pdserve's tie phases against Dynamo's runs
+    (rank-based, as neither spread is normal: both come from chaotic replays)."""
+    if not (isinstance(ours, dict) and isinstance(theirs, dict) and "values" in ours and "values" in theirs):
+        return ""
+    from scipy.stats import mannwhitneyu  # statsmodels' dependency
+
+    p = float(mannwhitneyu(ours["values"], theirs["values"], alternative="two-sided").pvalue)
+    return f" (kv_aware vs Dynamo's runs, two-sided Mann-Whitney p = {p:.2g}, {ours['n']} vs {theirs['n']})"
+
+
 def routing(d: dict[str, Any], rel: str = "") -> str:
     r, dyn = d["results"], d.get("dynamo", {})
     kv = r["kv_aware"]
     role = ROUTING_ROLE.get(rel)
-    txt = (f"{d['layout']}, {d['trace']} {d['window']}{f' ({role})' if role else ''}: {verdict(d)}; "
+    k_hit = dyn.get("kv_router", {}).get("prefix_hit_ratio")
+    test = _rank_test(kv["prefix_hit_ratio"], k_hit) if k_hit is not None else ""
+    txt = (f"{d['layout']}, {d['trace']} {d['window']}{f' ({role})' if role else ''}: {verdict(d)}{test}; "
            f"pdserve kv_aware hit ratio {_hit(kv['prefix_hit_ratio'])}{_over(kv['prefix_hit_ratio'], 'tie phases')}, "
            f"max/mean requests {_med(kv['max_mean_requests']):.2f}, TTFT p90 {_pct(-kv['ttft_p90_gain_vs_round_robin'])} vs "
            f"its round_robin")

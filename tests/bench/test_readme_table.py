@@ -142,3 +142,13 @@ def test_routing_verdict_names_each_miss() -> None:
     d = doc(0.073, 1.02, [0.070, 0.074, 0.080])
     d["results"][readme_table.DECODE_REUSE] = {"prefix_hit_ratio": 0.081, "max_mean_requests": 1.03}
     assert readme_table.verdict(d, readme_table.DECODE_REUSE) == "target met"
+
+
+def test_routing_rows_state_how_sure_the_verdict_is() -> None:
+    far = readme_table._rank_test({"n": 5, "values": [1, 2, 3, 4, 5]}, {"n": 5, "values": [6, 7, 8, 9, 10]})
+    near = readme_table._rank_test({"n": 4, "values": [1, 3, 5, 7]}, {"n": 4, "values": [2, 4, 6, 8]})
+    assert "p = 0.0079, 5 vs 5" in far and "p = 0.69, 4 vs 4" in near
+    assert readme_table._rank_test(0.1, {"n": 5, "values": [1, 2]}) == ""  # one deterministic run: no test
+    held_out = next(line for line in (ROOT / "README.md").read_text().splitlines()
+                    if "4P4D, conversation_trace.jsonl minutes 20-30" in line)
+    assert "Mann-Whitney p = " in held_out
