@@ -289,7 +289,8 @@ def gap_table(root: Path) -> str:
     lines = ["Request by request on the 4P4D windows (`routing_gap.py`; shares of the window's prompt tokens, median "
              "[min..max] over pairs of runs: pdserve tie phase k beside Dynamo run k):", "",
              "| window | pairs | hit at dispatch pdserve / Dynamo | reported hit pdserve / Dynamo | "
-             "lost while queued pdserve / Dynamo | Dynamo ahead: pdserve routed away | Dynamo ahead: not cached "
+             "lost while queued pdserve / Dynamo | Dynamo ahead: pdserve routed away (seen / not yet in its view) | "
+             "Dynamo ahead: not cached "
              "anywhere in pdserve | pdserve ahead: Dynamo routed away | pdserve ahead: not cached anywhere in Dynamo |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for rel in GAP_FILES:
@@ -299,7 +300,8 @@ def gap_table(root: Path) -> str:
             f"| {d['layout']}, {d['trace']} {d['window']} ({GAP_ROLE.get(d['window'], 'tuned on')}) | {d['pairs']} | "
             f"{_hit(x['pdserve_dispatch'])} / {_hit(x['dynamo_dispatch'])} | {_hit(x['pdserve_admission'])} / "
             f"{_hit(x['dynamo_admission'])} | {_hit(x['pdserve_lost_while_queued'])} / "
-            f"{_hit(x['dynamo_lost_while_queued'])} | {_hit(x['dynamo_ahead_routed_away'])} | "
+            f"{_hit(x['dynamo_lost_while_queued'])} | {_hit(x['dynamo_ahead_routed_away'])} / "
+            f"{_hit(x.get('dynamo_ahead_routed_away_unseen', {'n': 1, 'median': 0.0}))} | "
             f"{_hit(x['dynamo_ahead_not_cached_anywhere'])} | {_hit(x['pdserve_ahead_routed_away'])} | "
             f"{_hit(x['pdserve_ahead_not_cached_anywhere'])} |")
     lines.append("")

@@ -11,8 +11,11 @@ arrival (ms) and prompt length; the few pairs that are ambiguous are left out an
 Per pair of runs (pdserve tie phase k beside Dynamo run k), the prompt tokens one side had
 cached on its chosen worker and the other did not are put in one of two classes:
 
-* ``routed_away``: the other side held them on some worker but chose another one (load,
-  tie-break, or a stale view);
+* ``routed_away``: the other side held them on some worker and its router saw them there,
+  but chose another one (load, tie-break); for pdserve ``routed_away_unseen`` when its view
+  (KV-event index and speculative entries) did not show them yet: blocks of a prefill still
+  in flight, or events not yet arrived. Dynamo's numbers are its router's own view, so its
+  side has no such class;
 * ``not_cached_anywhere``: no worker of the other side held them any more (an earlier
   placement or eviction differed).
 
@@ -38,7 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pdserve.router.core.spec import RoutingSpec
-from pdserve.router.policies import Decision, KvAwarePolicy, RouteRequest, pool_weights
+from pdserve.router.policies import Decision, KvAwarePolicy, RouteRequest, WorkerView, pool_weights
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import PD_BATCHED_TOKENS
 from pdserve.sim.simulator import Simulation
@@ -59,20 +62,26 @@ class RecordingKvAware(KvAwarePolicy):
     def __init__(self, sim: Simulation, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.sim = sim
-        self.placed: dict[str, tuple[str, int, int, int]] = {}  # request id -> (worker, view, held, best held)
+        # request id -> (worker, held there, most held anywhere, what the router's view showed on that worker)
+        self.placed: dict[str, tuple[str, int, int, int]] = {}
 
     def on_routed(self, decision: Decision, req: RouteRequest, now: float) -> None:
+        self._note(decision, req, now)  # before this request's own speculative entries exist
         super().on_routed(decision, req, now)
+
+    def _note(self, decision: Decision, req: RouteRequest, now: float) -> None:
         keys = list(req.block_hashes)
-        held = {i.instance_id: i.cached_prefix_blocks(keys, req.prompt_tokens)
-                for i in self.sim.instances[self.sim.entry_pool]}
-        self.placed.setdefault(req.request_id, (decision.worker_id, decision.overlap_blocks,
-                                                held[decision.worker_id], max(held.values())))
+        insts = self.sim.instances[self.sim.entry_pool]
+        held = {i.instance_id: i.cached_prefix_blocks(keys, req.prompt_tokens) for i in insts}
+        top = max(held, key=held.__getitem__)
+        # the router's view (KV-event index + speculative entries) of the worker that held the most
+        seen = self.overlaps(req, [WorkerView(i.instance_id) for i in insts], now).get(top, 0)
+        self.placed.setdefault(req.request_id, (decision.worker_id, held[decision.worker_id], held[top], seen))
 
 
 def pdserve_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
-    """kv_aware at tie phases 0..runs-1: per request (arrival ms, prompt, worker, view, held, best held) and the
-    engine's reported hit ratio."""
+    """kv_aware at tie phases 0..runs-1: per request (arrival ms, prompt, worker, held, best held, seen of the best
+    holder) and the engine's reported hit ratio."""
     out = []
     for phase in range(args.runs):
         cfg = SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK, prefill_instances=args.instances,
@@ -85,8 +94,8 @@ def pdserve_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
         res = sim.run()
         rows = []
         for rec in res.records:
-            w, view, held, best = pol.placed.get(str(rec.index), ("", 0, 0, 0))
-            rows.append((round(1000 * rec.arrival_s), rec.input_tokens, w, view, held, best))
+            w, held, best, seen = pol.placed.get(str(rec.index), ("", 0, 0, 0))
+            rows.append((round(1000 * rec.arrival_s), rec.input_tokens, w, held, best, seen))
         out.append({"hit_ratio": res.summary.prefix_hit_ratio or 0.0, "requests": rows})
     return out
 
@@ -107,7 +116,8 @@ def dynamo_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
         summary = json.loads(r.stdout.strip().splitlines()[-1])["runs"]
         lines = per.read_text().splitlines()
     return [{"hit_ratio": s["prefix_hit_ratio"],
-             "requests": [(round(a), n, str(w), view, view, best) for a, n, w, view, best, _reused in json.loads(line)]}
+             # Dynamo's held/best are its router's view: what it saw is what it had, by construction
+             "requests": [(round(a), n, str(w), view, best, best) for a, n, w, view, best, _reused in json.loads(line)]}
             for s, line in zip(summary, lines)]
 
 
@@ -119,18 +129,22 @@ def compare(pd: dict, dy: dict, prompt_tokens: int) -> dict[str, float]:
         by_key[(row[0], row[1])].append(row)
     out: dict[str, float] = defaultdict(float)
     ambiguous = 0
-    for a, n, _w, _view, held, best in pd["requests"]:
+    for a, n, _w, held, best, seen in pd["requests"]:
         match = by_key.get((a, n), [])
         if len(match) != 1:
             ambiguous += 1
             continue
-        _, _, _, d_held, _, d_best = match[0]
+        _, _, _, d_held, d_best, _ = match[0]
         cap = (n - 1) // BLOCK  # neither side reuses the prompt's last token
         mine, theirs = min(held, cap) * BLOCK, min(d_held, cap) * BLOCK
         out["pdserve_dispatch"] += mine
         out["dynamo_dispatch"] += theirs
         if theirs > mine:
-            out["dynamo_ahead_" + ("routed_away" if min(best, cap) * BLOCK >= theirs else "not_cached_anywhere")] += theirs - mine
+            if min(best, cap) * BLOCK < theirs:
+                why = "not_cached_anywhere"
+            else:  # held elsewhere: a choice against load or a tie, or a view that did not show it yet
+                why = "routed_away" if min(seen, cap) * BLOCK >= theirs else "routed_away_unseen"
+            out["dynamo_ahead_" + why] += theirs - mine
         elif mine > theirs:
             out["pdserve_ahead_" + ("routed_away" if min(d_best, cap) * BLOCK >= mine else "not_cached_anywhere")] += mine - theirs
     doc = {k: v / prompt_tokens for k, v in out.items()}
@@ -142,7 +156,8 @@ def compare(pd: dict, dy: dict, prompt_tokens: int) -> dict[str, float]:
 
 
 CLASSES = ["pdserve_admission", "dynamo_admission", "pdserve_dispatch", "dynamo_dispatch", "pdserve_lost_while_queued",
-           "dynamo_lost_while_queued", "dynamo_ahead_routed_away", "dynamo_ahead_not_cached_anywhere",
+           "dynamo_lost_while_queued", "dynamo_ahead_routed_away", "dynamo_ahead_routed_away_unseen",
+           "dynamo_ahead_not_cached_anywhere",
            "pdserve_ahead_routed_away", "pdserve_ahead_not_cached_anywhere", "ambiguous_requests"]
 
 

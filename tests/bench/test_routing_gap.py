@@ -25,22 +25,26 @@ def _run(hit: float, rows: list[tuple]) -> dict:
 
 def test_gap_classes_split_by_what_the_other_side_held() -> None:
     n = 10 * BLOCK + 1  # 10 blocks reusable (the last token never is)
-    pd = _run(0.1, [(0, n, "P0", 4, 4, 8),      # pdserve held 4 where it went, 8 on another worker
+    pd = _run(0.1, [(0, n, "P0", 4, 8, 8),      # pdserve held 4 where it went, 8 on another worker (seen)
                     (5, n, "P1", 6, 6, 6),      # pdserve held 6; Dynamo held 2, nowhere more
+                    (7, n, "P3", 0, 9, 0),      # held 9 elsewhere, but the view showed none of it
                     (9, n, "P2", 0, 0, 0)])     # ambiguous on Dynamo's side: left out
-    dy = _run(0.2, [(0, n, "1", 7, 7, 7), (5, n, "0", 2, 2, 2), (9, n, "2", 9, 9, 9), (9, n, "3", 9, 9, 9)])
-    total = 3 * n
+    dy = _run(0.2, [(0, n, "1", 7, 7, 7), (5, n, "0", 2, 2, 2), (7, n, "1", 5, 5, 5), (9, n, "2", 9, 9, 9),
+                    (9, n, "3", 9, 9, 9)])
+    total = 4 * n
     x = compare(pd, dy, total)
     assert x["ambiguous_requests"] == 1
     assert x["pdserve_dispatch"] == pytest.approx(10 * BLOCK / total)
-    assert x["dynamo_dispatch"] == pytest.approx(9 * BLOCK / total)
-    # request 0: Dynamo 7 vs pdserve 4, and pdserve had 8 elsewhere: routed away, 3 blocks
+    assert x["dynamo_dispatch"] == pytest.approx(14 * BLOCK / total)
+    # request 0: Dynamo 7 vs pdserve 4, and pdserve had (and saw) 8 elsewhere: routed away, 3 blocks
     assert x["dynamo_ahead_routed_away"] == pytest.approx(3 * BLOCK / total)
+    # request 7: Dynamo 5 vs pdserve 0; pdserve held 9 elsewhere but its view showed 0 there
+    assert x["dynamo_ahead_routed_away_unseen"] == pytest.approx(5 * BLOCK / total)
     assert "dynamo_ahead_not_cached_anywhere" not in x
     # request 1: pdserve 6 vs Dynamo 2, Dynamo held at most 2 anywhere: not cached there, 4 blocks
     assert x["pdserve_ahead_not_cached_anywhere"] == pytest.approx(4 * BLOCK / total)
     assert x["pdserve_lost_while_queued"] == pytest.approx(10 * BLOCK / total - 0.1)
-    assert x["dynamo_lost_while_queued"] == pytest.approx(9 * BLOCK / total - 0.2)
+    assert x["dynamo_lost_while_queued"] == pytest.approx(14 * BLOCK / total - 0.2)
 
 
 def test_gap_caps_a_full_hit_at_the_prompts_last_token() -> None:
