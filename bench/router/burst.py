@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import cpu_seconds, free_port, pct, start_proc  # noqa: E402
+from overhead import TICK, _stat, free_port, pct, start_proc  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
 from burst_client import prompts_for  # noqa: E402
@@ -67,6 +67,25 @@ TTFT_TARGET, CPU_TARGET = 1.2, 1.3
 _numbered = [0]  # prompts numbered so far, over every burst of this run
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, kernel) CPU seconds of a process tree, as overhead.cpu_seconds sums them: the
+    process, its threads (the Rust routers' tokio workers) and its live descendants
+    (``--processes N``)."""
+    user = kernel = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            f = _stat(p)
+            user += int(f[11])
+            kernel += int(f[12])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # exited meanwhile
+    return user / TICK, kernel / TICK
+
+
 def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid: int | None,
                load_cpus: str | None) -> dict:
     """One burst of ``streams`` simultaneous streams against ``url``; per-burst numbers.
@@ -86,9 +105,10 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i, n in enumerate(sizes)]
     # The router's CPU over the burst only: read it just before the clients open their streams.
     time.sleep(max(0.0, start_at - time.time() - 0.02))
-    cpu0 = cpu_seconds(pid) if pid else 0.0
+    u0, k0 = cpu_split(pid) if pid else (0.0, 0.0)
     outs = [c.communicate(timeout=args.timeout + 60) for c in clients]
-    cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+    u1, k1 = cpu_split(pid) if pid else (0.0, 0.0)
+    cpu = (u1 - u0) + (k1 - k0)
     late = time.time() - start_at
     ttft: list[float] = []
     e2e: list[float] = []
@@ -109,6 +129,7 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
     if pid:
         out["router_cpu_s"] = round(cpu, 3)
         out["router_cpu_us_per_token"] = round(cpu * 1e6 / max(tokens, 1), 2)
+        out["router_kernel_share"] = round((k1 - k0) / cpu, 3) if cpu > 0 else None
     return out
 
 
@@ -200,7 +221,8 @@ def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
     n = min((len(rs) for rs in rounds.values()), default=0)
     for name, rs in rounds.items():
         o: dict = {}
-        for key in ("ttft_p50_ms", "ttft_p99_ms", "ttft_max_ms", "e2e_p99_ms", "router_cpu_us_per_token"):
+        for key in ("ttft_p50_ms", "ttft_p99_ms", "ttft_max_ms", "e2e_p99_ms", "router_cpu_us_per_token",
+                    "router_kernel_share"):
             vals = [r[key] for r in rs if r.get(key) is not None]
             if vals:
                 o[key] = median_range(vals)
@@ -264,13 +286,14 @@ def markdown(doc: dict) -> str:
                for streams, targets in doc["summary"].items() for name, o in targets.items()
                if "cpu_per_token_vs_baseline" in o],
              "| streams | target | TTFT p50 ms | TTFT p99 ms | TTFT p99 / best Rust | router CPU µs/token "
-             "| CPU/token / best Rust | errors |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "| CPU/token / best Rust | kernel share of CPU | errors |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for streams, targets in doc["summary"].items():
         for name, o in targets.items():
             lines.append(f"| {streams} | {name} | {fmt(o.get('ttft_p50_ms'), 0)} | {fmt(o.get('ttft_p99_ms'), 0)} "
                          f"| {fmt(o.get('ttft_p99_vs_best_rust'), 2)} | {fmt(o.get('router_cpu_us_per_token'), 1)} "
-                         f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {o['errors']} |")
+                         f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {fmt(o.get('router_kernel_share'), 2)} "
+                         f"| {o['errors']} |")
     prof = doc.get("profile")
     if prof:
         lines += ["", f"Where pdserve's router CPU went ({prof['tool']}; {prof['samples']} samples):", "",

@@ -224,3 +224,23 @@ async def test_a_read_of_several_chunks_reaches_the_sink_as_one_payload(pool) ->
     assert b"".join(d for d, _ in got[2:]) == events[1] + b"data: [DONE]\n\n"
     assert len(got) == 4 and resp.finished
     resp.release()
+
+
+@pytest.mark.parametrize("cut", [None, 3, 30, -3])
+async def test_whole_chunks_and_the_last_chunk_in_one_read_end_the_body(pool, cut) -> None:
+    """The fast path parses whole chunks from the read itself; whatever it cannot (a cut
+    chunk, the end split off) goes to the full parser, in order."""
+    from pdserve.router.shell.http1 import Response, _Conn
+
+    resp = Response(pool, ("127.0.0.1", 1), _Conn(), False, None)
+    resp._on_head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked")
+    got: list[bytes] = []
+    resp.set_sink(lambda data, raw: got.append(data))
+    events = [b"data: {\"text\":\"a\"}\n\n", b"data: [DONE]\n\n"]
+    wire = chunked(*events)
+    for piece in ([wire] if cut is None else [wire[:cut], wire[cut:]]):
+        resp._feed(piece)
+    assert b"".join(got) == b"".join(events)
+    assert resp.finished and resp._mode == "done"
+    assert len(got) == (2 if cut == 30 else 1)  # one write per read that completed a payload
+    resp.release()

@@ -111,22 +111,52 @@ class Response:
             self._push(data)
             return
         if mode == "chunk-size" and not self._buf:
-            # Fast path for a streamed token: exactly one whole chunk in this read.
-            i = data.find(b"\r\n")
-            if 0 < i < 9:
+            # Fast path for streamed tokens: whole chunks from the start of this read, found
+            # with bytes.find on the read itself (no buffer copies). One whole chunk goes on
+            # with its raw bytes; several go on as one payload (one client write per read).
+            pos, n = 0, len(data)
+            payloads: list[bytes] = []
+            ended = False
+            while pos < n:
+                i = data.find(b"\r\n", pos, pos + 10)
+                if i <= pos:
+                    break
                 try:
-                    size = int(data[:i], 16)
+                    size = int(data[pos:i], 16)
                 except ValueError:
-                    size = 0  # extensions or garbage: the full parser decides
+                    break  # extensions or garbage: the full parser decides
+                if size <= 0:
+                    # The last chunk, without trailers, ending the read: the body is complete.
+                    ended = size == 0 and i + 4 == n and data.endswith(b"\r\n\r\n")
+                    if ended:
+                        pos = n
+                    break
                 end = i + 2 + size
-                if size > 0 and len(data) == end + 2 and data.endswith(b"\r\n"):
-                    self._push(data[i + 2 : end], data)
-                    return
+                if end + 2 > n or data[end : end + 2] != b"\r\n":
+                    break
+                payloads.append(data[i + 2 : end])
+                pos = end + 2
+            if pos == n:
+                if payloads:
+                    if len(payloads) == 1:
+                        self._push(payloads[0], None if ended else data)
+                    else:
+                        self._push(b"".join(payloads), None)
+                if ended:
+                    self._finish()
+                return
+            prefix = payloads
+            data = data[pos:]  # a cut chunk, extensions or trailers: the full parser
+        else:
+            prefix = []
         self._buf += data
         # A read holding several chunks (the router fell behind the worker, as under a
         # burst) reaches the sink as one payload: one client write per read, not per chunk.
         # At 256 streams reads averaged two chunks each (bench/router/burst.py).
-        batch: list[bytes] | None = [] if self.sink is not None else None
+        batch: list[bytes] | None = prefix if self.sink is not None else None
+        if batch is None:
+            for p in prefix:
+                self._push(p)
         self._batch = batch
         try:
             self._parse()
