@@ -74,10 +74,13 @@ def planner(d: dict[str, Any]) -> str:
         rs = [r for r in runs if r["trace"].startswith(prefix)]
         if not rs:
             continue
-        burst = [r for r in rs if "planner_burst" in r["policies"]]
-        with_gauge = (f" (with the router's burst gauge, {len(burst)} runs: "
-                      f"{span(burst, 'planner_burst', 'attainment_after_warmup', 100)} % at "
-                      f"{span(burst, 'planner_burst', 'gpu_hours_vs_best', 1, '.2f')}x)") if burst else ""
+        with_gauge = ""
+        for variant, what in (("planner_burst", "the router's burst gauge"), ("planner_fit", "the fitted burst rate")):
+            vr = [r for r in rs if variant in r["policies"]]
+            if vr:
+                with_gauge += (f" (with {what}, {len(vr)} runs: "
+                               f"{span(vr, variant, 'attainment_after_warmup', 100)} % at "
+                               f"{span(vr, variant, 'gpu_hours_vs_best', 1, '.2f')}x)")
         parts.append(
             f"{label} ({len(rs)}): planner {span(rs, 'planner', 'attainment_after_warmup', 100)} % at "
             f"{span(rs, 'planner', 'gpu_hours_vs_best', 1, '.2f')}x{with_gauge}, "

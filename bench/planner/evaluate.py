@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reactive-kv-target", type=float, default=0.5)
     ap.add_argument("--reactive-sweep", action="store_true", help="also run the reactive grid")
     ap.add_argument("--repairs", type=int, default=8, help="best schedule: repair rounds (each one end-to-end replay)")
-    ap.add_argument("--policies", nargs="*", default=["best", "static", "reactive", "planner", "planner_constant"])
+    ap.add_argument("--policies", nargs="*", default=["best", "static", "reactive", "planner", "planner_constant", "planner_fit"])
     ap.add_argument("--merge", action="store_true",
                     help="add these policies' results to the existing --out file (same trace and setup)")
     ap.add_argument("--dynamo-python", type=Path,
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[name]["sweep"] = sweep
         else:
             raise SystemExit(f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference "
-                             "searches with N per pool), reactive, planner, planner_constant, planner_burst")
+                             "searches with N per pool), reactive, planner, planner_constant, planner_burst, planner_fit")
         r = results[name]
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
             f" in {r['sim_wall_s']} s")
