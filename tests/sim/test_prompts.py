@@ -110,3 +110,19 @@ def test_key_hasher_chains_like_vllm_hashes_and_is_the_same_in_every_process() -
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
     assert len(outs) == 1, outs
+
+
+def test_interned_keys_are_small_nonzero_and_equal_exactly_where_the_keys_are() -> None:
+    from pdserve.sim.prompts import KeyIds
+
+    # Mooncake's hash ids: one per (started) 512-token block
+    reqs = [TraceRequest(0, 0.0, 2100, 5, (1, 2, 3, 4, 7)), TraceRequest(1, 0.0, 1600, 5, (1, 2, 9, 9)),
+            TraceRequest(2, 0.0, 1000, 5, ()), TraceRequest(3, 0.0, 3000, 5, (1, 2, 3, 4, 5, 6))]
+    for bs in (512, 256, 16):
+        raw = [block_keys(r, bs) for r in reqs]
+        ids, again = KeyIds(), KeyIds()
+        small = [block_keys(r, bs, interned=ids) for r in reqs]
+        assert small == [block_keys(r, bs, interned=again) for r in reqs]  # the same in every replay
+        flat_raw, flat_small = [k for ks in raw for k in ks], [k for ks in small for k in ks]
+        assert all(0 < k < 2**30 for k in flat_small)
+        assert [[a == b for b in flat_raw] for a in flat_raw] == [[a == b for b in flat_small] for a in flat_small]

@@ -89,3 +89,29 @@ def test_runs_of_decode_steps_with_float_products_past_2_53(model: PerfModel) ->
             attn += seqs
             kv += seqs
         assert step_ends_fn(model)(0.0, 20, seqs, seqs, ctx, float("inf"), 0.0) == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    model=st.sampled_from([m for m in MODELS if m.tp == 1]),
+    seqs=st.integers(1, 64),
+    ctx=st.integers(0, 2**22),
+    n=st.integers(40, 300),
+    now=st.floats(0, 1e5),
+    cut=st.one_of(st.just(float("inf")), st.floats(0.05, 5)),
+)
+def test_long_runs_computed_in_numpy_equal_step_by_step_costs(
+    model: PerfModel, seqs: int, ctx: int, n: int, now: float, cut: float
+) -> None:
+    """Runs of at least 40 memory-bound steps take the numpy path of ``ends``: bit for bit the same end times."""
+    cost = step_cost_fn(model)
+    until = now + cut
+    want, t, attn, kv = [], now, seqs, ctx  # one attention pair per sequence: memory-bound at any context
+    for _ in range(n):
+        t = t + cost(seqs, float(attn), kv, seqs)
+        want.append(t)
+        if not t < until:
+            break
+        attn += seqs
+        kv += seqs
+    assert step_ends_fn(model)(now, n, seqs, seqs, ctx, until, 0.0) == want

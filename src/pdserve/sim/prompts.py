@@ -15,6 +15,7 @@ prefix, exactly the property vLLM's hashes have.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import count
 from typing import Any, cast, overload
 
 from pdserve.sim.traces import TraceRequest
@@ -37,25 +38,50 @@ def hash_id_of_token(req: TraceRequest, pos: int, hash_block_tokens: int) -> int
     return _unique_id(req.index)
 
 
-def block_keys(req: TraceRequest, block_size: int, hash_block_tokens: int = 512) -> list[int]:
-    """Keys of the prompt's full ``block_size``-token blocks, chained like prefix hashes."""
+def block_keys(req: TraceRequest, block_size: int, hash_block_tokens: int = 512,
+               interned: KeyIds | None = None) -> list[int]:
+    """Keys of the prompt's full ``block_size``-token blocks, chained like prefix hashes (with ``interned``:
+    as small ints, see ``KeyIds``)."""
     n_full = req.input_tokens // block_size
     keys: list[int] = []
     parent = _ROOT
     if req.hash_ids:
         ids = req.hash_ids
-        for k in range(n_full):
-            # A block that straddles two hash blocks depends on both ids.
-            first = ids[(k * block_size) // hash_block_tokens]
-            last = ids[((k + 1) * block_size - 1) // hash_block_tokens]
-            parent = hash((parent, 0, first, last, k))
-            keys.append(parent)
+        if block_size == hash_block_tokens:  # Mooncake at its own granularity: block k is hash block k
+            for k in range(n_full):
+                hid = ids[k]
+                parent = hash((parent, 0, hid, hid, k))
+                keys.append(parent)
+        else:
+            for k in range(n_full):
+                # A block that straddles two hash blocks depends on both ids.
+                first = ids[(k * block_size) // hash_block_tokens]
+                last = ids[((k + 1) * block_size - 1) // hash_block_tokens]
+                parent = hash((parent, 0, first, last, k))
+                keys.append(parent)
     else:
         uid = _unique_id(req.index)
         for k in range(n_full):
             parent = hash((parent, 1, uid, k))
             keys.append(parent)
-    return keys
+    return keys if interned is None else interned.of(keys)
+
+
+class KeyIds:
+    """Block keys as small ints, one table for a whole replay: equal exactly where the keys are equal. A
+    64-bit int key is rehashed digit by digit in every dict it meets (the engines' block pools, the router's
+    index and views: ~25 lookups per block and side in a P/D replay); an int below 2**30 hashes to itself.
+    Ids count up from 1 (0 is falsy, which the hashers take for the root); a key's first id is kept, so
+    ids skip numbers but stay unique and the same in every run."""
+
+    __slots__ = ("_ids", "_next")
+
+    def __init__(self) -> None:
+        self._ids: dict[int, int] = {}
+        self._next = count(1)
+
+    def of(self, keys: list[int]) -> list[int]:
+        return list(map(self._ids.setdefault, keys, self._next))  # in C: no Python step per key
 
 
 class KeyHasher(BlockHasher):

@@ -19,6 +19,10 @@ from pdserve.sim.instance import Instance, State
 from pdserve.worker.kvcache import KvEvents
 
 
+_READY, _RELEASED = State.READY, State.RELEASED  # read per event (Python 3.11's EnumType.__getattr__ makes
+# every read of a member through the class ~5x a module global's)
+
+
 class RouterView:
     def __init__(self, config: SimConfig, index: KvIndex) -> None:
         self.index = index
@@ -35,14 +39,14 @@ class RouterView:
     def scrape(self, instances: Iterable[Instance]) -> None:
         """Like the live router's periodic /metrics scrape."""
         for inst in instances:
-            if inst.state is State.READY:
+            if inst.state is _READY:
                 # Only what vLLM's /metrics carries (running, waiting, KV usage): it has no gauge of queued
                 # prompt tokens, so the live router's views say 0 there and its ledger supplies them.
                 inst.scraped_view = inst.view(prefill_tokens=False)
 
     def apply_events(self, inst: Instance, ev: KvEvents) -> None:
         """One step's batch of KV events lands in the router's index."""
-        if inst.state is State.RELEASED:  # a late batch from a worker the router already forgot
+        if inst.state is _RELEASED:  # a late batch from a worker the router already forgot
             return
         # The engine reports a block each time it is cached, also when another block of the
         # same worker already holds that content, and one BlockRemoved per evicted block (as

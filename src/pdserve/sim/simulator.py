@@ -50,13 +50,16 @@ from pdserve.sim.instance import Instance, PoolSpec, State, pool_spec
 from pdserve.common.kvlink import schedule_transfer
 from pdserve.sim.metrics import RequestRecord, sorted_samples
 from pdserve.sim.outcome import SimResult, collect_result
-from pdserve.sim.prompts import block_keys
+from pdserve.sim.prompts import KeyIds, block_keys
 from pdserve.sim.router_view import RouterView
 from pdserve.sim.scaling import apply_tick
 from pdserve.sim.traces import Trace, default_block_size
 from pdserve.sim.windows import WindowTracker
 from pdserve.worker.decode_run import plain_steps
 from pdserve.worker.engine import StepOutput
+
+# read per event; Python 3.11's EnumType has a __getattr__, so `State.READY` costs ~5x a module global
+_IS_READY, _IS_RELEASED, _PD_MODE = State.READY, State.RELEASED, Mode.PD
 
 
 @dataclass(slots=True)
@@ -115,6 +118,7 @@ class Simulation:
         # requests share, each k samples (numpy converts list elements one by one; array("d") is slower still)
         self.itl: list[float] = []
         self.itl_repeats: dict[int, list[float]] = {}
+        self.key_ids = KeyIds()  # prompt block keys as small ints
         self.outstanding = 0
         self.kv_recomputes = 0
         self.rejected = 0
@@ -158,7 +162,7 @@ class Simulation:
         return inst
 
     def ready(self, pool: str) -> list[Instance]:
-        return [i for i in self.instances[pool] if i.state is State.READY]
+        return [i for i in self.instances[pool] if i.state is _IS_READY]
 
     def _kick(self, inst: Instance) -> None:
         if not inst.busy and not inst.kicked:
@@ -183,7 +187,7 @@ class Simulation:
         views = PoolViews(decode=self._views(decode_pool), prefill=self._views("prefill") if self.disagg else None)
         plan = self.scheduler.plan(req, views, self.now)
         st.mode = plan.mode
-        pool, d = ("prefill", plan.prefill) if plan.mode is Mode.PD else (decode_pool, plan.decode)
+        pool, d = ("prefill", plan.prefill) if plan.mode is _PD_MODE else (decode_pool, plan.decode)
         if d is None:  # no engine up yet (autoscaling from zero): wait for one
             self.pending[decode_pool].append(st)
             return
@@ -198,7 +202,7 @@ class Simulation:
         self.scheduler.on_routed(policy, d, req, self.now)
         rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.block_size
         try:
-            if plan.mode is Mode.PD:
+            if plan.mode is _PD_MODE:
                 st.prefill = inst
                 rec.prefill_instance = inst.instance_id
                 inst.add(rid, rec.input_tokens, 1, st.keys, self.now, hold_kv=True)
@@ -262,7 +266,7 @@ class Simulation:
 
     def _on_kick(self, inst: Instance) -> None:
         inst.kicked = False
-        if inst.busy or inst.state is State.RELEASED or not inst.engine.has_work():
+        if inst.busy or inst.state is _IS_RELEASED or not inst.engine.has_work():
             return
         self._step(inst)
 
@@ -455,7 +459,7 @@ class Simulation:
                 r = reqs[i]
                 rec = RequestRecord(r.index, r.arrival_s, r.input_tokens, r.output_tokens)
                 self.records.append(rec)
-                st = _Req(rec, block_keys(r, bs, hb))
+                st = _Req(rec, block_keys(r, bs, hb, self.key_ids))
                 self.states[str(r.index)] = st
                 self._on_arrival(st)
                 i += 1

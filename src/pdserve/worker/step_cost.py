@@ -14,12 +14,18 @@ from bisect import bisect_left
 from collections.abc import Callable
 from itertools import accumulate
 
+import numpy as np
+
 from pdserve.worker.perf import PerfModel
 
 StepCostFn = Callable[[int, float, int, int], float]
 
 # "far more than rounding": a few ulps of relative error against this factor
 _MARGIN = 1.0 + 1e-9
+# From this many steps on, a run's step costs are computed in numpy: fewer instructions than the list
+# comprehension's float objects from ~40 steps (valgrind: 49 k vs 35 k at 24 steps, 51 k vs 62 k at 48)
+_NUMPY_STEPS = 40
+_EXACT = 2.0**53
 
 
 def _coefficients(perf: PerfModel) -> tuple[float, float, float, float, float, float, float, float]:
@@ -95,6 +101,10 @@ def step_ends_fn(perf: PerfModel) -> StepEndsFn:
     # converts back to a float. A float product is the same float: IEEE multiplication rounds the exact product
     # once, as the int-to-float conversion does, and both factors are exact as floats (below 2**53).
     kv_f = float(kv_bytes)
+    # Long runs (see _NUMPY_STEPS) compute `weight_bytes + kv_f * r` as a0 + j * (kv_f * seqs) in numpy: the same
+    # float while every term is an integer below 2**53 (then all of it is exact), which holds for whole weight
+    # bytes and is checked per run against the largest term.
+    whole_weights = float(weight_bytes).is_integer()
 
     def ends(now: float, n: int, seqs: int, attn_pairs: int, kv_read: int, until: float, gap_s: float) -> list[float]:
         out: list[float] = []
@@ -117,9 +127,21 @@ def step_ends_fn(perf: PerfModel) -> StepEndsFn:
                 first = (weight_bytes + kv_bytes * (kv_read + seqs)) / byte_rate + overhead
                 if until - now < first * n:
                     n = min(n, int((until - now) / first) + 2)
-                out = list(accumulate([(weight_bytes + kv_f * r) / byte_rate + overhead
-                                       for r in range(kv_read + seqs, kv_read + seqs * (n + 1), seqs)], initial=now))
-                del out[0]
+                a0 = weight_bytes + kv_f * (kv_read + seqs)
+                step = kv_f * seqs
+                if n >= _NUMPY_STEPS and whole_weights and a0 + step * n < _EXACT:
+                    x = np.arange(n, dtype=np.float64)
+                    x *= step
+                    x += a0  # = weight_bytes + kv_f * r, exactly (integers below 2**53)
+                    x /= byte_rate  # one IEEE operation per element, as below: the same floats
+                    x += overhead
+                    x[0] += now
+                    out = np.cumsum(x, out=x).tolist()  # add.accumulate sums left to right, as accumulate()
+                else:
+                    out = list(accumulate([(weight_bytes + kv_f * r) / byte_rate + overhead
+                                           for r in range(kv_read + seqs, kv_read + seqs * (n + 1), seqs)],
+                                          initial=now))
+                    del out[0]
                 cut = bisect_left(out, until) + 1
                 if cut < n:
                     del out[cut:]
