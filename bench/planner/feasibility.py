@@ -131,11 +131,13 @@ def attainment_among_feasible(hits: Sequence[bool], verdicts: Sequence[str]) -> 
 
 
 def miss_breakdown(hits: Sequence[bool], verdicts: Sequence[str], records: Sequence, alone: Sequence[Alone],
-                   slo: Slo) -> dict[str, int]:
-    """Why each missed request missed: infeasible alone (by verdict), or, for a feasible one, where
-    its time beyond the alone latency went (``records``: the simulator's per-request records)."""
+                   slo: Slo, hw: Hardware | None = None) -> dict[str, int]:
+    """Why each missed request missed: infeasible alone (by verdict), or, for a feasible one, its
+    prefix-cache hit in this run too small to be feasible even alone (``prefix_miss``: the prefix
+    was evicted or the request went to a replica without it; needs ``hw``), else where its time
+    beyond the alone latency went (``records``: the simulator's per-request records)."""
     out = {f"infeasible_{v}": 0 for v in VERDICTS if v != FEASIBLE}
-    out |= {"prefill_wait": 0, "link_decode_wait": 0, "tpot": 0, "unfinished": 0}
+    out |= {"prefix_miss": 0, "prefill_wait": 0, "link_decode_wait": 0, "tpot": 0, "unfinished": 0}
     for i, (h, v) in enumerate(zip(hits, verdicts)):
         if h:
             continue
@@ -145,6 +147,8 @@ def miss_breakdown(hits: Sequence[bool], verdicts: Sequence[str], records: Seque
         r = records[i] if records else None
         if r is None or r.finish_s < 0 or r.first_token_s < 0:
             out["unfinished"] += 1
+        elif hw is not None and hw.verdict(r.input_tokens, r.output_tokens, slo, r.cached_tokens) != FEASIBLE:
+            out["prefix_miss"] += 1
         elif r.first_token_s - r.arrival_s <= slo.ttft_s:
             out["tpot"] += 1
         else:
@@ -164,6 +168,8 @@ class TraceFeasibility:
     arrivals: list[float]
     warm_from_s: float
     slo: Slo
+    hw: Hardware | None = None
+    cold: list[str] | None = None  # verdicts with no prefix-cache hit at all
 
     @classmethod
     def of(cls, requests: Sequence[tuple[float, int, int, int]], hw: Hardware, slo: Slo,
@@ -171,10 +177,17 @@ class TraceFeasibility:
         """``requests``: (arrival, input tokens, output tokens, best-case cached tokens) per request."""
         alone = [hw.alone(i, o, c) for _, i, o, c in requests]
         verdicts = [hw.verdict(i, o, slo, c) for _, i, o, c in requests]
-        return cls(verdicts, alone, [a for a, *_ in requests], warm_from_s, slo)
+        cold = [hw.verdict(i, o, slo) if c else v for (_, i, o, c), v in zip(requests, verdicts)]
+        return cls(verdicts, alone, [a for a, *_ in requests], warm_from_s, slo, hw, cold)
 
     def summary(self) -> dict:
-        return summary(self.verdicts, self.arrivals, self.warm_from_s)
+        out = summary(self.verdicts, self.arrivals, self.warm_from_s)
+        if self.cold is not None:
+            # Feasible only with (part of) their prefix cached: a cold cache or a replica without
+            # the prefix makes them miss at any pool size.
+            out["feasible_only_with_prefix_hit"] = sum(v == FEASIBLE and c != FEASIBLE
+                                                       for v, c in zip(self.verdicts, self.cold))
+        return out
 
     def score(self, hits: Sequence[bool], records: Sequence | None = None) -> dict:
         """Attainment among the feasible requests (all, after warm-up) and why each miss missed."""
@@ -185,5 +198,5 @@ class TraceFeasibility:
                 [hits[i] for i in warm], [self.verdicts[i] for i in warm]),
         }
         if records is not None:
-            out["misses"] = miss_breakdown(hits, self.verdicts, records, self.alone, self.slo)
+            out["misses"] = miss_breakdown(hits, self.verdicts, records, self.alone, self.slo, self.hw)
         return out

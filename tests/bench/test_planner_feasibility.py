@@ -91,3 +91,27 @@ def test_summary_and_attainment_among_feasible():
     assert attainment_among_feasible([True, True, False, False], verdicts) == 0.5
     assert attainment_among_feasible([True], [TTFT]) is None
     assert math.isclose(attainment_among_feasible([True, False, True, False], verdicts), 1.0)
+
+
+def test_a_miss_without_the_prefix_hit_it_needed_is_a_prefix_miss():
+    from feasibility import TraceFeasibility
+
+    from pdserve.sim.metrics import RequestRecord
+
+    hw = Hardware.of(cfg(P8))
+    # 60k tokens with 56k cacheable: feasible only with the hit (see the hand-computed verdicts).
+    feas = TraceFeasibility.of([(0.0, 60000, 10, 56000), (1.0, 100, 10, 0)], hw, SLO, warm_from_s=0.0)
+    assert feas.summary()["feasible_only_with_prefix_hit"] == 1
+
+    def rec(i: int, n: int, cached: int, prefill_done: float, first: float) -> RequestRecord:
+        return RequestRecord(index=i, arrival_s=float(i), input_tokens=n, output_tokens=10, cached_tokens=cached,
+                             prefill_done_s=i + prefill_done, first_token_s=i + first, finish_s=i + first + 0.1)
+
+    # Request 0 got no hit (a replica without the prefix): a prefix miss, whatever the wait.
+    # Request 1 waited 2.5 s for prefill with nothing to blame but the queue: a prefill wait.
+    s = feas.score([False, False], [rec(0, 60000, 0, 3.6, 4.2), rec(1, 100, 0, 2.5, 2.6)])
+    assert s["misses"]["prefix_miss"] == 1 and s["misses"]["prefill_wait"] == 1
+    assert s["attainment_feasible"] == 0.0
+    # With the hit it needed, the same late request is a queueing miss, not a prefix miss.
+    s = feas.score([False, True], [rec(0, 60000, 56000, 2.5, 2.7), rec(1, 100, 0, 0.03, 0.06)])
+    assert s["misses"]["prefix_miss"] == 0 and s["misses"]["prefill_wait"] == 1
