@@ -38,10 +38,14 @@ from pdserve.sim.metrics import Slo  # noqa: E402
 from pdserve.sim.simulator import run_simulation  # noqa: E402
 
 # The variants as evaluate.py configures them (burst budgets in s).
-VARIANTS: dict[str, dict[str, float | None]] = {
+# The last two are planner_fit's development variants: without the latency correction (does
+# it inflate the reserve?), and ticking every 10 s (does reacting sooner catch more bursts?).
+VARIANTS: dict[str, dict[str, float | bool | None]] = {
     "planner": {"burst_budget_s": None, "burst_fit_budget_s": None},
     "planner_burst": {"burst_budget_s": 0.0, "burst_fit_budget_s": None},
     "planner_fit": {"burst_budget_s": 2.0, "burst_fit_budget_s": 4.0},
+    "planner_fit_no_correction": {"burst_budget_s": 2.0, "burst_fit_budget_s": 4.0, "correction": False},
+    "planner_fit_10s": {"burst_budget_s": 2.0, "burst_fit_budget_s": 4.0, "interval_s": 10.0},
 }
 
 
@@ -56,9 +60,9 @@ def diagnose(seed: int, variant: str, *, model: str, max_replicas: int, warmup_s
     slo = Slo(ttft_s=2.0, tpot_s=0.05, target=0.99)
     s = Setup(model, profile, profile.prefill.tensor_parallel_size, profile.decode.tensor_parallel_size,
               max_replicas, max_replicas, slo, 30.0, 60.0, 100.0)
-    cfg = PolicyConfig(ttft_slo_ms=2000.0, itl_slo_ms=50.0, interval_s=30.0, prefill_max=max_replicas,
-                       decode_max=max_replicas, prefill_tp=s.tp_p, decode_tp=s.tp_d, startup_s=60.0,
-                       **VARIANTS[variant])  # type: ignore[arg-type]
+    cfg = PolicyConfig(**({"ttft_slo_ms": 2000.0, "itl_slo_ms": 50.0, "interval_s": 30.0, "prefill_max": max_replicas,
+                           "decode_max": max_replicas, "prefill_tp": s.tp_p, "decode_tp": s.tp_d, "startup_s": 60.0}
+                          | VARIANTS[variant]))  # type: ignore[arg-type]
     rec = Recorder(PlannerAutoscaler(PlannerPolicy(cfg, profile)))
     res = run_simulation(trace, s.sim_config(1, 1), autoscaler=rec)
     t0 = trace.requests[0].arrival_s
