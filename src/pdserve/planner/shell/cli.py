@@ -56,6 +56,12 @@ def _run_parser(sub) -> None:
     g.add_argument("--startup-s", type=float, default=PolicyConfig.startup_s, help="replica start-up time the forecast looks past")
     g.add_argument("--scale-to-zero", action="store_true")
     g.add_argument("--target-utilization", type=float, default=PolicyConfig.target_utilization)
+    g.add_argument("--burst-budget", type=float, metavar="S",
+                   help="burst reserve from the router's burst gauge at this budget (0, 0.5, 1, 2, 4; "
+                        "default: the scrape-resolution irate() peak)")
+    g.add_argument("--burst-fit-budget", type=float, metavar="S",
+                   help="with --burst-budget: a second, larger budget; the reserve is then the burst's fitted "
+                        "arrival rate (bench/planner planner_fit: --burst-budget 2 --burst-fit-budget 4)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -169,6 +175,7 @@ async def _run_local(args, stopped, log) -> int:
         decode_tp=args.decode_tp or profile.decode.tensor_parallel_size,
         gpu_budget=args.gpu_budget, scale_down_stabilization_s=args.stabilization_s, startup_s=args.startup_s,
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
+        burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
