@@ -50,6 +50,8 @@ SMOKES: list[Smoke] = [
            "--grid", "1.5", "--out", "{out}"], ["curves_smoke.json", "curves_smoke.png"]),
     Smoke("speed", "bench/sim/speed.py", ["--trace", MOONCAKE, "--minutes", "0.5", "--config", "chunked:2",
                                           "--runs", "1", "--out", "{out}/speed.json"], ["speed.json"]),
+    Smoke("opcodes", "bench/sim/opcodes.py", ["--trace", MOONCAKE, "--minutes", "0.5", "--config", "1p1d",
+                                              "--out", "{out}/opcodes.json"], ["opcodes.json"]),
     Smoke("routing_quality", "bench/router/routing_quality.py",
           ["--trace", MOONCAKE, "--minutes", "1", "--instances", "2", "--seeds", "2", "--out", "{out}/rq.json", "--plot",
            "{out}/rq.png"], ["rq.json", "rq.png"]),
