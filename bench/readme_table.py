@@ -384,7 +384,7 @@ ROWS: list[Row] = [
         "bench/sim/results/speed_mooncake_chunked8.json", sim_speed),
     Row("Simulator speed beside Dynamo's replay (same window and topology)", "<= 1.5x Dynamo's CPU per request",
         "bench/sim/results/speed_mooncake_4p4d.json", sim_speed),
-    Row("Simulator speed beside Dynamo's replay (same window and topology; second run at the same commit)",
+    Row("Simulator speed beside Dynamo's replay (same window and topology; a second run of the same simulator code)",
         "<= 1.5x Dynamo's CPU per request", "bench/sim/results/repeat/speed_mooncake_4p4d_2.json", sim_speed),
     Row("Simulator vs runtime agreement (sim vs live mock workers + router, same engine model)",
         "within 10 %", "bench/sim/results/fidelity_chunked-2.json", agreement),
