@@ -232,6 +232,7 @@ async def serve(args: argparse.Namespace, perf: PerfModel, tok: ModelTokenizer) 
                        enable_chunked_prefill=args.enable_chunked_prefill,
                        long_prefill_token_threshold=args.long_prefill_token_threshold,
                        kv_lease_s=_lease_seconds(args, vllm) * args.mock_speedup, hasher=hasher,
+                       free_uncached_first=vllm.free_uncached_first,
                        eos_token_id=-1 if tok.eos_token_id is None else tok.eos_token_id,
                        output_token_ids=output_token_ids(tok),
                        frontend_latency_s=(perf.profile.efficiency.frontend_latency_s

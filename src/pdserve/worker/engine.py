@@ -76,7 +76,7 @@ class Engine:
         self._step_cost = step_cost_fn(perf)
         self._step_ends = step_ends_fn(perf)  # runs of plain decode steps (pdserve.worker.decode_run)
         self._frontend_s = config.frontend_latency_s
-        self.pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
+        self.pool = BlockPool(config.num_blocks, config.enable_prefix_caching, config.free_uncached_first)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.held: dict[str, HeldKv] = {}
@@ -239,6 +239,8 @@ class Engine:
             scheduled.append((req, n))
             budget -= n
             i += 1
+            if (req.num_computed + n) // bs > req.num_cached_blocks:
+                self._cache_full_blocks(req, min(req.num_computed + n, req.num_tokens) // bs)
 
         # 2. admit waiting requests (vLLM skips admission in a step that preempted)
         if not preempted_any and self.waiting:
@@ -413,8 +415,11 @@ class Engine:
             if not req.started:
                 req.started = True
                 started.append(req.request_id)
-            if computed // bs > req.num_cached_blocks:
-                self._cache_full_blocks(req, computed // bs)  # transferred KV becomes cached
+            # vLLM's allocate_slots caches the blocks this step will fill when it allocates them, before the
+            # next waiting request looks up its prefix: a request admitted after this one in the same step
+            # (or a running one's chunk, cached in part 1) hits them. Transferred KV becomes cached too.
+            if (computed + n) // bs > req.num_cached_blocks:
+                self._cache_full_blocks(req, min(computed + n, req.num_tokens) // bs)
             scheduled.append((req, n))
             budget -= n
         for req in reversed(skipped):

@@ -36,6 +36,9 @@ class EngineConfig:
     # BlockStored events carry the blocks' token ids, as vLLM's do; the simulator's router reads only the
     # hashes, so it turns them off (copying a long prompt's ids into every event is a good part of its CPU)
     kv_event_token_ids: bool = True
+    # freed blocks without reusable content go to the head of the free queue (vLLM 0.33's
+    # BlockPool.free_blocks); False: to the tail like cached ones (0.11). See pdserve.worker.kvcache.
+    free_uncached_first: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):

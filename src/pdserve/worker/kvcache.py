@@ -5,6 +5,12 @@ frees it, it goes to the tail of the free queue but keeps its hash, so a later
 request with the same prefix can take it back (a prefix hit). Allocation pops from
 the head of the free queue, evicting the least recently freed cached block. The pool
 records stored / removed hashes so the engine can publish vLLM's KV events.
+
+Blocks that hold no reusable content (a prompt's partial last block, anything with caching
+off) go to the *head* of the free queue when freed, so they are reused before any cached
+block is evicted: vLLM 0.33's ``BlockPool.free_blocks`` (``prepend_n`` of the non-cached
+blocks, ``append_n`` of the cached ones). vLLM 0.11 appends every freed block to the tail,
+so there a partial block takes a cached block's LRU place (``uncached_first=False``).
 """
 
 from __future__ import annotations
@@ -35,11 +41,12 @@ class KvEvents:
 class BlockPool:
     """Fixed pool of ``num_blocks`` blocks; all operations are O(blocks touched)."""
 
-    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, enable_caching: bool = True, uncached_first: bool = True) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
+        self.uncached_first = uncached_first
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[bytes | None] = [None] * num_blocks
         # Free blocks in eviction order (head = evicted first); values unused.
@@ -115,14 +122,24 @@ class BlockPool:
 
     def free_blocks(self, block_ids: Sequence[int]) -> None:
         """Drop one reference from each block; tail blocks of a sequence are freed first so they
-        are evicted before the shared prefix blocks (vLLM frees in reverse order)."""
+        are evicted before the shared prefix blocks (vLLM frees in reverse order). With
+        ``uncached_first`` the freed blocks without a hash go to the head instead, in that order."""
         ref_cnt = self.ref_cnt
         free = self.free
+        block_hash = self.block_hash if self.uncached_first else None
+        front: list[int] | None = None
         for bid in reversed(block_ids):
             c = ref_cnt[bid] - 1
             ref_cnt[bid] = c
             if c == 0:
                 free[bid] = None
+                if block_hash is not None and block_hash[bid] is None:
+                    if front is None:
+                        front = []
+                    front.append(bid)
+        if front is not None:
+            for bid in reversed(front):  # prepend_n: front[0] ends up at the head
+                free.move_to_end(bid, last=False)
 
     def cache_blocks(
         self,

@@ -65,6 +65,9 @@ class VllmBehaviour:
     # (entrypoints/openai/protocol.py ChatMessage), `reasoning` in 0.33
     # (entrypoints/openai/chat_completion/protocol.py ChatMessage); found by the conformance tier.
     chat_reasoning_field: Literal["reasoning_content", "reasoning"] = "reasoning"
+    # v1/core/block_pool.py free_blocks: 0.33 prepends freed blocks without a hash to the free queue (reused
+    # before any cached block is evicted); 0.11 appends every freed block to the tail (EngineConfig.free_uncached_first)
+    free_uncached_first: bool = True
 
 
 # Fixed NONE_HASH seed of 0.33 for cryptographic algorithms (kv_cache_utils.DEFAULT_NONE_HASH_SEED).
@@ -77,7 +80,7 @@ VERSIONS: dict[str, VllmBehaviour] = {
         lora_extra_key="int_id", cache_salt_extra_key="bare", event_encoding="array_tagged",
         nixl_remote_request_id=False, internal_request_id_suffix=False,
         kv_lease_s=120.0, kv_lease_source="env:VLLM_NIXL_ABORT_REQUEST_TIMEOUT", side_channel_port=5557,
-        chat_reasoning_field="reasoning_content"),
+        chat_reasoning_field="reasoning_content", free_uncached_first=False),
     "0.33.0": VllmBehaviour(
         version="0.33.0", hash_algos=("sha256", "sha256_cbor", "xxhash", "xxhash_cbor"),
         none_hash_rule="seed_env_else_fixed_for_crypto", lora_extra_key="tagged_name_path",
