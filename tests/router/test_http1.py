@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 import pytest
 
-from pdserve.router.shell.http1 import Http1Pool
+from pdserve.router.shell.http1_pool import Http1Pool
 from tests.router.conftest import wait_for
 
 T = aiohttp.ClientTimeout(total=5, sock_connect=2, sock_read=2)

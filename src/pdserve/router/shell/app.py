@@ -17,7 +17,7 @@ from pdserve.router.shell.config import RouterConfig
 from pdserve.router.shell.auth import ApiKeys
 from pdserve.router.shell.discovery import Endpoints, FileWatcher, KubernetesWatcher, parse_discovery
 from pdserve.router.shell.handler import CompletionHandler, error_response
-from pdserve.router.shell.http1 import Http1Pool
+from pdserve.router.shell.http1_pool import Http1Pool
 from pdserve.router.shell.kv_events import KvEventSubscriber
 from pdserve.router.shell.metrics import exposition
 from pdserve.router.shell.relay import end_streams

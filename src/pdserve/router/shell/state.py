@@ -13,7 +13,7 @@ import aiohttp
 from pdserve.common.clock import WALL, Clock
 from pdserve.router.core.block_hasher import BlockHasher
 from pdserve.router.core.scheduler import PoolViews, Scheduler
-from pdserve.router.shell.http1 import Http1Pool
+from pdserve.router.shell.http1_pool import Http1Pool
 from pdserve.router.shell.config import RouterConfig
 from pdserve.router.shell.discovery import Endpoints
 from pdserve.router.shell.kv_events import KvEventSubscriber
