@@ -17,7 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
-ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "static_cap16", "reactive", "planner", "planner_burst",
+ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_burst",
          "planner_fit", "planner_constant", "dynamo"]
 
 
