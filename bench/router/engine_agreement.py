@@ -1,0 +1,158 @@
+"""Do pdserve's and Dynamo's prefill engines cache the same under the same placements? (4P4D)
+
+Dynamo 1.6.1's offline replay routes a window with its kv_router; this script then replays
+the same window in pdserve's simulator with a policy that puts every request on the prefill
+worker Dynamo chose (``Pinned``). With placements equal, what is left between the two hit
+ratios is the engines' cache model: which blocks a worker still holds when a prompt
+arrives. Request by request it reports how many prompt tokens each side reused and how many
+requests differ. Session 7 found the gap this way (bench/router/README.md, routing section).
+
+    .venv/bin/python bench/router/engine_agreement.py --trace T --start-minute 0 \\
+        --dynamo-python .cache/peers-venv/bin/python --runs 5 --out bench/router/results/routing_engine_agreement_min0.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from pdserve.router.core.spec import RoutingSpec
+from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
+from pdserve.sim.config import SimConfig
+from pdserve.sim.instance import PD_BATCHED_TOKENS
+from pdserve.sim.simulator import Simulation
+from pdserve.sim.traces import Trace, from_rows, load_trace
+from pdserve.worker.engine import EngineRequest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from resultmeta import Run, spread, write_result  # noqa: E402
+from routing_quality import write_mooncake  # noqa: E402
+
+BLOCK = 512
+
+
+class Pinned(Policy):
+    """Places request i on prefill worker ``placement[i]`` (an index into the prefill pool)."""
+
+    name = "pinned"
+
+    def __init__(self, sim: Simulation, placement: dict[str, int]) -> None:
+        super().__init__(block_size=BLOCK)
+        self.sim, self.placement = sim, placement
+
+    def _choose(self, req: RouteRequest, workers: list[WorkerView], now: float) -> Decision:  # type: ignore[override]
+        wid = self.sim.instances["prefill"][self.placement[req.request_id]].instance_id
+        return Decision(wid, 0, 0.0, "Dynamo's placement", self.name, self.new_tokens(req, 0))
+
+
+def dynamo_placements(trace: Trace, args: argparse.Namespace) -> list[tuple[float, list[int], list[int]]]:
+    """Per Dynamo run: its hit ratio, and per trace request (in trace order) its prefill worker and reused tokens."""
+    budget = str(max(PD_BATCHED_TOKENS, args.token_budget))
+    with tempfile.TemporaryDirectory(prefix="pdserve-agree-") as tmp:
+        window, per = Path(tmp) / "window.jsonl", Path(tmp) / "per_request.jsonl"
+        write_mooncake(trace, window)
+        cmd = [args.dynamo_python, str(HERE / "dynamo_replay.py"), "--trace", str(window), "--block-size", str(BLOCK),
+               "--num-gpu-blocks", str(args.num_gpu_blocks), "--prefill-workers", str(args.instances), "--workers",
+               str(args.decode_instances), "--token-budget", budget, "--prefill-budget", budget,
+               "--router-mode", "kv_router", "--runs", str(args.runs), "--per-request", str(per)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+        if r.returncode != 0:
+            raise SystemExit(f"dynamo replay failed:\n{r.stderr[-3000:]}")
+        summary = json.loads(r.stdout.strip().splitlines()[-1])["runs"]
+        lines = per.read_text().splitlines()
+    out = []
+    for s, line in zip(summary, lines):
+        # Dynamo lists requests in no fixed order: match them to the trace by (arrival ms, prompt length), in order
+        pool: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        for a, n, w, _view, _best, reused in json.loads(line):
+            pool[(round(a), n)].append((int(w), int(reused)))
+        picked = [pool[(round(1000 * r.arrival_s), r.input_tokens)].pop(0) for r in trace.requests]
+        out.append((float(s["prefix_hit_ratio"]), [w for w, _ in picked], [u for _, u in picked]))
+    return out
+
+
+def pinned_replay(trace: Trace, args: argparse.Namespace, placement: list[int]) -> tuple[float, list[int]]:
+    """pdserve's hit ratio with Dynamo's placements, and each request's reused prompt tokens at admission."""
+    cfg = SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK, prefill_instances=args.instances,
+                    decode_instances=args.decode_instances, token_budget=args.token_budget,
+                    routing=RoutingSpec(policy="kv_aware", block_size=BLOCK))
+    sim = Simulation(trace, cfg)
+    sim.scheduler.policies = sim.scheduler.policies.replacing(
+        "prefill", Pinned(sim, {str(i): w for i, w in enumerate(placement)}))
+    # keep each prefill request: its num_cached_prompt_tokens is the engine's prefix hit at admission
+    kept: list[EngineRequest] = []
+    for inst in sim.instances["prefill"]:
+        add = inst.engine.add_request
+
+        def keep(req: EngineRequest, now: float, add: Callable[[EngineRequest, float], None] = add) -> None:
+            kept.append(req)
+            add(req, now)
+
+        inst.engine.add_request = keep  # type: ignore[method-assign]
+    res = sim.run()
+    assert all(r.prefill_instance == sim.instances["prefill"][placement[r.index]].instance_id for r in res.records)
+    reused = [0] * len(trace.requests)
+    for req in kept:
+        reused[int(req.request_id)] = req.num_cached_prompt_tokens
+    return res.summary.prefix_hit_ratio or 0.0, reused
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL trace")
+    ap.add_argument("--start-minute", type=float, default=0.0)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--instances", type=int, default=4, help="prefill engines")
+    ap.add_argument("--decode-instances", type=int, default=4)
+    ap.add_argument("--token-budget", type=int, default=2048)
+    ap.add_argument("--runs", type=int, default=3, help="Dynamo runs (its ties are random), each replayed pinned")
+    ap.add_argument("--dynamo-python", required=True, help="a Python with ai-dynamo 1.6.1 (see README)")
+    ap.add_argument("--note", default="", help="recorded in the result, e.g. which simulator source was imported")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be >= 1")
+    full = load_trace(args.trace)
+    lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
+    picked = [r for r in full.requests if lo <= r.arrival_s < hi]
+    if not picked:
+        ap.error(f"no requests in minutes {args.start_minute:g}-{args.start_minute + args.minutes:g} of {args.trace}")
+    trace = from_rows([(r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids) for r in picked],
+                      format=full.format, source=full.source, sha256=full.sha256)
+    probe = Simulation(trace, SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK,
+                                        prefill_instances=args.instances, decode_instances=args.decode_instances,
+                                        token_budget=args.token_budget))
+    args.num_gpu_blocks = probe.instances["prefill"][0].engine.pool.num_blocks
+    prompt = sum(r.input_tokens for r in trace.requests)
+    runs = []
+    for dyn_hit, placement, dyn_reused in dynamo_placements(trace, args):
+        pd_hit, pd_reused = pinned_replay(trace, args, placement)
+        diff = [d - p for d, p in zip(dyn_reused, pd_reused)]
+        runs.append({"dynamo_hit_ratio": round(dyn_hit, 4), "pdserve_pinned_hit_ratio": round(pd_hit, 4),
+                     "requests_differing": sum(1 for x in diff if x),
+                     "dynamo_more_share": round(sum(x for x in diff if x > 0) / prompt, 4),
+                     "pdserve_more_share": round(-sum(x for x in diff if x < 0) / prompt, 4)})
+    doc = {"bench": "routing_engine_agreement", "trace": args.trace.name, "trace_sha256": full.sha256,
+           "window": f"minutes {args.start_minute:g}-{args.start_minute + args.minutes:g}", "requests": len(picked),
+           "layout": f"{args.instances}P{args.decode_instances}D", "block_size": BLOCK,
+           "kv_blocks_per_worker": args.num_gpu_blocks, "note": args.note, "runs": runs,
+           "dynamo_hit_ratio": spread([r["dynamo_hit_ratio"] for r in runs]),
+           "pdserve_pinned_hit_ratio": spread([r["pdserve_pinned_hit_ratio"] for r in runs]),
+           "what": "pdserve's simulator replays each Dynamo kv_router run with every request on the prefill worker "
+                   "Dynamo chose; *_more_share = prompt tokens one side reused beyond the other, over all prompt tokens"}
+    print(json.dumps(runs, indent=1))
+    if args.out:
+        write_result(args.out, doc, Run(runs=len(runs)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
