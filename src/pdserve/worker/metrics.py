@@ -40,6 +40,7 @@ def build_1_2_5_buckets(max_value: int) -> list[int]:
 
 
 NIXL_XFER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0]
+NIXL_BYTES_BUCKETS = [2 ** (10 + i) for i in range(1, 25, 2)]  # vLLM 0.33's "uniform 2kb to 16gb range"
 
 
 class WorkerMetrics:
@@ -113,6 +114,8 @@ class WorkerMetrics:
         # in 0.33; absent in 0.11), with its buckets, so the dashboard's KV-transfer panel reads real vLLM too.
         self.nixl_xfer_time = hist("vllm:nixl_xfer_time_seconds",
                                    "Histogram of transfer duration for NIXL KV Cache transfers.", NIXL_XFER_BUCKETS)
+        self.nixl_bytes = hist("vllm:nixl_bytes_transferred",
+                               "Histogram of bytes transferred per NIXL KV Cache transfers.", NIXL_BYTES_BUCKETS)
         self.loop_lag = hist("pdserve_worker_event_loop_lag_seconds",
                              "How late a 5 ms asyncio timer fires: the serving loop's responsiveness.",
                              LOOP_LAG_BUCKETS)

@@ -362,6 +362,7 @@ class WorkerServer:
         took = self.runner.clock.monotonic() - t0  # wall seconds, as vLLM measures it
         self.runner.metrics.kv_transfer_time.observe(took)
         self.runner.metrics.nixl_xfer_time.observe(took)
+        self.runner.metrics.nixl_bytes.observe(result.kv_bytes)
         return result.num_tokens
 
 
