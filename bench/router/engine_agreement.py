@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import tempfile
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +23,6 @@ from pathlib import Path
 from pdserve.router.core.spec import RoutingSpec
 from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.config import SimConfig
-from pdserve.sim.instance import PD_BATCHED_TOKENS
 from pdserve.sim.simulator import Simulation
 from pdserve.sim.traces import Trace, from_rows, load_trace
 from pdserve.worker.engine import EngineRequest
@@ -34,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from resultmeta import Run, spread, write_result  # noqa: E402
-from routing_quality import write_mooncake  # noqa: E402
+from routing_gap import dynamo_per_request  # noqa: E402
 
 BLOCK = 512
 
@@ -55,19 +52,7 @@ class Pinned(Policy):
 
 def dynamo_placements(trace: Trace, args: argparse.Namespace) -> list[tuple[float, list[int], list[int]]]:
     """Per Dynamo run: its hit ratio, and per trace request (in trace order) its prefill worker and reused tokens."""
-    budget = str(max(PD_BATCHED_TOKENS, args.token_budget))
-    with tempfile.TemporaryDirectory(prefix="pdserve-agree-") as tmp:
-        window, per = Path(tmp) / "window.jsonl", Path(tmp) / "per_request.jsonl"
-        write_mooncake(trace, window)
-        cmd = [args.dynamo_python, str(HERE / "dynamo_replay.py"), "--trace", str(window), "--block-size", str(BLOCK),
-               "--num-gpu-blocks", str(args.num_gpu_blocks), "--prefill-workers", str(args.instances), "--workers",
-               str(args.decode_instances), "--token-budget", budget, "--prefill-budget", budget,
-               "--router-mode", "kv_router", "--runs", str(args.runs), "--per-request", str(per)]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-        if r.returncode != 0:
-            raise SystemExit(f"dynamo replay failed:\n{r.stderr[-3000:]}")
-        summary = json.loads(r.stdout.strip().splitlines()[-1])["runs"]
-        lines = per.read_text().splitlines()
+    summary, lines = dynamo_per_request(trace, args)
     out = []
     for s, line in zip(summary, lines):
         # Dynamo lists requests in no fixed order: match them to the trace by (arrival ms, prompt length), in order

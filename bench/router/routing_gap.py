@@ -100,8 +100,9 @@ def pdserve_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
     return out
 
 
-def dynamo_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
-    """Dynamo's kv_router replay, ``--runs`` times, with per-request records (dynamo_replay.py --per-request)."""
+def dynamo_per_request(trace: Trace, args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """Dynamo's 4P4D kv_router replay, ``--runs`` times, with per-request records (dynamo_replay.py --per-request):
+    each run's summary and its per-request JSON line. Also used by engine_agreement.py."""
     budget = str(max(PD_BATCHED_TOKENS, args.token_budget))
     with tempfile.TemporaryDirectory(prefix="pdserve-gap-") as tmp:
         window, per = Path(tmp) / "window.jsonl", Path(tmp) / "per_request.jsonl"
@@ -113,8 +114,12 @@ def dynamo_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
         if r.returncode != 0:
             raise SystemExit(f"dynamo replay failed:\n{r.stderr[-3000:]}")
-        summary = json.loads(r.stdout.strip().splitlines()[-1])["runs"]
-        lines = per.read_text().splitlines()
+        return json.loads(r.stdout.strip().splitlines()[-1])["runs"], per.read_text().splitlines()
+
+
+def dynamo_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
+    """Dynamo's kv_router replay, ``--runs`` times, with per-request records (dynamo_replay.py --per-request)."""
+    summary, lines = dynamo_per_request(trace, args)
     return [{"hit_ratio": s["prefix_hit_ratio"],
              # Dynamo's held/best are its router's view: what it saw is what it had, by construction
              "requests": [(round(a), n, str(w), view, best, best) for a, n, w, view, best, _reused in json.loads(line)]}
