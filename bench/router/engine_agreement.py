@@ -24,14 +24,14 @@ from pdserve.router.core.spec import RoutingSpec
 from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.config import SimConfig
 from pdserve.sim.simulator import Simulation
-from pdserve.sim.traces import Trace, from_rows, load_trace
+from pdserve.sim.traces import Trace
 from pdserve.worker.engine import EngineRequest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from resultmeta import Run, spread, write_result  # noqa: E402
-from routing_gap import dynamo_per_request  # noqa: E402
+from routing_gap import dynamo_per_request, pd_window  # noqa: E402
 
 BLOCK = 512
 
@@ -105,17 +105,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be >= 1")
-    full = load_trace(args.trace)
-    lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
-    picked = [r for r in full.requests if lo <= r.arrival_s < hi]
-    if not picked:
-        ap.error(f"no requests in minutes {args.start_minute:g}-{args.start_minute + args.minutes:g} of {args.trace}")
-    trace = from_rows([(r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids) for r in picked],
-                      format=full.format, source=full.source, sha256=full.sha256)
-    probe = Simulation(trace, SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK,
-                                        prefill_instances=args.instances, decode_instances=args.decode_instances,
-                                        token_budget=args.token_budget))
-    args.num_gpu_blocks = probe.instances["prefill"][0].engine.pool.num_blocks
+    trace = pd_window(ap, args)
     prompt = sum(r.input_tokens for r in trace.requests)
     runs = []
     for dyn_hit, placement, dyn_reused in dynamo_placements(trace, args):
@@ -125,8 +115,8 @@ def main() -> int:
                      "requests_differing": sum(1 for x in diff if x),
                      "dynamo_more_share": round(sum(x for x in diff if x > 0) / prompt, 4),
                      "pdserve_more_share": round(-sum(x for x in diff if x < 0) / prompt, 4)})
-    doc = {"bench": "routing_engine_agreement", "trace": args.trace.name, "trace_sha256": full.sha256,
-           "window": f"minutes {args.start_minute:g}-{args.start_minute + args.minutes:g}", "requests": len(picked),
+    doc = {"bench": "routing_engine_agreement", "trace": args.trace.name, "trace_sha256": trace.sha256,
+           "window": f"minutes {args.start_minute:g}-{args.start_minute + args.minutes:g}", "requests": len(trace.requests),
            "layout": f"{args.instances}P{args.decode_instances}D", "block_size": BLOCK,
            "kv_blocks_per_worker": args.num_gpu_blocks, "note": args.note, "runs": runs,
            "dynamo_hit_ratio": spread([r["dynamo_hit_ratio"] for r in runs]),

@@ -45,13 +45,13 @@ from pdserve.router.policies import Decision, KvAwarePolicy, RouteRequest, Worke
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import PD_BATCHED_TOKENS
 from pdserve.sim.simulator import Simulation
-from pdserve.sim.traces import Trace, from_rows, load_trace
+from pdserve.sim.traces import Trace
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from resultmeta import Run, spread, write_result  # noqa: E402
-from routing_quality import write_mooncake  # noqa: E402
+from routing_quality import minute_window, write_mooncake  # noqa: E402
 
 BLOCK = 512
 
@@ -170,6 +170,20 @@ def summarize(pairs: Sequence[dict[str, float]]) -> dict[str, dict]:
     return {k: spread([round(p.get(k, 0.0), 5) for p in pairs]) for k in CLASSES}
 
 
+def pd_window(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Trace:
+    """The ``--start-minute``/``--minutes`` window of ``--trace`` (refused when empty), and in
+    ``args.num_gpu_blocks`` the KV blocks a prefill engine of this layout gets, which Dynamo's replay
+    is given too. Also used by engine_agreement.py."""
+    trace = minute_window(args.trace, args.start_minute, args.minutes)
+    if not trace.requests:
+        ap.error(f"no requests in minutes {args.start_minute:g}-{args.start_minute + args.minutes:g} of {args.trace}")
+    probe = Simulation(trace, SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK,
+                                        prefill_instances=args.instances, decode_instances=args.decode_instances,
+                                        token_budget=args.token_budget))
+    args.num_gpu_blocks = probe.instances["prefill"][0].engine.pool.num_blocks
+    return trace
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL trace")
@@ -184,22 +198,12 @@ def main() -> int:
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be >= 1")
-    full = load_trace(args.trace)
-    lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
-    picked = [r for r in full.requests if lo <= r.arrival_s < hi]
-    if not picked:
-        ap.error(f"no requests in minutes {args.start_minute:g}-{args.start_minute + args.minutes:g} of {args.trace}")
-    trace = from_rows([(r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids) for r in picked],
-                      format=full.format, source=full.source, sha256=full.sha256)
-    probe = Simulation(trace, SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK,
-                                        prefill_instances=args.instances, decode_instances=args.decode_instances,
-                                        token_budget=args.token_budget))
-    args.num_gpu_blocks = probe.instances["prefill"][0].engine.pool.num_blocks
+    trace = pd_window(ap, args)
     pd, dy = pdserve_runs(trace, args), dynamo_runs(trace, args)
     prompt = sum(r.input_tokens for r in trace.requests)
     pairs = [compare(p, d, prompt) for p, d in zip(pd, dy)]
-    doc = {"bench": "routing_gap", "trace": args.trace.name, "trace_sha256": full.sha256,
-           "window": f"minutes {args.start_minute:g}-{args.start_minute + args.minutes:g}", "requests": len(picked),
+    doc = {"bench": "routing_gap", "trace": args.trace.name, "trace_sha256": trace.sha256,
+           "window": f"minutes {args.start_minute:g}-{args.start_minute + args.minutes:g}", "requests": len(trace.requests),
            "layout": f"{args.instances}P{args.decode_instances}D", "block_size": BLOCK,
            "kv_blocks_per_worker": args.num_gpu_blocks, "pairs": len(pairs), "shares": summarize(pairs),
            "what": "shares of the window's prompt tokens; dispatch = what the chosen worker held when routed, "

@@ -291,6 +291,16 @@ def gains(rows: dict[str, dict]) -> None:
             r[f"ttft_{q}_gain_vs_round_robin"] = round(1 - mine / base, 3) if base else None
 
 
+def minute_window(path: Path, start_minute: float, minutes: float) -> Trace:
+    """The requests of ``path`` arriving in [start, start + minutes) minutes, as a trace of their own
+    (same format, source and file hash). Also used by routing_gap.py and engine_agreement.py."""
+    full = load_trace(path)
+    lo, hi = start_minute * 60, (start_minute + minutes) * 60
+    picked = [r for r in full.requests if lo <= r.arrival_s < hi]
+    return from_rows([(r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids) for r in picked],
+                     format=full.format, source=full.source, sha256=full.sha256)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, help="Mooncake-format JSONL trace (required unless --replot)")
@@ -342,11 +352,7 @@ def main() -> int:
         args.policies.append(DECODE_REUSE)
     run = Run(runs=max(args.seeds, args.dynamo_runs if args.dynamo_python else 1))
     console = Console()
-    full = load_trace(args.trace)
-    lo, hi = args.start_minute * 60, (args.start_minute + args.minutes) * 60
-    picked = [r for r in full.requests if lo <= r.arrival_s < hi]
-    trace = from_rows([(r.arrival_s, r.input_tokens, r.output_tokens, r.hash_ids) for r in picked],
-                      format=full.format, source=full.source, sha256=full.sha256)
+    trace = minute_window(args.trace, args.start_minute, args.minutes)
     reqs = trace.requests
     block = args.block_size or default_block_size(trace)
     layout = f"{args.instances}P{args.decode_instances}D" if args.topology == "disagg" else f"{args.topology}:{args.instances}"
@@ -382,7 +388,7 @@ def main() -> int:
     console.print(table)
     if args.out:
         doc = {
-            "bench": "routing_quality", "trace": args.trace.name, "trace_sha256": full.sha256,
+            "bench": "routing_quality", "trace": args.trace.name, "trace_sha256": trace.sha256,
             "start_minute": args.start_minute, "minutes": args.minutes, "window": window, "requests": len(reqs),
             "topology": args.topology, "layout": layout, "instances": args.instances,
             "decode_instances": args.decode_instances if args.topology == "disagg" else 0,
