@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Run the planner evaluation over every trace and model setup, then summarise.
+"""Regenerate every planner result at one commit: all runs, all policies, the peer, the summary.
 
-    flock /tmp/pdserve-bench.lock python bench/planner/suite.py --traces /path/to/traces   # ~1 h here
+    python bench/planner/suite.py --traces /path/to/traces --jobs 2 --lock none \
+        --dynamo-python .cache/peers-venv/bin/python          # everything, ~1 h on 2 cores
     python bench/planner/suite.py --summarise-only
 
 Tuning set (named, the only runs the reactive sweep and the planner settings were
@@ -9,9 +10,14 @@ chosen on): ``azure_conv_x1`` and ``bursty_seed0``, both on the 1-GPU setup. Eve
 other run is held out. The reactive baseline's thresholds are swept on the tuning set
 (every grid point recorded in those result files) and the cheapest setting that met
 99 % after warm-up on all of them (else the one with the best worst case) is applied
-to the held-out runs. Each run is one ``evaluate.py`` process, so each holds the bench
-lock only for its own minutes; results go to ``results/<setup>/<trace>.json``, the
-summary to ``results/summary.json``.
+to the held-out runs. Each run is one ``evaluate.py`` process writing a fresh
+``results/<setup>/<trace>.json`` (no merge: every policy of a file comes from the same
+commit) with every policy the plan names for it (``policies``); ``--dynamo-python`` adds
+Dynamo's SLA planner to each, and ``--dynamo-repeat`` replays it once more on the named
+runs into ``results/dynamo_repeat/`` (its replay is not deterministic; the summary
+reports the spread). ``--jobs`` runs that many evaluations side by side (tuning runs and
+repeats first, then held-out ones, longest first); each holds ``--lock`` (default the
+bench lock, ``none`` for no lock) only for its own minutes.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,6 +41,7 @@ SETUPS = {
     "70b_tp4": ["--model-profile", "llama-3.1-70b-tp4-h100", "--max-replicas", "8"],
 }
 TUNE = [("8b_1gpu", "azure_conv_x1"), ("8b_1gpu", "bursty_seed0")]
+REPEAT_DIR = "dynamo_repeat"
 
 
 def traces(root: Path) -> dict[str, list[str]]:
@@ -51,14 +61,44 @@ PLAN = {
                 "bursty_seed1", "bursty_seed2", "bursty_seed3"],
     "70b_tp4": ["azure_conv_x1", "azure_conv_x4", "bursty_seed0", "bursty_seed1"],
 }
+# Rough CPU seconds of one run at the last regeneration (load ~5): held-out runs go longest first.
+COST = {("8b_1gpu", "bursty_seed0"): 1100, ("70b_tp4", "azure_conv_x4"): 1250, ("8b_1gpu", "mooncake_conv"): 500,
+        ("8b_1gpu", "azure_conv_x4"): 600, ("8b_1gpu", "bursty_seed3"): 700, ("8b_1gpu", "bursty_seed1"): 550,
+        ("70b_tp4", "bursty_seed0"): 550, ("70b_tp4", "bursty_seed1"): 300}
+BASE = ["best", "static", "reactive", "planner", "planner_constant", "planner_fit"]
 
 
-def run_one(results: Path, setup: str, trace: str, args: list[str], extra: list[str], tuned: bool) -> None:
-    out = results / setup / f"{trace}.json"
+def policies(setup: str, trace: str) -> list[str]:
+    """What each file holds: the burst-gauge planner and (8B) the causal reference on the bursty family;
+    on 70B's bursty runs, where 8 replicas per pool cannot meet the SLO, the best schedule at 16 (and 32)."""
+    extra: list[str] = []
+    if trace.startswith("bursty"):
+        extra = ["planner_burst", "causal"] if setup == "8b_1gpu" else \
+            ["planner_burst", "best_cap16", *(["best_cap32"] if trace == "bursty_seed0" else [])]
+    return BASE + extra
+
+
+def run_args(setup: str, trace: str, tuned: bool) -> list[str]:
+    """Per-run flags beyond the trace and setup: the tuning sweeps, and fewer repair rounds for the
+    70B bursty best schedules (each round is an end-to-end replay at up to 32 replicas per pool)."""
+    out = ["--policies", *policies(setup, trace)]
+    if setup == "70b_tp4" and trace.startswith("bursty"):
+        out += ["--repairs", "3"]
+    if tuned:
+        out += ["--tuned-on", "--reactive-sweep", "--planner-sweep", "0", "300", "900"]
+        if "planner_burst" in policies(setup, trace):
+            out += ["--burst-sweep", "0", "2"]
+    return out
+
+
+def run_one(results: Path, setup: str, trace: str, args: list[str], extra: list[str], lock: str,
+            out: Path | None = None) -> None:
+    out = out or results / setup / f"{trace}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(HERE / "evaluate.py"), *args, *SETUPS[setup], "--trace-id", trace, "--out", str(out),
-           *extra, *(["--tuned-on", "--reactive-sweep", "--planner-sweep", "0", "300", "900"] if tuned else [])]
+           *extra]
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(["flock", "/tmp/pdserve-bench.lock", *cmd], check=True)
+    subprocess.run((["flock", lock] if lock != "none" else []) + cmd, check=True)
 
 
 def pick_reactive(results: Path) -> tuple[float, float]:
@@ -76,7 +116,7 @@ def pick_reactive(results: Path) -> tuple[float, float]:
 
 def summarise(results: Path, run: Run) -> dict:
     rows = []
-    for f in sorted(results.glob("*/*.json")):
+    for f in sorted(f for setup in SETUPS for f in (results / setup).glob("*.json")):
         d = json.loads(f.read_text())
         if d.get("schema") != "pdserve.planner-eval/2":
             continue
@@ -104,9 +144,28 @@ def summarise(results: Path, run: Run) -> dict:
                                                              and pl["gpu_hours"] <= o["gpu_hours"] * 1.01)
             row["target_met"] = all(row["target"].values())
         rows.append(row)
-    doc = {"schema": "pdserve.planner-eval-summary/1", "tuning_set": [f"{s}/{t}" for s, t in TUNE], "runs": rows}
+    doc = {"schema": "pdserve.planner-eval-summary/1", "tuning_set": [f"{s}/{t}" for s, t in TUNE], "runs": rows,
+           "dynamo_repeats": dynamo_spread(results)}
     write_result(results / "summary.json", doc, run)
     return doc
+
+
+def dynamo_spread(results: Path) -> list[dict]:
+    """Dynamo's replay run twice on the same input (the main file and ``dynamo_repeat/``): its spread."""
+    out = []
+    for f in sorted((results / REPEAT_DIR).glob("*.json")):
+        setup, trace = f.stem.split("__", 1)
+        main = results / setup / f"{trace}.json"
+        if not main.exists():
+            continue
+        runs = [json.loads(g.read_text())["results"].get("dynamo") for g in (main, f)]
+        if None in runs:
+            continue
+        att = [r["attainment_after_warmup"] or 0.0 for r in runs]
+        gh = [r["gpu_hours"] for r in runs]
+        out.append({"setup": setup, "trace": trace, "attainment_after_warmup": att, "gpu_hours": gh,
+                    "attainment_spread": max(att) - min(att), "gpu_hours_spread": max(gh) - min(gh)})
+    return out
 
 
 def main() -> int:
@@ -116,43 +175,48 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", help="trace ids to run (default: the plan)")
     ap.add_argument("--runs", nargs="+", metavar="SETUP/TRACE", help="held-out runs in this order (default: the plan)")
     ap.add_argument("--summarise-only", action="store_true")
-    ap.add_argument("--dynamo-python", type=Path,
-                    help="peer environment's python: add Dynamo's SLA planner to every existing result (--merge)")
+    ap.add_argument("--dynamo-python", type=Path, help="peer environment's python: Dynamo's SLA planner in every run")
+    ap.add_argument("--dynamo-repeat", nargs="*", default=[], metavar="SETUP/TRACE",
+                    help="replay Dynamo once more on these runs (results/dynamo_repeat/), for its spread")
+    ap.add_argument("--jobs", type=int, default=1, help="evaluations side by side")
+    ap.add_argument("--lock", default="/tmp/pdserve-bench.lock", help="flock each evaluation on this file ('none': no lock)")
     ap.add_argument("--folder", dest="results", type=Path, default=RESULTS, help="result folder")
     args = ap.parse_args()
     run = Run()
-    if args.dynamo_python is not None:
+    if not args.summarise_only:
         tr = traces(args.traces)
-        for s in args.setups:
-            for t in PLAN[s]:
-                out = args.results / s / f"{t}.json"
-                if (args.only and t not in args.only) or not out.exists():
-                    continue
-                if "dynamo" in json.loads(out.read_text())["results"]:
-                    continue
-                cmd = [sys.executable, str(HERE / "evaluate.py"), *tr[t], *SETUPS[s], "--trace-id", t, "--out", str(out),
-                       "--policies", "--merge", "--dynamo-python", str(args.dynamo_python)]
-                print("+", " ".join(cmd), flush=True)
-                subprocess.run(["flock", "/tmp/pdserve-bench.lock", *cmd], check=True)
-    elif not args.summarise_only:
-        tr = traces(args.traces)
-        for s, t in TUNE:
-            done = (args.results / s / f"{t}.json").exists() and args.runs is not None
-            if (not args.only or t in args.only) and s in args.setups and not done:
-                run_one(args.results, s, t, tr[t], [], tuned=True)
+        dyn = ["--dynamo-python", str(args.dynamo_python)] if args.dynamo_python else []
+        wanted = [(s, t) for s in args.setups for t in PLAN[s] if not args.only or t in args.only]
+        first: list[Callable[[], None]] = [
+            partial(run_one, args.results, s, t, tr[t], run_args(s, t, True) + dyn, args.lock)
+            for s, t in TUNE if (s, t) in wanted and not (args.runs and (args.results / s / f"{t}.json").exists())]
+        for r in args.dynamo_repeat if args.dynamo_python else []:
+            s, t = r.split("/", 1)
+            out = args.results / REPEAT_DIR / f"{s}__{t}.json"
+            first.append(partial(run_one, args.results, s, t, tr[t], ["--policies", *dyn], args.lock, out))
+        pool(first, args.jobs)
         pt, kt = pick_reactive(args.results)
         print(f"reactive thresholds from the tuning set: prefill target {pt}, KV target {kt}", flush=True)
         order = [tuple(r.split("/", 1)) for r in args.runs] if args.runs else \
-            [(s, t) for s in args.setups for t in PLAN[s]]
-        for s, t in order:
-            if (s, t) in TUNE or (args.only and t not in args.only):
-                continue
-            run_one(args.results, s, t, tr[t], ["--reactive-prefill-target", str(pt), "--reactive-kv-target", str(kt)], False)
+            sorted((r for r in wanted if r not in TUNE), key=lambda r: -COST.get(r, 300))
+        react = ["--reactive-prefill-target", str(pt), "--reactive-kv-target", str(kt)]
+        pool([partial(run_one, args.results, s, t, tr[t], run_args(s, t, False) + react + dyn, args.lock)
+              for s, t in order if (s, t) not in TUNE], args.jobs)
     doc = summarise(args.results, run)
     for r in doc["runs"]:
         p = r["policies"].get("planner", {})
         print(r["setup"], r["trace"], "tuned" if r["tuned_on"] else "held-out", p)
     return 0
+
+
+def pool(jobs: list[Callable[[], None]], n: int) -> None:
+    """Run the jobs on n threads (each one a subprocess); the first failure cancels those not started."""
+    ex = ThreadPoolExecutor(max_workers=max(1, n))
+    try:
+        for f in [ex.submit(j) for j in jobs]:
+            f.result()
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
 
 
 if __name__ == "__main__":
