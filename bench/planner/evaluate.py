@@ -264,7 +264,8 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
     with tempfile.TemporaryDirectory(prefix="pdserve-dynamo-") as tmp:
         tr, cal = dynamo_inputs(trace, s, max_replicas=max_replicas, out_dir=tmp)
         res_path = Path(tmp) / "dynamo.json"
-        proc = subprocess.run([str(python), str(HERE / "dynamo_peer.py"), "--trace", str(tr), "--calibration",
+        # absolute() (not resolve()): the run happens in tmp, and a venv python must keep its own path
+        proc = subprocess.run([str(python.absolute()), str(HERE / "dynamo_peer.py"), "--trace", str(tr), "--calibration",
                                str(cal), "--out", str(res_path)], cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"dynamo_peer.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
