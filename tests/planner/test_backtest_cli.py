@@ -1,7 +1,5 @@
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -53,24 +51,11 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert rc == 2 and "prefill min 3 > max 2" in capsys.readouterr().err
 
 
-def test_cli_run_static_against_a_metrics_endpoint(tmp_path):
-    from fake_vllm_metrics import FakeVllm
-
-    fake = FakeVllm()
-    try:
-        fake.finish(10, 500, 50, 0.1, 0.01)
-        out = tmp_path / "d.jsonl"
-        proc = subprocess.run(
-            [sys.executable, "-m", "pdserve.cli", "planner", "run", "--actuator", "static", "--scrape", fake.url,
-             "--interval", "0.3", "--max-ticks", "3", "--decisions-out", str(out), "--predictor", "constant"],
-            capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        rows = [json.loads(line) for line in out.read_text().splitlines()]
-        assert len(rows) == 3
-        assert rows[0]["held"] and rows[0]["holdReason"] == "missing-data"  # one scrape: no rates yet
-        assert not rows[-1]["held"]  # idle but healthy: a real decision (rate 0)
-    finally:
-        fake.close()
+def test_cli_run_static_against_a_metrics_endpoint(planner_cli):
+    rows = planner_cli(3)
+    assert len(rows) == 3
+    assert rows[0]["held"] and rows[0]["holdReason"] == "missing-data"  # one scrape: no rates yet
+    assert not rows[-1]["held"]  # idle but healthy: a real decision (rate 0)
 
 
 def test_worker_speedup_is_read_from_worker_flags():

@@ -150,13 +150,7 @@ def test_the_simulator_and_both_live_sources_read_the_wide_series():
         server.server_close()
 
 
-def test_the_cli_takes_both_budgets_and_refuses_a_fit_without_its_burst_budget(tmp_path, capsys):
-    import json
-    import subprocess
-    import sys
-
-    from fake_vllm_metrics import FakeVllm
-
+def test_the_cli_takes_both_budgets_and_refuses_a_fit_without_its_burst_budget(capsys, planner_cli):
     from pdserve.planner.shell.cli import main
 
     # refused before any metric is read: a clear message, exit 2
@@ -165,15 +159,4 @@ def test_the_cli_takes_both_budgets_and_refuses_a_fit_without_its_burst_budget(t
     assert main(["run", "--actuator", "static", "--scrape", "http://127.0.0.1:9", "--burst-budget", "2",
                  "--burst-fit-budget", "3"]) == 2
     assert "must be one the router exports" in capsys.readouterr().err
-    fake = FakeVllm()
-    try:
-        fake.finish(10, 500, 50, 0.1, 0.01)
-        out = tmp_path / "d.jsonl"
-        proc = subprocess.run(
-            [sys.executable, "-m", "pdserve.cli", "planner", "run", "--actuator", "static", "--scrape", fake.url,
-             "--interval", "0.3", "--max-ticks", "2", "--decisions-out", str(out), "--predictor", "constant",
-             "--burst-budget", "2", "--burst-fit-budget", "4"], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        assert len([json.loads(line) for line in out.read_text().splitlines()]) == 2
-    finally:
-        fake.close()
+    assert len(planner_cli(2, "--burst-budget", "2", "--burst-fit-budget", "4")) == 2
