@@ -87,7 +87,7 @@ def test_crd_shape() -> None:
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["properties"]["kvConnector"]["properties"]["type"]["enum"] == ["NixlConnector", "LMCacheConnectorV1", "MooncakeConnector"]
     assert spec["properties"]["router"]["default"] == {"replicas": 1, "policy": "kv_aware", "disaggThresholdTokens": 0,
-                                                       "decodeReuseThresholdTokens": 0,
+                                                       "decodeReuseThresholdTokens": 0, "maxPrefillQueueTokens": 0,
                                                        "weights": {}, "resources": {"limits": {}, "requests": {}}}
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
     assert any("gpuBudget" in r for r in rules)

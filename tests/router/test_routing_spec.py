@@ -28,7 +28,7 @@ SPECS = [
     RoutingSpec(),
     RoutingSpec(policy=PolicyName.PREFIX_APPROX, decode_policy=PolicyName.KV_AWARE, block_size=32,
                 weights=CostWeights(overlap_weight=3.0, kv_tokens=512.0, tie_fraction=0.02),
-                disagg_threshold_tokens=128, decode_reuse_threshold_tokens=4096,
+                disagg_threshold_tokens=128, decode_reuse_threshold_tokens=4096, max_prefill_queue_tokens=32768,
                 admission=AdmissionSpec(500.0, 2.0, 9000.0)),
     RoutingSpec(policy=PolicyName.CACHE_AWARE),
 ]
@@ -43,10 +43,11 @@ def test_flags_read_back_as_the_same_spec(spec: RoutingSpec) -> None:
 def test_crd_router_section_becomes_the_routing_spec() -> None:
     crd = RouterSpec.model_validate({"policy": "prefix_approx", "decodePolicy": "round_robin",
                                      "disaggThresholdTokens": 64, "decodeReuseThresholdTokens": 4096,
-                                     "weights": {"overlap": 3, "kvTokens": 100}})
+                                     "maxPrefillQueueTokens": 32768, "weights": {"overlap": 3, "kvTokens": 100}})
     spec = crd.routing(block_size=32)
     assert spec == RoutingSpec(policy=PolicyName.PREFIX_APPROX, decode_policy=PolicyName.ROUND_ROBIN, block_size=32,
-                               disagg_threshold_tokens=64, decode_reuse_threshold_tokens=4096, weights=CostWeights(overlap_weight=3.0, kv_tokens=100.0))
+                               disagg_threshold_tokens=64, decode_reuse_threshold_tokens=4096,
+                               max_prefill_queue_tokens=32768, weights=CostWeights(overlap_weight=3.0, kv_tokens=100.0))
     with pytest.raises(ValueError, match="policy"):
         RouterSpec.model_validate({"policy": "fastest"})
 

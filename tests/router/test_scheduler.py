@@ -100,3 +100,51 @@ def test_decode_reuse_is_off_by_default_and_independent_of_the_prefill_side_thre
         s = Scheduler(spec)
         s.index.store("d1", range(10))
         assert s.plan(req("a", 11), PoolViews(decode=D, prefill=P), 0.0).mode is Mode.PD
+
+
+def backlog(p_queued: int, d_queued: tuple[int, int] = (0, 0)) -> PoolViews:
+    """One prefill worker queueing ``p_queued`` prompt tokens, two decode workers queueing ``d_queued``."""
+    return PoolViews(decode=[WorkerView("d0", inflight_prefill_tokens=d_queued[0]),
+                             WorkerView("d1", inflight_prefill_tokens=d_queued[1])],
+                     prefill=[WorkerView("p0", inflight_prefill_tokens=p_queued)])
+
+
+def test_a_backed_up_prefill_worker_sends_the_prompt_to_a_decode_worker() -> None:
+    """Conditional disaggregation on the prefill backlog: p0 queues 1,600 tokens (100 blocks), more
+    than the limit; this 176-token prompt finishes after 176 tokens on an idle decode worker
+    against 1,776 on p0."""
+    s = Scheduler(RoutingSpec(max_prefill_queue_tokens=1599))
+    plan = s.plan(req("a", 11), backlog(1600), 0.0)
+    assert plan.mode is Mode.LOCAL and plan.decode is not None and plan.prefill is None
+    assert plan.decode_policy is s.policies.local_decode
+    assert plan.notes == [f"prefill worker p0 queues 1600 > 1599 tokens; {plan.decode.worker_id} finishes this "
+                          "prefill after 176 < 1776 tokens: skip P/D"]
+
+
+def test_the_backlog_rule_fires_only_above_the_limit() -> None:
+    s = Scheduler(RoutingSpec(max_prefill_queue_tokens=1600))
+    assert s.plan(req("a", 11), backlog(1600), 0.0).mode is Mode.PD  # at the limit: not above it
+    assert s.plan(req("b", 11), backlog(1601), 0.0).mode is Mode.LOCAL
+    # Off by default, whatever the backlog.
+    assert Scheduler(RoutingSpec()).plan(req("c", 11), backlog(10**6), 0.0).mode is Mode.PD
+
+
+def test_the_backlog_rule_keeps_pd_when_the_decode_workers_are_no_quicker() -> None:
+    s = Scheduler(RoutingSpec(max_prefill_queue_tokens=1000))
+    # Both decode workers already prefill 1,600 tokens locally: 1,776 there is not fewer than 1,776 on p0.
+    assert s.plan(req("a", 11), backlog(1600, (1600, 1600)), 0.0).mode is Mode.PD
+    # One of them with 1,599 queued: 1,775 < 1,776, if the local policy picks it.
+    plan = s.plan(req("b", 11), backlog(1600, (1599, 1600)), 0.0)
+    assert plan.mode is Mode.LOCAL and plan.decode is not None and plan.decode.worker_id == "d0"
+
+
+def test_the_backlog_counts_prompts_the_router_sent_but_the_worker_has_not_reported() -> None:
+    """The scrape says 0 queued; the router's own ledger of routed prefills is the backlog."""
+    s = Scheduler(RoutingSpec(policy=PolicyName.LEAST_LOADED, max_prefill_queue_tokens=1000))
+    views = PoolViews(decode=D, prefill=[WorkerView("p0")])
+    first = s.plan(req("a", 100), views, 0.0)  # 1,600 tokens, nothing queued yet: P/D
+    assert first.mode is Mode.PD and first.prefill is not None
+    s.on_routed(s.policies.prefill, first.prefill, req("a", 100), 0.0)
+    assert s.plan(req("b", 11), views, 0.1).mode is Mode.LOCAL
+    s.on_prefill_done(s.policies.prefill, "a", 0.2)  # its prefill is done: the queue is empty again
+    assert s.plan(req("c", 11), views, 0.3).mode is Mode.PD

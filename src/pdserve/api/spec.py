@@ -193,6 +193,7 @@ class RouterSpec(ApiModel):
     decode_policy: PolicyName | None = Field(None, description="Places the decode side (`--decode-policy`); unset: least_loaded after a remote prefill, else `policy`.")
     disagg_threshold_tokens: int = Field(0, ge=0, le=10_000_000, description="Prompts with fewer uncached tokens skip the prefill pool: the decode worker prefills them (`--disagg-threshold-tokens`).")
     decode_reuse_threshold_tokens: int = Field(0, ge=0, le=10_000_000, description="Prompts whose prefix a decode worker already holds, with fewer uncached tokens there than this and than on the prefill worker, skip the prefill pool: that decode worker prefills them (`--decode-reuse-threshold-tokens`; needs KV events).")
+    max_prefill_queue_tokens: int = Field(0, ge=0, le=100_000_000, description="When the chosen prefill worker already queues more prompt tokens than this (time-to-drain x its prefill rate) and a decode worker would finish the prefill sooner, that decode worker prefills the prompt: the decode pool absorbs bursts the prefill pool cannot (`--max-prefill-queue-tokens`; Dynamo's `max_prefill_queue_size`, in tokens). 0 = off.")
     weights: RouterWeights = Field(default_factory=RouterWeights, description="Scoring weights for the prefix-aware policies.")
     image: str | None = Field(None, min_length=1, description="Router image; defaults to the pdserve image.")
     api_key_secret: SecretKey | None = Field(None, description="Secret key holding the API key clients must send as `Authorization: Bearer <key>` on /v1/* (vLLM's --api-key semantics; set as VLLM_API_KEY in the router). /health and /metrics stay open; the NetworkPolicy limits who reaches them.")
@@ -202,7 +203,8 @@ class RouterSpec(ApiModel):
         """The router's RoutingSpec (the same type the CLI and the simulator use); ``block_size`` is the engines'."""
         return RoutingSpec(policy=self.policy, decode_policy=self.decode_policy, weights=self.weights.cost_weights(),
                            block_size=block_size, disagg_threshold_tokens=self.disagg_threshold_tokens,
-                           decode_reuse_threshold_tokens=self.decode_reuse_threshold_tokens)
+                           decode_reuse_threshold_tokens=self.decode_reuse_threshold_tokens,
+                           max_prefill_queue_tokens=self.max_prefill_queue_tokens)
 
 
 class TracingSpec(ApiModel):

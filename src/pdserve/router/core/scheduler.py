@@ -13,6 +13,11 @@ hooks. Rules, in the order the live router applies them:
   ``decode_reuse_threshold_tokens``, and fewer than the chosen prefill worker would
   compute: local on the decode pool (its policy picks the worker; P/D if that pick
   does not hold the prefix after all);
+* the chosen prefill worker queues more than ``max_prefill_queue_tokens`` prompt tokens
+  and the decode worker the local policy picks would finish this prefill sooner (its
+  queued plus uncached tokens are fewer): local on that decode worker, whose compute is
+  the only capacity that exists at once in a burst (conditional disaggregation on the
+  prefill backlog);
 * otherwise P/D: the prefill worker now, the decode worker (``pd_decode`` policy) once
   the prefill is done (:meth:`Scheduler.decode_after_prefill`), as vLLM's proxy does;
 * with a TTFT SLO, every placement that prefills is checked by admission control on
@@ -96,6 +101,10 @@ class Scheduler:
             local = self._decode_reuse(req, views.decode, first, now)
             if local is not None:
                 return local
+        if self.spec.max_prefill_queue_tokens:
+            local = self._prefill_backlog(req, views, first, now)
+            if local is not None:
+                return local
         return RoutePlan(Mode.PD, self.policies.pd_decode, prefill=first,
                          verdict=self._admit(pol, first, views.prefill))
 
@@ -126,6 +135,34 @@ class Scheduler:
             return None
         plan.notes.append(f"decode worker holds the prefix: uncached {plan.decode.new_prefill_tokens} < {threshold} "
                           f"tokens (prefill side {first.new_prefill_tokens}): skip P/D")
+        return plan
+
+    def _prefill_backlog(self, req: RouteRequest, views: PoolViews, first: Decision, now: float) -> RoutePlan | None:
+        """Local on the decode pool when the prefill worker is backed up (see the module rules).
+
+        Dynamo's disaggregated router prefills remotely only while the prefill queue holds
+        fewer than ``max_prefill_queue_size`` requests (ai-dynamo/dynamo
+        examples/llm/components/disagg_router.py, ``PyDisaggregatedRouter.prefill_remote``,
+        with a TODO to weigh each queued request's size). Here the queue is weighed: the
+        prompt tokens queued on the chosen prefill worker (the same ledger admission reads),
+        and the decode worker must also be the quicker place: a decode worker that already
+        prefills a backlog of its own would only move the wait, and slow its decodes."""
+        assert views.prefill is not None
+        pview = next((v for v in views.prefill if v.worker_id == first.worker_id), None)
+        queued = self.policies.prefill.pending_prefill(pview) if pview is not None else 0
+        limit = self.spec.max_prefill_queue_tokens
+        if queued <= limit:
+            return None
+        plan = self.plan_local(req, views.decode, now, Mode.LOCAL)
+        if plan.decode is None:
+            return None
+        dview = next(v for v in views.decode if v.worker_id == plan.decode.worker_id)
+        local = self.policies.local_decode.pending_prefill(dview) + plan.decode.new_prefill_tokens
+        remote = queued + first.new_prefill_tokens
+        if local >= remote:
+            return None
+        plan.notes.append(f"prefill worker {first.worker_id} queues {queued} > {limit} tokens; "
+                          f"{plan.decode.worker_id} finishes this prefill after {local} < {remote} tokens: skip P/D")
         return plan
 
     def decode_after_prefill(self, req: RouteRequest, decode_views: Sequence[WorkerView],

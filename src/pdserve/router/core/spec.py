@@ -71,6 +71,12 @@ class RoutingSpec:
     when the prompt minus the decode worker's prefix hit is short). Decode workers cache
     the prompts whose KV they received, so a conversation's earlier turns are often held
     on the decode side after the prefill side evicted them.
+    ``max_prefill_queue_tokens``: when the chosen prefill worker already queues more prompt
+    tokens than this (its time-to-drain is this over its prefill rate), and the decode worker
+    the local policy picks would finish this prompt's prefill sooner (fewer queued plus
+    uncached tokens), that decode worker prefills it: conditional disaggregation on the
+    prefill pool's backlog (Dynamo's ``max_prefill_queue_size`` rule, measured in tokens
+    instead of requests). 0 = off.
     """
 
     policy: PolicyName = PolicyName.KV_AWARE
@@ -79,6 +85,7 @@ class RoutingSpec:
     block_size: int = 16  # the workers' KV block size: prompts are hashed in blocks of this
     disagg_threshold_tokens: int = 0
     decode_reuse_threshold_tokens: int = 0
+    max_prefill_queue_tokens: int = 0
     admission: AdmissionSpec = field(default_factory=AdmissionSpec)
 
     def __post_init__(self) -> None:
@@ -92,6 +99,8 @@ class RoutingSpec:
             raise ValueError(f"disagg_threshold_tokens must be >= 0, got {self.disagg_threshold_tokens}")
         if self.decode_reuse_threshold_tokens < 0:
             raise ValueError(f"decode_reuse_threshold_tokens must be >= 0, got {self.decode_reuse_threshold_tokens}")
+        if self.max_prefill_queue_tokens < 0:
+            raise ValueError(f"max_prefill_queue_tokens must be >= 0, got {self.max_prefill_queue_tokens}")
 
     @property
     def local_decode_policy(self) -> PolicyName:

@@ -121,6 +121,10 @@ def add_routing_args(p: argparse.ArgumentParser, *, block_size: bool = True, adm
     r.add_argument("--decode-reuse-threshold-tokens", type=int, default=0,
                    help="skip P/D when a decode worker holds the prompt's prefix (KV events) and fewer prompt tokens "
                         "than this, and than on the prefill worker, are uncached there: that worker prefills it")
+    r.add_argument("--max-prefill-queue-tokens", type=int, default=0,
+                   help="skip P/D when the chosen prefill worker queues more prompt tokens than this (its "
+                        "time-to-drain times its prefill rate) and a decode worker would finish the prefill sooner: "
+                        "that decode worker prefills it (Dynamo's max_prefill_queue_size, in tokens; 0 = off)")
     defaults = CostWeights()
     for name, flag in WEIGHT_FLAGS.items():
         r.add_argument(flag, type=float, default=None, dest=f"cost_{name}",
@@ -144,7 +148,8 @@ def routing_from_args(args: argparse.Namespace) -> RoutingSpec:
         policy=args.policy, decode_policy=args.decode_policy, weights=CostWeights(**given),
         block_size=args.block_size if args.block_size is not None else 16,
         disagg_threshold_tokens=args.disagg_threshold_tokens,
-        decode_reuse_threshold_tokens=args.decode_reuse_threshold_tokens, admission=admission,
+        decode_reuse_threshold_tokens=args.decode_reuse_threshold_tokens,
+        max_prefill_queue_tokens=args.max_prefill_queue_tokens, admission=admission,
     )
 
 
@@ -160,6 +165,8 @@ def routing_flags(spec: RoutingSpec) -> list[str]:
         out += ["--disagg-threshold-tokens", str(spec.disagg_threshold_tokens)]
     if spec.decode_reuse_threshold_tokens:
         out += ["--decode-reuse-threshold-tokens", str(spec.decode_reuse_threshold_tokens)]
+    if spec.max_prefill_queue_tokens:
+        out += ["--max-prefill-queue-tokens", str(spec.max_prefill_queue_tokens)]
     defaults = CostWeights()
     for name, flag in WEIGHT_FLAGS.items():
         value = getattr(spec.weights, name)
