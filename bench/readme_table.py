@@ -68,8 +68,11 @@ def planner(d: dict[str, Any]) -> str:
         lo, hi = (min(vals) * scale, max(vals) * scale) if vals else (0.0, 0.0)
         return "-" if not vals else f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}..{hi:{fmt}}"
 
-    parts = [f"{met}/{len(runs)} runs meet every target ({len(held)} held out); attainment after warm-up, GPU-hours "
-             "as a multiple of the best schedule found's"]
+    commits = d.get("commits", [])
+    at = ("" if not commits else f"; all at {commits[0][:7]}{'+dirty' if d.get('any_dirty') else ''}"
+          if len(commits) == 1 else f"; from {len(commits)} commits")
+    parts = [f"{met}/{len(runs)} runs meet every target ({len(held)} held out{at}); attainment after warm-up, "
+             "GPU-hours as a multiple of the best schedule found's"]
     for label, prefix in (("Azure conv", "azure"), ("bursty", "bursty"), ("Mooncake conv", "mooncake")):
         rs = [r for r in runs if r["trace"].startswith(prefix)]
         if not rs:
@@ -93,6 +96,12 @@ def planner(d: dict[str, Any]) -> str:
     if causal:
         parts.append(f"causal reference (cheapest floor + onset oracle, {len(causal)} bursty runs) at "
                      f"{span(causal, 'causal', 'gpu_hours_vs_best', 1, '.2f')}x the best schedule")
+    rep = d.get("dynamo_repeats", [])
+    if rep:
+        att = [100 * x["attainment_spread"] for x in rep]
+        gh = [x["gpu_hours_spread"] / min(x["gpu_hours"]) for x in rep]
+        parts.append(f"Dynamo's replay is not deterministic: replayed twice on {len(rep)} runs, attainment differs by "
+                     f"{min(att):.1f}..{max(att):.1f} points and GPU-hours by {100 * min(gh):.0f}..{100 * max(gh):.0f} %")
     infeasible = [r for r in runs if (r.get("feasible_fraction_after_warmup") or 1.0) < 1.0]
     if infeasible:
         parts.append("requests infeasible even alone on idle replicas: " + ", ".join(

@@ -21,6 +21,40 @@ ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", 
          "planner_fit", "planner_constant", "dynamo"]
 
 
+REPEAT_DIR = "dynamo_repeat"  # suite.py --dynamo-repeat: Dynamo's replay once more, not a run of its own
+
+
+def runs(results: Path) -> list[tuple[Path, dict]]:
+    """The evaluation runs (``results/<setup>/<trace>.json``), without the Dynamo repeats."""
+    out = []
+    for f in sorted(results.glob("*/*.json")):
+        d = json.loads(f.read_text())
+        if f.parent.name != REPEAT_DIR and d.get("schema") == "pdserve.planner-eval/2":
+            out.append((f, d))
+    return out
+
+
+def dynamo_repeats(results: Path) -> str:
+    """Dynamo's offline replay run twice on the same input: the run's file and its repeat, side by side."""
+    rows = []
+    for f in sorted((results / REPEAT_DIR).glob("*.json")):
+        setup, trace = f.stem.split("__", 1)
+        main = results / setup / f"{trace}.json"
+        if not main.exists():
+            continue
+        a, b = (json.loads(g.read_text())["results"].get("dynamo") for g in (main, f))
+        if a is None or b is None:
+            continue
+        rows.append(f"| {setup}/{trace} | {_pct(a['attainment_after_warmup'])} / {_pct(b['attainment_after_warmup'])} | "
+                    f"{a['gpu_hours']:.2f} / {b['gpu_hours']:.2f} | {a['max_prefill']}P{a['max_decode']}D / "
+                    f"{b['max_prefill']}P{b['max_decode']}D |")
+    if not rows:
+        return ""
+    return "\n".join(["#### Dynamo's planner, replayed twice on the same input (`suite.py --dynamo-repeat`)", "",
+                      "| run | after warm-up: run / repeat | GPU-hours: run / repeat | max P, D: run / repeat |",
+                      "| --- | ---: | ---: | ---: |", *rows, ""])
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
@@ -65,9 +99,8 @@ def achievable(results: Path) -> str:
            "cap / end-to-end / stalled | static vs best | causal (floor + onset oracle): of feasible, vs best | best found "
            "with a wider cap |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for f in sorted(results.glob("*/*.json")):
-        d = json.loads(f.read_text())
-        if d.get("schema") != "pdserve.planner-eval/2" or "best" not in d["results"]:
+    for f, d in runs(results):
+        if "best" not in d["results"]:
             continue
         res, best = d["results"], d["results"]["best"]
         causes = best.get("search", {}).get("miss_causes")
@@ -89,11 +122,10 @@ def achievable(results: Path) -> str:
 
 def render(results: Path) -> str:
     out = ["#### What is achievable (references)", "", achievable(results), ""]
+    rep = dynamo_repeats(results)
+    out += [rep] if rep else []
     base = results.parent  # links relative to the README's folder (results/ sits next to it)
-    for f in sorted(results.glob("*/*.json")):
-        d = json.loads(f.read_text())
-        if d.get("schema") != "pdserve.planner-eval/2":
-            continue
+    for f, d in runs(results):
         tr, su, m = d["trace"], d["setup"], d["meta"]
         res = d["results"]
         best = res.get("best", {}).get("gpu_hours")

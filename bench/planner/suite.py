@@ -35,13 +35,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from resultmeta import Run, write_result  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+from report import REPEAT_DIR  # noqa: E402
+
 RESULTS = HERE / "results"
 SETUPS = {
     "8b_1gpu": ["--model-profile", "llama-3.1-8b-h100", "--max-replicas", "16"],
     "70b_tp4": ["--model-profile", "llama-3.1-70b-tp4-h100", "--max-replicas", "8"],
 }
 TUNE = [("8b_1gpu", "azure_conv_x1"), ("8b_1gpu", "bursty_seed0")]
-REPEAT_DIR = "dynamo_repeat"
 
 
 def traces(root: Path) -> dict[str, list[str]]:
@@ -123,6 +125,8 @@ def summarise(results: Path, run: Run) -> dict:
         repo = HERE.parents[1]
         name = str(f.resolve().relative_to(repo)) if f.resolve().is_relative_to(repo) else str(f)
         row = {"file": name, "setup": f.parent.name, "trace": d["trace"]["id"],
+               "commit": d["meta"]["commit"], "dirty": d["meta"]["dirty"],
+               "earlier_commits": sorted({m["commit"] for m in d.get("earlier_runs", [])} - {d["meta"]["commit"]}),
                "tuned_on": d["trace"]["tuned_on"], "requests": d["trace"]["requests"],
                "warmup_s": d["setup"]["warmup_s"], "lower_bound_gpu_hours": d["lower_bound"]["gpu_hours"],
                "feasible_fraction_after_warmup": d.get("feasibility", {}).get("feasible_fraction_after_warmup"),
@@ -144,7 +148,10 @@ def summarise(results: Path, run: Run) -> dict:
                                                              and pl["gpu_hours"] <= o["gpu_hours"] * 1.01)
             row["target_met"] = all(row["target"].values())
         rows.append(row)
+    # Which commits produced the numbers: one (and clean, no earlier runs merged in) after a full regeneration.
+    commits = sorted({r["commit"] for r in rows} | {c for r in rows for c in r["earlier_commits"]})
     doc = {"schema": "pdserve.planner-eval-summary/1", "tuning_set": [f"{s}/{t}" for s, t in TUNE], "runs": rows,
+           "commits": commits, "any_dirty": any(r["dirty"] for r in rows),
            "dynamo_repeats": dynamo_spread(results)}
     write_result(results / "summary.json", doc, run)
     return doc

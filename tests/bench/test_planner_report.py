@@ -17,5 +17,36 @@ def test_every_run_states_its_feasible_fraction():
     results = ROOT / "bench" / "planner" / "results"
     block = report.render(results)
     # Count evaluation runs by their schema: results/ also holds other files (diagnosis/burst_misses_8b.json).
-    runs = sum(json.loads(f.read_text()).get("schema") == "pdserve.planner-eval/2" for f in results.glob("*/*.json"))
+    # Dynamo's repeats (results/dynamo_repeat/) are not runs of their own.
+    runs = sum(json.loads(f.read_text()).get("schema") == "pdserve.planner-eval/2" for f in results.glob("*/*.json")
+               if f.parent.name != report.REPEAT_DIR)
     assert runs >= 12 and block.count("Feasible alone: ") == runs
+
+
+def test_dynamo_repeats_are_a_spread_table_not_runs(tmp_path):
+    """suite.py --dynamo-repeat writes results/dynamo_repeat/<setup>__<trace>.json: the report shows it next to
+    the run's own Dynamo row, the summary records the spread and the commits, and it is not counted as a run."""
+    import suite
+    from resultmeta import Run
+
+    src = ROOT / "bench" / "planner" / "results" / "8b_1gpu" / "azure_conv_x1.json"
+    d = json.loads(src.read_text())
+    dyn = d["results"]["dynamo"]
+    (tmp_path / "8b_1gpu").mkdir()
+    (tmp_path / "8b_1gpu" / "azure_conv_x1.json").write_text(json.dumps(d))
+    again = dict(d, results={"dynamo": dyn | {"attainment_after_warmup": dyn["attainment_after_warmup"] - 0.25,
+                                              "gpu_hours": 2 * dyn["gpu_hours"]}})
+    (tmp_path / "dynamo_repeat").mkdir()
+    (tmp_path / "dynamo_repeat" / "8b_1gpu__azure_conv_x1.json").write_text(json.dumps(again))
+
+    block = report.render(tmp_path)
+    assert block.count("Feasible alone: ") == 1
+    a = 100 * dyn["attainment_after_warmup"]
+    assert (f"| 8b_1gpu/azure_conv_x1 | {a:.1f} % / {a - 25:.1f} % | {dyn['gpu_hours']:.2f} / "
+            f"{2 * dyn['gpu_hours']:.2f} |") in block
+
+    doc = suite.summarise(tmp_path, Run(["suite.py"]))
+    assert len(doc["runs"]) == 1
+    (rep,) = doc["dynamo_repeats"]
+    assert abs(rep["attainment_spread"] - 0.25) < 1e-9 and abs(rep["gpu_hours_spread"] - dyn["gpu_hours"]) < 1e-9
+    assert doc["commits"] == sorted({d["meta"]["commit"], *(m["commit"] for m in d.get("earlier_runs", []))})
