@@ -42,6 +42,8 @@ from resultmeta import Run, write_result  # noqa: E402
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
 from pdserve.planner.core.profile_model import derive_profile  # noqa: E402
 from pdserve.planner.core.sim_hook import PlannerAutoscaler  # noqa: E402
+from pdserve.router.core.spec import RoutingSpec  # noqa: E402
+from pdserve.router.shell.config import add_routing_args, routing_flags, routing_from_args  # noqa: E402
 from pdserve.sim.metrics import Slo  # noqa: E402
 from pdserve.sim.traces import Trace, from_rows, load_trace  # noqa: E402
 
@@ -100,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dynamo-python", type=Path,
                     help="python of an environment with Dynamo 1.6.1 (README): also run its SLA planner (policy 'dynamo')")
     ap.add_argument("--out", type=Path, required=True, help="result JSON path (a PNG is written next to it)")
+    # The router's flags (pdserve router / pdserve sim), applied in every replay of every policy;
+    # the KV block size is the engines' (the simulator sets it).
+    add_routing_args(ap, block_size=False, admission=False)
+    ap.set_defaults(block_size=None)
     return ap
 
 
@@ -117,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps)
     slo = Slo(ttft_s=args.ttft_ms / 1000, tpot_s=args.itl_ms / 1000, target=0.99)
     s = Setup(args.model_profile, profile, profile.prefill.tensor_parallel_size, profile.decode.tensor_parallel_size,
-              args.max_replicas, args.max_replicas, slo, args.interval, args.startup, args.kv_link_gbps)
+              args.max_replicas, args.max_replicas, slo, args.interval, args.startup, args.kv_link_gbps,
+              routing_from_args(args))
     bound = lower_bound(trace, s)
     feas = trace_feasibility(trace, s, args.warmup)
     results: dict[str, dict] = {}
@@ -128,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         previous = json.loads(args.out.read_text())
         if previous["trace"]["sha256"] != trace.sha256 or previous["trace"]["requests"] != len(trace.requests):
             raise SystemExit(f"--merge: {args.out} holds another trace")
+        # Files from before the routing flags were recorded ran the router's defaults.
+        if previous["setup"].get("routing_flags", routing_flags(RoutingSpec())) != routing_flags(s.routing):
+            raise SystemExit(f"--merge: {args.out} was run with other routing flags")
         results = previous["results"]
         if all(v == "feasible" for v in feas.verdicts):
             # Every request is feasible: attainment among the feasible ones *is* the attainment.
@@ -236,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                   "max_replicas": args.max_replicas, "kv_link_gbps": args.kv_link_gbps,
                   "slo": {"ttft_ms": args.ttft_ms, "tpot_ms": args.itl_ms, "target": 0.99},
                   "interval_s": args.interval, "startup_s": args.startup, "warmup_s": args.warmup,
+                  "routing_flags": routing_flags(s.routing),
                   "planner": {"target_utilization": args.target_utilization, "stabilization_s": args.stabilization,
                               "peak_window_s": args.peak_window}},
         "lower_bound": {k: v for k, v in bound.items() if k != "per_interval"},

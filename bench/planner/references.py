@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from pdserve.planner.core.profile import CapacityProfile
 from pdserve.planner.core.profile_model import UTILISATION
+from pdserve.router.core.spec import RoutingSpec
 from pdserve.sim.autoscale import PoolSizes, WindowMetrics
 from pdserve.sim.config import SimConfig
 from pdserve.sim.metrics import RequestRecord, Slo
@@ -45,11 +46,12 @@ class Setup:
     interval_s: float
     startup_s: float
     kv_link_gbps: float = 100.0
+    routing: RoutingSpec = field(default_factory=RoutingSpec)  # the router's rules in every replay
 
     def sim_config(self, p: int, d: int, startup: float | None = None) -> SimConfig:
         return SimConfig(topology="disagg", prefill_instances=p, decode_instances=d, profile=self.profile_name,
                          startup_delay_s=self.startup_s if startup is None else startup, slo=self.slo,
-                         kv_link_gbps=self.kv_link_gbps)
+                         kv_link_gbps=self.kv_link_gbps, routing=self.routing)
 
     def gpus(self, p: float, d: float) -> float:
         return p * self.tp_p + d * self.tp_d
