@@ -15,7 +15,8 @@ to the held-out runs. Each run is one ``evaluate.py`` process writing a fresh
 commit) with every policy the plan names for it (``policies``); ``--dynamo-python`` adds
 Dynamo's SLA planner to each, and ``--dynamo-repeat`` replays it once more on the named
 runs into ``results/dynamo_repeat/`` (its replay is not deterministic; the summary
-reports the spread). ``--jobs`` runs that many evaluations side by side (tuning runs and
+reports the spread); then the burst diagnoses (``results/diagnosis/``, ``burst_misses.py``,
+``--no-diagnosis`` skips them). ``--jobs`` runs that many evaluations side by side (tuning runs and
 repeats first, then held-out ones, longest first); each holds ``--lock`` (default the
 bench lock, ``none`` for no lock) only for its own minutes.
 """
@@ -26,7 +27,7 @@ import argparse
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -68,6 +69,12 @@ COST = {("8b_1gpu", "bursty_seed0"): 1100, ("70b_tp4", "azure_conv_x4"): 1250, (
         ("8b_1gpu", "azure_conv_x4"): 600, ("8b_1gpu", "bursty_seed3"): 700, ("8b_1gpu", "bursty_seed1"): 550,
         ("70b_tp4", "bursty_seed0"): 550, ("70b_tp4", "bursty_seed1"): 300}
 BASE = ["best", "static", "reactive", "planner", "planner_constant", "planner_fit"]
+# The per-burst diagnoses the README reads (burst_misses.py, 8B bursty seeds): file stem -> its arguments.
+DIAGNOSIS = {
+    "burst_misses_8b": ["--seeds", "0", "1", "2", "--variants", "planner", "planner_burst", "planner_fit"],
+    "planner_fit_variants_8b_s01": ["--seeds", "0", "1", "--variants", "planner_fit_no_correction", "planner_fit_10s"],
+    "planner_fit_variants_8b_s2": ["--seeds", "2", "--variants", "planner_fit_no_correction", "planner_fit_10s"],
+}
 
 
 def policies(setup: str, trace: str) -> list[str]:
@@ -99,6 +106,13 @@ def run_one(results: Path, setup: str, trace: str, args: list[str], extra: list[
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(HERE / "evaluate.py"), *args, *SETUPS[setup], "--trace-id", trace, "--out", str(out),
            *extra]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run((["flock", lock] if lock != "none" else []) + cmd, check=True)
+
+
+def run_diagnosis(results: Path, stem: str, lock: str) -> None:
+    cmd = [sys.executable, str(HERE / "burst_misses.py"), *DIAGNOSIS[stem], "--out",
+           str(results / "diagnosis" / f"{stem}.json")]
     print("+", " ".join(cmd), flush=True)
     subprocess.run((["flock", lock] if lock != "none" else []) + cmd, check=True)
 
@@ -185,6 +199,8 @@ def main() -> int:
     ap.add_argument("--dynamo-python", type=Path, help="peer environment's python: Dynamo's SLA planner in every run")
     ap.add_argument("--dynamo-repeat", nargs="*", default=[], metavar="SETUP/TRACE",
                     help="replay Dynamo once more on these runs (results/dynamo_repeat/), for its spread")
+    ap.add_argument("--diagnosis", action=argparse.BooleanOptionalAction, default=True,
+                    help="also re-run the burst diagnoses (results/diagnosis/, burst_misses.py) after the runs")
     ap.add_argument("--jobs", type=int, default=1, help="evaluations side by side")
     ap.add_argument("--lock", default="/tmp/pdserve-bench.lock", help="flock each evaluation on this file ('none': no lock)")
     ap.add_argument("--folder", dest="results", type=Path, default=RESULTS, help="result folder")
@@ -208,7 +224,8 @@ def main() -> int:
             sorted((r for r in wanted if r not in TUNE), key=lambda r: -COST.get(r, 300))
         react = ["--reactive-prefill-target", str(pt), "--reactive-kv-target", str(kt)]
         pool([partial(run_one, args.results, s, t, tr[t], run_args(s, t, False) + react + dyn, args.lock)
-              for s, t in order if (s, t) not in TUNE], args.jobs)
+              for s, t in order if (s, t) not in TUNE]
+             + [partial(run_diagnosis, args.results, d, args.lock) for d in DIAGNOSIS if args.diagnosis], args.jobs)
     doc = summarise(args.results, run)
     for r in doc["runs"]:
         p = r["policies"].get("planner", {})
@@ -216,7 +233,7 @@ def main() -> int:
     return 0
 
 
-def pool(jobs: list[Callable[[], None]], n: int) -> None:
+def pool(jobs: Sequence[Callable[[], None]], n: int) -> None:
     """Run the jobs on n threads (each one a subprocess); the first failure cancels those not started."""
     ex = ThreadPoolExecutor(max_workers=max(1, n))
     try:
