@@ -23,7 +23,7 @@ from pdserve.router.core.spec import PolicyName, RoutingSpec
 from pdserve.sim.config import SimConfig
 from pdserve.sim.prompts import token_ids
 from pdserve.sim.simulator import Simulation
-from pdserve.sim.traces import Trace, from_rows
+from pdserve.sim.traces import Trace, TraceRequest, from_rows
 from tests.router.conftest import MODEL, entry, kv_events_flowing, router_config, run_router, spawn, wait_for
 
 pytestmark = pytest.mark.slow
@@ -57,8 +57,8 @@ def _trace() -> Trace:
 SPEC = RoutingSpec(policy=PolicyName.KV_AWARE, block_size=16, disagg_threshold_tokens=200)
 
 
-def _simulated(trace: Trace, spec: RoutingSpec = SPEC) -> list[tuple[str, int | None, int]]:
-    cfg = SimConfig(prefill_instances=2, decode_instances=2, block_size=16, routing=spec)
+def _simulated(trace: Trace, spec: RoutingSpec = SPEC, n: int = 2) -> list[tuple[str, int | None, int]]:
+    cfg = SimConfig(prefill_instances=n, decode_instances=n, block_size=16, routing=spec)
     res = Simulation(trace, cfg).run()
     out = []
     for r in sorted(res.records, key=lambda r: r.index):
@@ -97,6 +97,41 @@ async def test_live_router_and_simulator_agree_on_decode_side_reuse(tmp_path: Pa
     assert [m for m, _, _ in expected] == ["pd", "local", "local", "local"]
     # The rule reads the decode workers' events of the very first request: the subscriptions must be live.
     assert await _live(trace, REUSE_SPEC, tmp_path, warm=True) == expected
+
+
+# Prefill backlog: five fresh 16,000-token prompts 10 ms apart on 1P1D, limit 32,000 queued tokens. Each is
+# placed before the first prefill is done (~0.6 s on the 8B profile, in real time: speedup 1), so the
+# router's ledger alone decides: P0 queues 0, 16k, 32k (not above the limit): P/D; then 48k: D0 (16k
+# < 64k), then D0 32k < 64k. Live, the requests overlap as they do in the simulator's trace.
+BACKLOG_SPEC = RoutingSpec(policy=PolicyName.KV_AWARE, block_size=16, max_prefill_queue_tokens=32_000)
+BACKLOG_PROMPT = 16_000
+
+
+async def test_live_router_and_simulator_agree_on_the_prefill_backlog(tmp_path: Path) -> None:
+    trace = from_rows([(0.01 * k, BACKLOG_PROMPT, 4, tuple(range(1000 + 40 * k, 1032 + 40 * k))) for k in range(5)],
+                      format="mooncake", source="conformance-backlog")
+    expected = _simulated(trace, BACKLOG_SPEC, n=1)
+    assert [m for m, _, _ in expected] == ["pd", "pd", "pd", "local", "local"]
+    with ExitStack() as stack:
+        prefill, decode = spawn(stack, 1, speedup=1.0), spawn(stack, 1, speedup=1.0)
+        path = tmp_path / "workers.json"
+        path.write_text(json.dumps({"prefill": [entry(w) for w in prefill], "decode": [entry(w) for w in decode]}))
+        cfg = router_config(discovery_file=path, routing=BACKLOG_SPEC, kv_events=True, scrape_interval_s=0.2)
+        async with run_router(cfg) as r:
+            await wait_for(lambda: len(r.state.pool.views("decode")) == 1 and len(r.state.pool.views("prefill")) == 1,
+                           what="discovery")
+
+            async def send(req: TraceRequest) -> tuple[str, int | None, int]:
+                await asyncio.sleep(req.arrival_s)
+                body = {"model": MODEL, "prompt": token_ids(req, HB), "max_tokens": req.output_tokens,
+                        "ignore_eos": True}
+                resp = await r.post("/v1/completions", body)
+                assert resp.status == 200, await resp.text()
+                await resp.read()
+                return _route(resp.headers["x-pdserve-route"], [w.url for w in prefill], [w.url for w in decode])
+
+            got = await asyncio.gather(*(send(q) for q in trace.requests))
+    assert list(got) == expected
 
 
 async def _live(trace: Trace, spec: RoutingSpec, tmp_path: Path, warm: bool = False) -> list[tuple[str, int | None, int]]:
