@@ -18,8 +18,9 @@ ROWS = [(0.0, 1000, 400, (1, 2))] + [(1.0 + 0.01 * k, PROMPT, 4, tuple(range(100
 TRACE = from_rows(ROWS, format="mooncake", source="burst")
 
 
-def _run(limit: int) -> list[RequestRecord]:
-    cfg = SimConfig(prefill_instances=1, decode_instances=1, routing=RoutingSpec(max_prefill_queue_tokens=limit))
+def _run(limit: int, decode_budget: int | None = None) -> list[RequestRecord]:
+    cfg = SimConfig(prefill_instances=1, decode_instances=1, routing=RoutingSpec(max_prefill_queue_tokens=limit),
+                    decode_token_budget=decode_budget)
     res = Simulation(TRACE, cfg).run()
     assert res.summary.finished == len(ROWS)
     return sorted(res.records, key=lambda r: r.index)
@@ -41,3 +42,15 @@ def test_a_burst_overflows_onto_the_decode_engine_and_slows_its_decodes() -> Non
     assert max(r.ttft for r in on[1:]) < 0.6 * max(r.ttft for r in off[1:])
     # The decode engine ran those prompts in its own steps: request 0's decodes shared them.
     assert on[0].tpot > 1.2 * off[0].tpot
+
+
+def test_a_smaller_decode_token_budget_bounds_the_steps_that_carry_prompts() -> None:
+    """vLLM's --max-num-batched-tokens on the decode pool: at 8192 one decode step carries an 8,192-token
+    chunk (~0.3 s on this profile), so the local prompts, decoding behind each other's chunks, miss a
+    50 ms TPOT; at 1024 a step carries at most 1,024 prompt tokens (~37 ms) and they meet it."""
+    wide, narrow = _run(2 * PROMPT), _run(2 * PROMPT, decode_budget=1024)
+    assert _modes(narrow) == _modes(wide)
+    local = [i for i, m in enumerate(_modes(wide)) if m == "local"]
+    assert max(wide[i].tpot for i in local) > 0.05 > max(narrow[i].tpot for i in local)
+    # P/D only, the decode engines never prefill: their budget changes nothing.
+    assert [(r.first_token_s, r.finish_s) for r in _run(0)] == [(r.first_token_s, r.finish_s) for r in _run(0, 1024)]

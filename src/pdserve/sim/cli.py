@@ -41,6 +41,9 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int, default=None, help="tensor-parallel size for every engine")
     g.add_argument("--max-num-seqs", type=int, default=256)
     g.add_argument("--token-budget", type=int, default=512, help="chunked prefill token budget")
+    g.add_argument("--decode-token-budget", type=int, default=None,
+                   help="disagg: decode engines' max_num_batched_tokens (default 8192): the chunk a decode step "
+                        "carries when it prefills a prompt itself")
     g.add_argument("--max-model-len", type=int, default=131072)
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--block-size", type=int, default=None,
@@ -74,6 +77,7 @@ def engine_fields(args: argparse.Namespace) -> dict[str, object]:
         "tp": args.tp,
         "max_num_seqs": args.max_num_seqs,
         "token_budget": args.token_budget,
+        "decode_token_budget": args.decode_token_budget,
         "max_model_len": args.max_model_len,
         "enable_prefix_caching": not args.no_prefix_caching,
         "block_size": args.block_size,

@@ -59,6 +59,12 @@ class SimConfig(BaseModel):
     )
     max_num_seqs: int = Field(256, ge=1)
     token_budget: int = Field(512, ge=16, description="chunked prefill: max_num_batched_tokens")
+    decode_token_budget: int | None = Field(
+        None, ge=16,
+        description="disagg: the decode engines' max_num_batched_tokens (vLLM's --max-num-batched-tokens on the "
+        "decode pool). A decode engine that prefills a prompt itself (P/D skipped) runs it in chunks of at most "
+        "this many tokens, each in one step with its decodes: it bounds the ITL those decodes see. None = 8192",
+    )
     max_model_len: int = Field(131072, ge=16)
     block_size: int | None = Field(
         None, ge=1,

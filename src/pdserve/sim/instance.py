@@ -78,6 +78,8 @@ def pool_spec(config: SimConfig, pool: str) -> PoolSpec:
         budget = config.token_budget
     elif pool == "colocated":
         budget = config.max_model_len  # no chunking: a prompt is prefilled whole
+    elif pool == "decode" and config.decode_token_budget is not None:
+        budget = config.decode_token_budget
     else:
         budget = max(PD_BATCHED_TOKENS, config.token_budget)
     ecfg = EngineConfig(
