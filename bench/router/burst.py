@@ -86,6 +86,25 @@ def cpu_split(pid: int) -> tuple[float, float]:
     return user / TICK, kernel / TICK
 
 
+def switches(pid: int) -> int:
+    """Context switches (voluntary + involuntary) of every thread of a process tree: how
+    often the router went to sleep in epoll or was preempted, over the burst. A loop that
+    wakes for fewer ready sockets per wake-up pays its fixed costs over fewer tokens."""
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                for line in (task / "status").read_text().splitlines():
+                    if "ctxt_switches:" in line:
+                        total += int(line.split()[1])
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
+
+
 def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid: int | None,
                load_cpus: str | None) -> dict:
     """One burst of ``streams`` simultaneous streams against ``url``; per-burst numbers.
@@ -106,12 +125,16 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
     # The router's CPU over the burst only: read it just before the clients open their streams.
     time.sleep(max(0.0, start_at - time.time() - 0.02))
     u0, k0 = cpu_split(pid) if pid else (0.0, 0.0)
+    s0 = switches(pid) if pid else 0
     outs = [c.communicate(timeout=args.timeout + 60) for c in clients]
     u1, k1 = cpu_split(pid) if pid else (0.0, 0.0)
+    s1 = switches(pid) if pid else 0
     cpu = (u1 - u0) + (k1 - k0)
     late = time.time() - start_at
     ttft: list[float] = []
     e2e: list[float] = []
+    gaps: list[float] = []  # per stream: its longest wait between reads after the first token
+    tpot: list[float] = []  # per stream: (end - first token) / (tokens - 1)
     tokens, errors = 0, []
     for c, (out, err) in zip(clients, outs):
         if c.returncode != 0:
@@ -119,17 +142,22 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
         r = json.loads(out)
         ttft += [x for x in r["ttft_s"] if x is not None]
         e2e += [x for x in r["e2e_s"] if x is not None]
+        gaps += [x for x in r.get("gap_max_s", []) if x is not None]
+        tpot += [(e - t) / (n - 1) for t, e, n in zip(r["ttft_s"], r["e2e_s"], r["tokens"])
+                 if t is not None and e is not None and n > 1]
         tokens += sum(r["tokens"])
         errors += r["errors"]
     ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
     out = {"streams": streams, "ok": len(e2e), "errors": len(errors), "error_examples": sorted(set(errors))[:3],
            "ttft_p50_ms": ms(pct(ttft, 0.5)), "ttft_p99_ms": ms(pct(ttft, 0.99)), "ttft_max_ms": ms(max(ttft, default=None)),
-           "e2e_p99_ms": ms(pct(e2e, 0.99)), "tokens": tokens, "wall_s": round(late, 3),
+           "e2e_p99_ms": ms(pct(e2e, 0.99)), "tpot_p50_ms": ms(pct(tpot, 0.5)), "tpot_p99_ms": ms(pct(tpot, 0.99)),
+           "itl_max_p99_ms": ms(pct(gaps, 0.99)), "tokens": tokens, "wall_s": round(late, 3),
            "load_average_1m": round(os.getloadavg()[0], 2)}
     if pid:
         out["router_cpu_s"] = round(cpu, 3)
         out["router_cpu_us_per_token"] = round(cpu * 1e6 / max(tokens, 1), 2)
         out["router_kernel_share"] = round((k1 - k0) / cpu, 3) if cpu > 0 else None
+        out["router_switches_per_token"] = round((s1 - s0) / max(tokens, 1), 4)
     return out
 
 
@@ -221,8 +249,8 @@ def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
     n = min((len(rs) for rs in rounds.values()), default=0)
     for name, rs in rounds.items():
         o: dict = {}
-        for key in ("ttft_p50_ms", "ttft_p99_ms", "ttft_max_ms", "e2e_p99_ms", "router_cpu_us_per_token",
-                    "router_kernel_share"):
+        for key in ("ttft_p50_ms", "ttft_p99_ms", "ttft_max_ms", "e2e_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+                    "itl_max_p99_ms", "router_cpu_us_per_token", "router_kernel_share", "router_switches_per_token"):
             vals = [r[key] for r in rs if r.get(key) is not None]
             if vals:
                 o[key] = median_range(vals)
@@ -286,14 +314,16 @@ def markdown(doc: dict) -> str:
                for streams, targets in doc["summary"].items() for name, o in targets.items()
                if "cpu_per_token_vs_baseline" in o],
              "| streams | target | TTFT p50 ms | TTFT p99 ms | TTFT p99 / best Rust | router CPU µs/token "
-             "| CPU/token / best Rust | kernel share of CPU | errors |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| CPU/token / best Rust | kernel share of CPU | TPOT p50 ms | longest ITL p99 ms "
+             "| router context switches / token | errors |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for streams, targets in doc["summary"].items():
         for name, o in targets.items():
             lines.append(f"| {streams} | {name} | {fmt(o.get('ttft_p50_ms'), 0)} | {fmt(o.get('ttft_p99_ms'), 0)} "
                          f"| {fmt(o.get('ttft_p99_vs_best_rust'), 2)} | {fmt(o.get('router_cpu_us_per_token'), 1)} "
                          f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {fmt(o.get('router_kernel_share'), 2)} "
-                         f"| {o['errors']} |")
+                         f"| {fmt(o.get('tpot_p50_ms'), 1)} | {fmt(o.get('itl_max_p99_ms'), 0)} "
+                         f"| {fmt(o.get('router_switches_per_token'), 2)} | {o['errors']} |")
     prof = doc.get("profile")
     if prof:
         lines += ["", f"Where pdserve's router CPU went ({prof['tool']}; {prof['samples']} samples):", "",
@@ -432,7 +462,8 @@ def main() -> int:
                         profile_stop(spy)
                     rs[name].append(r)
                     print(f"{streams} streams, round {rnd + 1}/{args.rounds}, {name}: TTFT p50 {r['ttft_p50_ms']} "
-                          f"p99 {r['ttft_p99_ms']} ms, errors {r['errors']}, CPU/token "
+                          f"p99 {r['ttft_p99_ms']} ms, TPOT p50 {r['tpot_p50_ms']} ms, longest ITL p99 "
+                          f"{r['itl_max_p99_ms']} ms, errors {r['errors']}, CPU/token "
                           f"{r.get('router_cpu_us_per_token', '-')} µs, load {r['load_average_1m']}", flush=True)
             rounds[str(streams)] = rs
         prompt_tokens = len(load_tokenizer(str(tok)).chat_ids(

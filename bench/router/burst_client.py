@@ -40,6 +40,7 @@ class Result:
     ttft_s: float | None = None
     ttft_own_s: float | None = None
     e2e_s: float | None = None
+    gap_max_s: float | None = None  # longest wait between two reads after the first token (worst ITL)
     tokens: int = 0
     error: str | None = None
 
@@ -95,6 +96,7 @@ class Stream(asyncio.Protocol):
         self.tail = b""  # the last bytes of the body, where a token or [DONE] may be cut in two
         self.transport: asyncio.Transport | None = None
         self.finished = False
+        self.last_read = 0.0  # perf_counter() of the last body read once the first token came
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport
@@ -120,9 +122,15 @@ class Stream(asyncio.Protocol):
             return
         self.body.append(data)
         window = self.tail + data
-        if self.result.ttft_s is None and self.token.search(window):
+        if self.last_read:
+            gap = now - self.last_read
+            if self.result.gap_max_s is None or gap > self.result.gap_max_s:
+                self.result.gap_max_s = gap
+            self.last_read = now
+        elif self.result.ttft_s is None and self.token.search(window):
             self.result.ttft_s = now - self.base
             self.result.ttft_own_s = now - self.started
+            self.last_read = now
         if DONE in window:
             self.result.e2e_s = now - self.base
             self.finish(None)
@@ -208,7 +216,8 @@ def main() -> int:
                                                                              args.prompt_words),
                                 args.max_tokens, args.start_at, args.timeout))
     doc = json.dumps({"ttft_s": [r.ttft_s for r in results], "ttft_own_s": [r.ttft_own_s for r in results],
-                      "e2e_s": [r.e2e_s for r in results], "tokens": [r.tokens for r in results],
+                      "e2e_s": [r.e2e_s for r in results], "gap_max_s": [r.gap_max_s for r in results],
+                      "tokens": [r.tokens for r in results],
                       "errors": [r.error for r in results if r.error]})
     if args.out:
         args.out.write_text(doc + "\n")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from prometheus_client import Histogram
 
 from pdserve.router.shell import sse
@@ -111,14 +112,27 @@ class _Pipe:
     callback: no task wake-up and no aiohttp writer call per chunk (on 256 streams the
     wake-ups alone put ~20 ms between a token's arrival and its relay, as every stream's
     token lands in the same engine step). A read that is exactly one chunk is written
-    to the client as it came, chunk framing included."""
+    to the client as it came, chunk framing included.
 
-    __slots__ = ("transport", "upstream", "chunked", "feed", "tokens", "first_chunk", "first", "paused", "loop")
+    One socket write per upstream read, the response head and the body's end included:
+    the head aiohttp prepared (and holds, ``_send_headers_immediately = False``) goes out
+    with the first chunk (or alone after ``HEAD_WAIT_S``), and the chunk completing the
+    stream's ``data: [DONE]`` carries the body's terminating chunk. Two writes fewer per
+    request; on loopback each write is a send() that also runs the receiver's TCP input."""
+
+    __slots__ = ("transport", "upstream", "chunked", "feed", "tokens", "first_chunk", "first", "paused", "loop",
+                 "writer", "done", "head_timer", "ended")
 
     def __init__(self, transport: asyncio.Transport, upstream: Http1Response, chunked: bool,
-                 tracker: sse.PassThroughTracker, clock: _Clock, first_chunk: Histogram) -> None:
+                 tracker: sse.PassThroughTracker, clock: _Clock, first_chunk: Histogram,
+                 writer: AbstractStreamWriter | None = None, head_timer: asyncio.TimerHandle | None = None) -> None:
         self.transport, self.upstream, self.chunked = transport, upstream, chunked
         self.feed, self.tokens, self.first_chunk = tracker.feed, clock.tokens, first_chunk
+        self.done = lambda: tracker.done
+        # aiohttp's writer, when its head and end may be taken over (None: aiohttp sends both itself).
+        self.writer = writer if writer is not None and _writer_coalesces(writer) else None
+        self.head_timer = head_timer
+        self.ended = False  # the client's body was ended with the stream's [DONE]
         self.first = True
         self.paused = False
         self.loop = asyncio.get_running_loop()
@@ -129,16 +143,31 @@ class _Pipe:
             if t.is_closing():
                 self.upstream.abort(_ClientGone())
                 return
+            if self.ended:
+                return  # bytes after the stream's [DONE]: the client's body is already complete
+            n = -1
             if not self.chunked:
-                t.write(payload)
-            elif raw is not None:
-                t.write(raw)
+                data = payload
             else:
-                t.write(b"%x\r\n%b\r\n" % (len(payload), payload))
-            if self.first:  # router time from the first upstream byte to the client
+                data = raw if raw is not None else b"%x\r\n%b\r\n" % (len(payload), payload)
+                if self.writer is not None and b"[DONE]" in payload:
+                    # The stream's last event: when it is complete, end the client's body in the
+                    # same write (aiohttp's own end is marked sent), not in one more write when the
+                    # worker's terminating chunk comes.
+                    n = self.feed(payload)
+                    if self.done():
+                        data += b"0\r\n\r\n"
+                        self.writer._eof = True  # type: ignore[attr-defined]
+                        self.ended = True
+            if self.first:
                 self.first = False
+                t.write(self._head() + data)
+                # router time from the first upstream byte to the client
                 self.first_chunk.observe(time.perf_counter() - self.upstream.first_body_at)
-            n = self.feed(payload)
+            else:
+                t.write(data)
+            if n < 0:
+                n = self.feed(payload)
             if n:
                 self.tokens(n)
             if t.get_write_buffer_size() > _HIGH_WATER and not self.paused:
@@ -147,6 +176,21 @@ class _Pipe:
                 self.loop.call_later(0.005, self._drained)
         except Exception as e:  # noqa: BLE001 - reported by the relay as a router error
             self.upstream.abort(e)
+
+    def _head(self) -> bytes:
+        """The response head aiohttp holds, taken (and marked sent) to go out with the first chunk."""
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+        w = self.writer
+        if w is None:
+            return b""
+        head = w._headers_buf  # type: ignore[attr-defined]
+        if not head or w._headers_written:  # type: ignore[attr-defined]
+            return b""  # already sent (the head timer, or aiohttp)
+        w._headers_written = True  # type: ignore[attr-defined]
+        w._headers_buf = None  # type: ignore[attr-defined]
+        return bytes(head)
 
     def _drained(self) -> None:
         if self.upstream.finished:
@@ -160,6 +204,29 @@ class _Pipe:
             self.loop.call_later(0.005, self._drained)
 
 
+# aiohttp holds a prepared response's head (StreamWriter._headers_buf) until the first body
+# write when the response opts out of sending it at once; the relay takes it from there.
+# Checked on the writer itself, so another aiohttp release that stores it differently
+# falls back to aiohttp sending the head and the end on its own (one write more each).
+def _writer_coalesces(writer: AbstractStreamWriter) -> bool:
+    return (getattr(writer, "_headers_written", None) is False and hasattr(writer, "_headers_buf")
+            and getattr(writer, "_eof", None) is False)
+
+
+def _send_head(writer: AbstractStreamWriter) -> None:
+    send = getattr(writer, "send_headers", None)  # aiohttp >= 3.10; before it, prepare() sent the head
+    if send is not None:
+        try:
+            send()
+        except (ConnectionError, RuntimeError):
+            pass  # the client is gone: the relay finds out at its next write
+
+
+# The longest the head waits for the first chunk: past it the head goes out alone, so a
+# client (or a proxy with a header timeout) sees the response start before a long prefill ends.
+HEAD_WAIT_S = 0.2
+
+
 async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att: Attempt, policy: Policy,
                        headers: dict[str, str]) -> web.StreamResponse:
     resp = web.StreamResponse(status=200, headers={**headers, "Content-Type": "text/event-stream",
@@ -167,23 +234,37 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
     chunked = request.version >= aiohttp.HttpVersion11
     if chunked:
         resp.enable_chunked_encoding()  # what aiohttp picks anyway; explicit, as _Pipe frames chunks itself
-    await resp.prepare(request)  # a StreamResponse sends its head now, not with the first chunk
+    upstream = att.resp
+    transport = request.transport
+    piped = isinstance(upstream, Http1Response) and transport is not None
+    if piped:
+        resp._send_headers_immediately = False  # the head goes with the first chunk (_Pipe)
+    writer = await resp.prepare(request)
+    head_timer = None
+    if piped and writer is not None:
+        if _writer_coalesces(writer):
+            head_timer = asyncio.get_running_loop().call_later(HEAD_WAIT_S, _send_head, writer)
+        else:  # an aiohttp that keeps its head elsewhere: it must be out before _Pipe writes
+            _send_head(writer)
+            writer = None
     # Raw payloads are kept only when a migration could use them.
     tracker = sse.PassThroughTracker(flow.parsed.kind, keep=state.cfg.migrate and flow.parsed.n == 1)
     clock = _Clock(state, flow, policy)
-    upstream = att.resp
-    transport = request.transport
     state.relaying.add(upstream)
+    pipe: _Pipe | None = None
     try:
         try:
-            if isinstance(upstream, Http1Response) and transport is not None:
-                upstream.set_sink(_Pipe(transport, upstream, chunked, tracker, clock, state.metrics.first_chunk))
+            if piped:
+                assert isinstance(upstream, Http1Response) and transport is not None
+                pipe = _Pipe(transport, upstream, chunked, tracker, clock, state.metrics.first_chunk, writer, head_timer)
+                upstream.set_sink(pipe)
                 await upstream.readany()  # returns b"" at the end, raises if it failed
                 upstream.set_sink(None)
             else:
                 await _relay_by_reads(state, resp, att, tracker, clock)
         except RouterShuttingDown:
-            await _fail(resp, SHUTDOWN_MESSAGE)
+            if pipe is None or not pipe.ended:  # (an ended body takes no more events)
+                await _fail(resp, SHUTDOWN_MESSAGE)
         except RETRYABLE as e:
             if not tracker.done:
                 await _migrate(state, flow, resp, tracker, clock, failed=att.url, why=f"{type(e).__name__}")
@@ -199,12 +280,16 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
         pass
     except Exception as e:  # a router bug must still end the stream well-formed, never hang it
         log.exception("stream relay failed")
+        if pipe is not None and pipe.ended:
+            return resp  # the client's body is complete already
         try:
             await _fail(resp, f"router error while streaming: {type(e).__name__}")
             await _write_eof(resp)
         except (_ClientGone, RuntimeError):
             pass
     finally:
+        if head_timer is not None:
+            head_timer.cancel()  # the stream ended before its first chunk: aiohttp sent the head
         state.relaying.discard(upstream)
         clock.flush()
     return resp
