@@ -117,37 +117,61 @@ def choose(runs: list[dict], seeds: list[int]) -> tuple[int, int | None]:
                                               -round(mean(a, "static", "gpu_hours"), 4)))
 
 
+def _arm(r: dict) -> tuple[int, int | None]:
+    return r["limit"], r["decode_token_budget"]
+
+
 def readme_section(doc: dict) -> str:
     """The README section, from the result file alone."""
     meta = doc["meta"]
-    chosen, budget = doc["chosen"]["limit"], doc["chosen"]["decode_token_budget"]
+    chosen = (doc["chosen"]["limit"], doc["chosen"]["decode_token_budget"])
+    tune, held = doc["tuning_seeds"], doc["held_out_seeds"]
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.2f} %"
+
     lines = [BEGIN, "",
              f"Decode replicas prefill when the prefill pool is backed up (`--max-prefill-queue-tokens`, "
              f"`RoutingSpec.max_prefill_queue_tokens`; off by default), {doc['model_profile']}, bursty seeds, "
-             f"{doc['duration_s']:g} s each, after a {doc['warmup_s']:g} s warm-up. Limit chosen on seeds "
-             f"{', '.join(map(str, doc['tuning_seeds']))} only (highest mean planner attainment, then fewest "
-             f"static GPU-hours): **{chosen or 'off'}** tokens (about {chosen / doc['prefill_tokens_per_s']:.2f} s "
-             f"of one prefill replica's saturated rate), decode token budget **{budget or 8192}**; seed(s) {', '.join(map(str, doc['held_out_seeds']))} held out, "
-             "run once. Attainment = TTFT <= 2 s and TPOT <= 50 ms; \"feasible\" leaves out requests that miss "
-             "alone on idle replicas; TPOT = share of requests meeting the TPOT objective (decode steps now "
-             "carry prompt chunks); local = share of requests prefilled on a decode replica; decode budget = the decode engines' "
-             "max_num_batched_tokens (the largest prompt chunk one decode step carries).", "",
-             "| seed | policy | limit (tokens) | decode budget | attainment | feasible | TTFT met | TPOT met | TPOT p99 (ms) "
-             "| GPU-h | static size | local |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(doc["runs"], key=lambda r: (r["seed"] in doc["held_out_seeds"], r["seed"], r["policy"],
-                                               r["limit"], r["decode_token_budget"] or 8192)):
-        size = "{}P{}D".format(*r["size"]) if "size" in r else ""
-        tag = " (held out)" if r["seed"] in doc["held_out_seeds"] else ""
-        lines.append(f"| {r['seed']}{tag} | {r['policy']} | {r['limit'] or 'off'} | {r['decode_token_budget'] or 8192} | "
-                     f"{100 * r['attainment_after_warmup']:.2f} % | {100 * r['attainment_feasible_after_warmup']:.2f} % | "
-                     f"{100 * r['ttft_after_warmup']:.2f} % | {100 * r['tpot_after_warmup']:.2f} % | "
-                     f"{1000 * (r['tpot_p99_s'] or 0):.1f} | {r['gpu_hours']:.2f} | {size} | "
-                     f"{100 * r['local_share']:.1f} % |")
+             f"{doc['duration_s']:g} s each, attainment after a {doc['warmup_s']:g} s warm-up (TTFT <= 2 s and "
+             "TPOT <= 50 ms). A decode replica that prefills runs the prompt in chunks of its "
+             "`max_num_batched_tokens` (the decode budget) in the steps of its decodes, so it is swept too "
+             f"(8192: vLLM's default). The arm was chosen on seeds {', '.join(map(str, tune))} only (highest mean "
+             f"planner attainment, then fewest static GPU-hours): **limit {chosen[0]} tokens** (about "
+             f"{chosen[0] / doc['prefill_tokens_per_s']:.2f} s of one prefill replica's saturated rate) with a "
+             f"**decode budget of {chosen[1] or 8192}**; seed {', '.join(map(str, held))} was held out and run once. "
+             "\"static\" is the smallest fixed size meeting 99 % of the feasible requests, searched again with the "
+             "rule on; \"local\" is the share of requests prefilled on a decode replica.", "",
+             "| seed | policy | attainment off -> on | feasible off -> on | TPOT met off -> on | GPU-h off -> on "
+             "| local |", "|---|---|---|---|---|---|---|"]
+    runs = doc["runs"]
+    for seed in [*tune, *held]:
+        for policy in ("planner", "static"):
+            off = next(r for r in runs if r["seed"] == seed and r["policy"] == policy and r["limit"] == 0)
+            on = next((r for r in runs if r["seed"] == seed and r["policy"] == policy and _arm(r) == chosen), off)
+            size = (lambda r: " ({}P{}D)".format(*r["size"]) if "size" in r else "")  # noqa: E731
+            lines.append(
+                f"| {seed}{' (held out)' if seed in held else ''} | {policy} | "
+                f"{pct(off['attainment_after_warmup'])} -> {pct(on['attainment_after_warmup'])} | "
+                f"{pct(off['attainment_feasible_after_warmup'])} -> {pct(on['attainment_feasible_after_warmup'])} | "
+                f"{pct(off['tpot_after_warmup'])} -> {pct(on['tpot_after_warmup'])} | "
+                f"{off['gpu_hours']:.2f}{size(off)} -> {on['gpu_hours']:.2f}{size(on)} | {pct(on['local_share'])} |")
+    lines += ["", f"The sweep on seeds {', '.join(map(str, tune))} (means):", "",
+              "| limit (tokens) | decode budget | planner attainment | planner TPOT met | static GPU-h |",
+              "|---|---|---|---|---|"]
+    for arm in sorted({_arm(r) for r in runs if r["seed"] in tune}, key=lambda a: (a[0], a[1] or 8192)):
+        def mean(policy: str, key: str, arm: tuple[int, int | None] = arm) -> float:
+            return statistics.mean(r[key] for r in runs if r["seed"] in tune and r["policy"] == policy
+                                   and _arm(r) == arm)
+        mark = " (chosen)" if arm == chosen else ""
+        lines.append(f"| {arm[0] or 'off'}{mark} | {arm[1] or 8192 if arm[0] else '-'} | "
+                     f"{pct(mean('planner', 'attainment_after_warmup'))} | {pct(mean('planner', 'tpot_after_warmup'))} "
+                     f"| {mean('static', 'gpu_hours'):.2f} |")
     load = meta.get("loadavg_before", {}).get("1m")
-    lines += ["", f"From [results/diagnosis/local_prefill_8b.json](results/diagnosis/local_prefill_8b.json): "
-              f"`{meta['command']}` at {meta['commit'][:7]}{'+dirty' if meta.get('dirty') else ''}, "
-              f"{meta['date'][:10]}, load {load} (deterministic replays: the load changes only wall time).", "", END]
+    lines += ["", f"From [results/diagnosis/local_prefill_8b.json](results/diagnosis/local_prefill_8b.json) "
+              f"(every run, with TTFT / TPOT p99 and peak replicas): `{meta['command']}` at "
+              f"{meta['commit'][:7]}{'+dirty' if meta.get('dirty') else ''}, {meta['date'][:10]}, load {load} "
+              "(deterministic replays: the load changes only wall time).", "", END]
     return "\n".join(lines)
 
 
@@ -226,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                           "static GPU-hours",
            "prefill_tokens_per_s": prefill_rate, "runs": runs}
     write_result(args.out, doc, run)
-    return write_readme(json.loads(args.out.read_text()), check=False) if args.out == DEFAULT_OUT else 0
+    return write_readme(json.loads(args.out.read_text()), check=False) if args.out.resolve() == DEFAULT_OUT else 0
 
 
 if __name__ == "__main__":

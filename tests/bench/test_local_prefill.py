@@ -1,5 +1,7 @@
-"""bench/planner/local_prefill.py: the limit is chosen on the tuning seeds only."""
+"""bench/planner/local_prefill.py: the limit is chosen on the tuning seeds only, and the README
+section is generated from the committed result file."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -37,3 +39,13 @@ def test_the_limit_is_chosen_on_the_tuning_seeds_only() -> None:
               for r in same]
     assert local_prefill.choose(runs + better, [0, 1]) == (8192, 1024)
 
+
+def test_the_readme_section_is_the_result_files() -> None:
+    doc = json.loads(local_prefill.DEFAULT_OUT.read_text())
+    text = local_prefill.README.read_text()
+    assert local_prefill.readme_section(doc) in text
+    chosen = (doc["chosen"]["limit"], doc["chosen"]["decode_token_budget"])
+    assert chosen == local_prefill.choose(doc["runs"], doc["tuning_seeds"])
+    held = [r for r in doc["runs"] if r["seed"] in doc["held_out_seeds"]]
+    # Run only off and at the chosen arm.
+    assert held and {(r["limit"], r["decode_token_budget"]) for r in held} <= {(0, None), chosen}
