@@ -100,8 +100,8 @@ async def test_live_router_and_simulator_agree_on_decode_side_reuse(tmp_path: Pa
 
 
 # Prefill backlog: five fresh 16,000-token prompts 10 ms apart on 1P1D, limit 32,000 queued tokens. Each is
-# placed before the first prefill is done (~0.6 s on the 8B profile, in real time: speedup 1), so the
-# router's ledger alone decides: P0 queues 0, 16k, 32k (not above the limit): P/D; then 48k: D0 (16k
+# placed before the first prefill is done (~0.6 s on the 8B profile; the workers run at half speed, so
+# ~1.2 s of wall time: margin for a loaded machine), so the router's ledger alone decides: P0 queues 0, 16k, 32k (not above the limit): P/D; then 48k: D0 (16k
 # < 64k), then D0 32k < 64k. Live, the requests overlap as they do in the simulator's trace.
 BACKLOG_SPEC = RoutingSpec(policy=PolicyName.KV_AWARE, block_size=16, max_prefill_queue_tokens=32_000)
 BACKLOG_PROMPT = 16_000
@@ -113,7 +113,7 @@ async def test_live_router_and_simulator_agree_on_the_prefill_backlog(tmp_path: 
     expected = _simulated(trace, BACKLOG_SPEC, n=1)
     assert [m for m, _, _ in expected] == ["pd", "pd", "pd", "local", "local"]
     with ExitStack() as stack:
-        prefill, decode = spawn(stack, 1, speedup=1.0), spawn(stack, 1, speedup=1.0)
+        prefill, decode = spawn(stack, 1, speedup=0.5), spawn(stack, 1, speedup=0.5)
         path = tmp_path / "workers.json"
         path.write_text(json.dumps({"prefill": [entry(w) for w in prefill], "decode": [entry(w) for w in decode]}))
         cfg = router_config(discovery_file=path, routing=BACKLOG_SPEC, kv_events=True, scrape_interval_s=0.2)
