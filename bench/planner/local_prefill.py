@@ -88,12 +88,15 @@ def replay(seed: int, limit: int, budget: int | None, policy: str, *, model: str
         size, sims = smallest_static(trace, s, start, feasible=[v == "feasible" for v in feas.verdicts])
         out, res = run_policy(trace, s, None, size, warmup_s, startup=0.0, feas=feas)
         extra = {"size": list(size), "search_sims": sims}
-    elif policy == "planner":
+    elif policy in ("planner", "planner_fit"):
+        # planner_fit: evaluate.py's burst-fitting variant (router burst gauge at 2 s and 4 s budgets).
+        fit = policy == "planner_fit"
         cfg = PolicyConfig(ttft_slo_ms=2000.0, itl_slo_ms=50.0, prefill_max=max_replicas, decode_max=max_replicas,
-                           prefill_tp=s.tp_p, decode_tp=s.tp_d, startup_s=60.0)
+                           prefill_tp=s.tp_p, decode_tp=s.tp_d, startup_s=60.0,
+                           burst_budget_s=2.0 if fit else None, burst_fit_budget_s=4.0 if fit else None)
         out, res = run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, profile)), (1, 1), warmup_s, feas=feas)
     else:
-        raise SystemExit(f"unknown policy {policy!r}: static, planner")
+        raise SystemExit(f"unknown policy {policy!r}: static, planner, planner_fit")
     t0 = trace.requests[0].arrival_s
     warm = [r for r in res.records if r.arrival_s >= t0 + warmup_s]
     return {k: out[k] for k in ("attainment", "attainment_after_warmup", "attainment_feasible_after_warmup",
@@ -126,6 +129,7 @@ def readme_section(doc: dict) -> str:
     meta = doc["meta"]
     chosen = (doc["chosen"]["limit"], doc["chosen"]["decode_token_budget"])
     tune, held = doc["tuning_seeds"], doc["held_out_seeds"]
+    also = f"; {', '.join(doc['also'])} run only off and at that arm" if doc.get("also") else ""
 
     def pct(x: float) -> str:
         return f"{100 * x:.2f} %"
@@ -137,7 +141,7 @@ def readme_section(doc: dict) -> str:
              "TPOT <= 50 ms). A decode replica that prefills runs the prompt in chunks of its "
              "`max_num_batched_tokens` (the decode budget) in the steps of its decodes, so it is swept too "
              f"(8192: vLLM's default). The arm was chosen on seeds {', '.join(map(str, tune))} only (highest mean "
-             f"planner attainment, then fewest static GPU-hours): **limit {chosen[0]} tokens** (about "
+             f"planner attainment, then fewest static GPU-hours{also}): **limit {chosen[0]} tokens** (about "
              f"{chosen[0] / doc['prefill_tokens_per_s']:.2f} s of one prefill replica's saturated rate) with a "
              f"**decode budget of {chosen[1] or 8192}**; seed {', '.join(map(str, held))} was held out and run once. "
              "\"static\" is the smallest fixed size meeting 99 % of the feasible requests, searched again with the "
@@ -146,7 +150,7 @@ def readme_section(doc: dict) -> str:
              "| local |", "|---|---|---|---|---|---|---|"]
     runs = doc["runs"]
     for seed in [*tune, *held]:
-        for policy in ("planner", "static"):
+        for policy in ("planner", *doc.get("also", []), "static"):
             off = next(r for r in runs if r["seed"] == seed and r["policy"] == policy and r["limit"] == 0)
             on = next((r for r in runs if r["seed"] == seed and r["policy"] == policy and _arm(r) == chosen), off)
             size = (lambda r: " ({}P{}D)".format(*r["size"]) if "size" in r else "")  # noqa: E731
@@ -201,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-budgets", type=int, nargs="+", default=[8192, 1024],
                     help="decode engines' max_num_batched_tokens tried with each limit (8192: vLLM's default)")
     ap.add_argument("--policies", nargs="+", default=["static", "planner"], choices=["static", "planner"])
+    ap.add_argument("--also", nargs="*", default=["planner_fit"], choices=["planner_fit"],
+                    help="policies run on every seed off and at the chosen arm only (not used to choose it)")
     ap.add_argument("--model-profile", default="llama-3.1-8b-h100")
     ap.add_argument("--max-replicas", type=int, default=16)
     ap.add_argument("--duration", type=float, default=900.0)
@@ -220,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
 
     budgets = [None if b == 8192 else b for b in args.decode_budgets]
 
-    def go(seed: int, limit: int, budget: int | None) -> None:
-        for policy in args.policies:
+    def go(seed: int, limit: int, budget: int | None, policies: list[str] = args.policies) -> None:
+        for policy in policies:
             r = {"seed": seed, "policy": policy, "limit": limit, "decode_token_budget": budget} | replay(
                 seed, limit, budget, policy, **kw)
             print(f"seed {seed} {policy} limit {limit} budget {budget or 8192}: "
@@ -241,10 +247,14 @@ def main(argv: list[str] | None = None) -> int:
         go(seed, 0, None)
         if chosen:
             go(seed, chosen, budget)
+    for seed in [*args.tuning_seeds, *args.held_out_seeds]:
+        go(seed, 0, None, args.also)
+        if chosen:
+            go(seed, chosen, budget, args.also)
     prefill_rate = max(p.throughput for p in derive_profile(args.model_profile).prefill.points)
     doc = {"schema": SCHEMA, "model_profile": args.model_profile, "duration_s": args.duration,
            "warmup_s": args.warmup, "max_replicas": args.max_replicas, "tuning_seeds": args.tuning_seeds,
-           "held_out_seeds": args.held_out_seeds, "limits": args.limits, "decode_budgets": args.decode_budgets,
+           "held_out_seeds": args.held_out_seeds, "also": args.also, "limits": args.limits, "decode_budgets": args.decode_budgets,
            "chosen": {"limit": chosen, "decode_token_budget": budget},
            "choice_rule": "highest mean planner attainment after warm-up on the tuning seeds, then lowest mean "
                           "static GPU-hours",
