@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import claims  # noqa: E402
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
 ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_burst",
          "planner_fit", "planner_constant", "dynamo"]
@@ -124,6 +126,8 @@ def render(results: Path) -> str:
     out = ["#### What is achievable (references)", "", achievable(results), ""]
     rep = dynamo_repeats(results)
     out += [rep] if rep else []
+    found = claims.render({f"{f.parent.name}/{f.stem}": d for f, d in runs(results)}, results)
+    out += [found] if found else []
     base = results.parent  # links relative to the README's folder (results/ sits next to it)
     for f, d in runs(results):
         tr, su, m = d["trace"], d["setup"], d["meta"]

@@ -50,3 +50,14 @@ def test_dynamo_repeats_are_a_spread_table_not_runs(tmp_path):
     (rep,) = doc["dynamo_repeats"]
     assert abs(rep["attainment_spread"] - 0.25) < 1e-9 and abs(rep["gpu_hours_spread"] - dyn["gpu_hours"]) < 1e-9
     assert doc["commits"] == sorted({d["meta"]["commit"], *(m["commit"] for m in d.get("earlier_runs", []))})
+
+
+def test_the_prose_quotes_no_measured_number():
+    """Measured numbers (a decimal followed by %, x or GPU-h) live in the generated block, not in the prose,
+    so a regeneration of the results cannot leave a stale number in a sentence; the targets may be named."""
+    import re
+
+    text = (ROOT / "bench" / "planner" / "README.md").read_text()
+    prose = text[text.index("### Reading the results"):text.index(report.BEGIN)]
+    found = set(re.findall(r"\b\d+\.\d+ ?(?:%|x\b|GPU-h)", prose)) - {"1.15x"}
+    assert not found, f"numbers typed into bench/planner/README.md's prose: {sorted(found)}"

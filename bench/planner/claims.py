@@ -1,0 +1,197 @@
+"""The README's findings, computed from the result files (report.py splices them into the results block).
+
+The prose in bench/planner/README.md explains *why*; every number it relies on is rendered here
+from ``results/<setup>/<trace>.json`` and ``results/diagnosis/*.json``, so a regeneration of the
+results cannot leave a stale number in a sentence. Attainment is after warm-up, of the feasible
+requests (``attainment_feasible_after_warmup``) unless a line says otherwise; GPU-hours as a
+multiple of the best schedule found's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+Runs = dict[str, dict]  # "setup/trace" -> result document
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def _span(xs: list[float], fmt: str = ".2f", unit: str = "x") -> str:
+    if not xs:
+        return "-"
+    lo, hi = f"{min(xs):{fmt}}", f"{max(xs):{fmt}}"
+    return f"{lo}{unit}" if lo == hi else f"{lo}..{hi}{unit}"
+
+
+def _att(r: dict) -> float:
+    return r.get("attainment_feasible_after_warmup") or r.get("attainment_after_warmup") or 0.0
+
+
+def _vs(r: dict, best: dict) -> float:
+    return float(r["gpu_hours"] / best["gpu_hours"])
+
+
+def _size(r: dict) -> str:
+    return f"{r['max_prefill']}P{r['max_decode']}D"
+
+
+def _pol(d: dict, name: str) -> str:
+    r, best = d["results"].get(name), d["results"]["best"]
+    return "-" if r is None else f"{_p(_att(r))} at {_vs(r, best):.2f}x"
+
+
+def bursty_references(runs: Runs) -> str:
+    rows = {k: d for k, d in runs.items() if k.startswith("8b_1gpu/bursty") and "causal" in d["results"]}
+    if not rows:
+        return ""
+    parts, same, st_vs, ca_vs, static_more = [], [], [], [], []
+    for k, d in sorted(rows.items()):
+        res = d["results"]
+        best, st, ca = res["best"], res["static"], res["causal"]
+        st_vs.append(_vs(st, best))
+        ca_vs.append(_vs(ca, best))
+        if list(ca["floor"]) == list(st["size"]):
+            same.append(k.split("/")[1])
+        if _att(st) > _att(best):
+            static_more.append(f"{k.split('/')[1]} ({_p(_att(st))} vs {_p(_att(best))} at {_vs(st, best):.2f}x)")
+        parts.append(f"{k.split('/')[1]}: best {_p(_att(best))} at {best['gpu_hours']:.2f} GPU-h, static "
+                     f"{st['size'][0]}P{st['size'][1]}D {_p(_att(st))} at {_vs(st, best):.2f}x, causal floor "
+                     f"{ca['floor'][0]}P{ca['floor'][1]}D {_p(_att(ca))} at {_vs(ca, best):.2f}x")
+    return (f"* **Causal reference vs hindsight, 8B bursty** ({len(rows)} seeds): the causal reference costs "
+            f"{_span(ca_vs)} the best schedule found, static {_span(st_vs)}; the causal floor is the static size on "
+            f"{', '.join(same) or 'no seed'}. Static attains more than the best schedule found on "
+            f"{', '.join(static_more) or 'no seed'}. Per seed: {'; '.join(parts)}.")
+
+
+def bursty_policies(runs: Runs) -> str:
+    rows = {k: d for k, d in runs.items() if k.startswith("8b_1gpu/bursty")}
+    if not rows:
+        return ""
+    names = ["planner", "planner_constant", "planner_burst", "planner_fit", "reactive", "dynamo"]
+    per = [f"{k.split('/')[1]}{' (tuning)' if d['trace']['tuned_on'] else ''}: "
+           + ", ".join(f"{n} {_pol(d, n)}" for n in names if n in d["results"]) for k, d in sorted(rows.items())]
+    causal = ("planner", "planner_burst", "planner_fit")
+    best_causal = max((_att(d["results"][n]) for d in rows.values() for n in causal if n in d["results"]), default=0.0)
+    fit_saves = [1 - d["results"]["planner_fit"]["gpu_hours"] / d["results"]["planner_burst"]["gpu_hours"]
+                 for d in rows.values() if {"planner_fit", "planner_burst"} <= set(d["results"])]
+    fit_gain = [100 * (_att(d["results"]["planner_fit"]) - _att(d["results"]["planner"]))
+                for d in rows.values() if {"planner_fit", "planner"} <= set(d["results"])]
+    return (f"* **Planner variants, 8B bursty**: the highest attainment any planner variant reaches on any seed is "
+            f"{_p(best_causal)}; planner_fit uses {_span([100 * x for x in fit_saves], '.0f', ' %')} fewer GPU-hours "
+            f"than planner_burst and attains {_span(fit_gain, '.1f', ' points')} more than the shipped planner. "
+            f"Per seed: {'; '.join(per)}.")
+
+
+def steady(runs: Runs) -> str:
+    rows = {k: d for k, d in runs.items() if "azure" in k or "mooncake" in k}
+    if not rows:
+        return ""
+    names = ["planner", "planner_constant", "planner_fit", "static", "reactive", "dynamo"]
+    per = []
+    for k, d in sorted(rows.items()):
+        best = d["results"]["best"]
+        per.append(f"{k}: best {_p(_att(best))} ({best['search'].get('chosen', 'search')}, {_size(best)}), "
+                   + ", ".join(f"{n} {_pol(d, n)}" for n in names if n in d["results"]))
+    return "* **Steady traces** (Azure conversation, Mooncake): " + "; ".join(per) + "."
+
+
+def wide_cap(runs: Runs) -> str:
+    rows = {k: d for k, d in runs.items() if any(n.startswith("best_cap") for n in d["results"])}
+    if not rows:
+        return ""
+    per = []
+    for k, d in sorted(rows.items()):
+        res = d["results"]
+        best = res["best"]
+        causes = best.get("search", {}).get("miss_causes", {})
+        wide = ", ".join(f"<= {n[8:]}: {_p(_att(r))} at {r['gpu_hours']:.2f} GPU-h (max {_size(r)})"
+                         for n, r in sorted(res.items(), key=lambda x: x[0]) if n.startswith("best_cap"))
+        per.append(f"{k}: <= {best.get('search', {}).get('max_replicas', d['setup']['max_replicas'])} per pool "
+                   f"{_p(_att(best))} at {best['gpu_hours']:.2f} GPU-h ({causes.get('cap', 0)} misses in intervals at "
+                   f"the cap), {wide}; planner {_pol(d, 'planner')}, planner_burst {_pol(d, 'planner_burst')}, "
+                   f"planner_fit {_pol(d, 'planner_fit')}")
+    return "* **The per-pool cap, 70B bursty** (best schedule found at 8 per pool and wider): " + "; ".join(per) + "."
+
+
+def mooncake(runs: Runs) -> str:
+    d = runs.get("8b_1gpu/mooncake_conv")
+    if d is None:
+        return ""
+    f, res = d["feasibility"], d["results"]
+    best, pl, re = res["best"], res["planner"], res["reactive"]
+    miss = best.get("misses", {})
+    return (f"* **Mooncake, 8B**: {f['counts']['ttft']} of {f['requests']} requests miss the TTFT even alone on an idle "
+            f"replica ({_p(1 - f['feasible_fraction_after_warmup'])} after warm-up), "
+            f"{f.get('feasible_only_with_prefix_hit', '-')} are feasible only with a prefix hit; the best schedule found "
+            f"is {best['search'].get('chosen', 'a search round')} at {_p(_att(best))} of the feasible "
+            f"({miss.get('prefix_miss', '-')} of its feasible misses are prefix misses); reactive "
+            f"{_p(_att(re))} at {re['gpu_hours']:.2f} GPU-h vs planner {_p(_att(pl))} at {pl['gpu_hours']:.2f}.")
+
+
+def dynamo(runs: Runs) -> str:
+    rows = {k: d["results"]["dynamo"] for k, d in runs.items() if "dynamo" in d["results"]}
+    if not rows:
+        return ""
+    bursty = [r for k, r in rows.items() if "bursty" in k]
+    most = (f"at most {max(r['max_prefill'] for r in bursty)} prefill and {max(r['max_decode'] for r in bursty)} "
+            f"decode replicas on the {len(bursty)} bursty runs; ") if bursty else ""
+    return (f"* **Dynamo's SLA planner**: {most}"
+            + "; ".join(f"{k} {_p(r.get('attainment_after_warmup'))} at {r['gpu_hours']:.2f} GPU-h (max {_size(r)})"
+                        for k, r in sorted(rows.items())) + " (attainment over all requests after warm-up).")
+
+
+def reactive_sweep(runs: Runs) -> str:
+    out = []
+    for k, d in sorted(runs.items()):
+        sw = d["results"].get("reactive", {}).get("sweep")
+        if not sw:
+            continue
+        outcomes = {(round(g["attainment_after_warmup"] or 0, 6), round(g["gpu_hours"], 6)) for g in sw}
+        out.append(f"{k}: {len(sw)} grid points, {len(outcomes)} distinct outcomes")
+    chosen = next((d["results"]["reactive"]["params"] for k, d in sorted(runs.items())
+                   if not d["trace"]["tuned_on"] and "reactive" in d["results"]), None)
+    if not out:
+        return ""
+    return (f"* **Reactive sweep** (tuning set): {'; '.join(out)}; applied to the held-out runs: "
+            f"prefill target {chosen['prefill_target'] if chosen else '-'}, KV target "
+            f"{chosen['decode_kv_target'] if chosen else '-'}.")
+
+
+def burst_misses(results: Path) -> str:
+    f = results / "diagnosis" / "burst_misses_8b.json"
+    if not f.exists():
+        return ""
+    d = json.loads(f.read_text())
+    per, tpot_only, waits, links = [], 0, [], []
+    for r in d["runs"]:
+        bursts = [g for g in r["groups"] if g["burst"] != "background"]
+        first = bursts[0] if bursts else None
+        tpot_only += sum(g["missed_on_tpot_only"] for g in r["groups"])
+        waits += [g["median_wait_prefill_s"] for g in r["groups"] if g["median_wait_prefill_s"] is not None]
+        links += [g["median_prefill_to_first_token_s"] for g in r["groups"]
+                  if g["median_prefill_to_first_token_s"] is not None]
+        per.append(f"seed {r['seed']} {r['variant']} {_p(r['attainment_after_warmup'])}"
+                   + (f" (first burst after warm-up: {first['missed']} of {first['requests']} missed)" if first else ""))
+    out = (f"* **Where the bursty runs lose** (`results/diagnosis/burst_misses_8b.json`, all requests after warm-up): "
+           f"{tpot_only} missed on TPOT alone; per burst, the missed requests' median wait for prefill "
+           f"{_span(waits, '.2f', ' s')}, from prefill done to first token {_span(links, '.2f', ' s')}. "
+           + "; ".join(per) + ".")
+    var = []
+    for g in sorted((results / "diagnosis").glob("planner_fit_variants_8b_*.json")):
+        for r in json.loads(g.read_text())["runs"]:
+            var.append(f"seed {r['seed']} {r['variant']} {_p(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f} GPU-h")
+    if var:
+        out += " planner_fit's development variants: " + "; ".join(var) + "."
+    return out
+
+
+def render(runs: Runs, results: Path) -> str:
+    lines = [x for x in (bursty_references(runs), bursty_policies(runs), steady(runs), wide_cap(runs), mooncake(runs),
+                         dynamo(runs), reactive_sweep(runs), burst_misses(results)) if x]
+    if not lines:
+        return ""
+    return "\n".join(["#### What the result files say (generated by `claims.py`; the prose above explains them)", "",
+                      *lines, ""])
