@@ -1,0 +1,36 @@
+"""suite.py regenerates what the committed planner results hold: one command, nothing merged in by hand."""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "planner"))
+import suite  # noqa: E402
+
+RESULTS = ROOT / "bench" / "planner" / "results"
+
+
+def test_every_committed_run_and_policy_is_one_the_suite_produces():
+    files = {(f.parent.name, f.stem) for setup in suite.SETUPS for f in (RESULTS / setup).glob("*.json")}
+    assert files == {(s, t) for s, plan in suite.PLAN.items() for t in plan}
+    for setup, trace in sorted(files):
+        d = json.loads((RESULTS / setup / f"{trace}.json").read_text())
+        assert set(d["results"]) - {"dynamo"} == set(suite.policies(setup, trace)), (setup, trace)
+        assert "earlier_runs" not in d, f"{setup}/{trace}: rows merged from earlier runs"
+        tuned = (setup, trace) in suite.TUNE
+        assert d["trace"]["tuned_on"] == tuned
+        args = suite.run_args(setup, trace, tuned)
+        # the tuning runs carry their sweeps, the held-out ones none
+        assert ("sweep" in d["results"]["reactive"]) == tuned == ("--reactive-sweep" in args)
+        assert ("sweep" in d["results"]["planner"]) == tuned
+
+
+def test_one_commit_and_a_clean_tree_behind_every_number():
+    s = json.loads((RESULTS / "summary.json").read_text())
+    assert len(s["commits"]) == 1 and not s["any_dirty"]
+    for f in [*(RESULTS / d for d in suite.SETUPS), RESULTS / "dynamo_repeat", RESULTS / "diagnosis"]:
+        for g in f.glob("*.json"):
+            if g.name in {f"{k}.json" for k in suite.DIAGNOSIS} or g.parent.name != "diagnosis":
+                meta = json.loads(g.read_text())["meta"]
+                assert (meta["commit"], meta["dirty"]) == (s["commits"][0], False), g
