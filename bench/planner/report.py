@@ -36,20 +36,26 @@ def runs(results: Path) -> list[tuple[Path, dict]]:
     return out
 
 
-def dynamo_repeats(results: Path) -> str:
-    """Dynamo's offline replay run twice on the same input: the run's file and its repeat, side by side."""
-    rows = []
+def dynamo_repeat_pairs(results: Path) -> list[tuple[str, str, dict, dict]]:
+    """(setup, trace, Dynamo's row in the run's file, its row in the repeat) for every ``dynamo_repeat/`` file
+    whose run exists and holds Dynamo in both (``suite.py --dynamo-repeat``)."""
+    out = []
     for f in sorted((results / REPEAT_DIR).glob("*.json")):
         setup, trace = f.stem.split("__", 1)
         main = results / setup / f"{trace}.json"
         if not main.exists():
             continue
         a, b = (json.loads(g.read_text())["results"].get("dynamo") for g in (main, f))
-        if a is None or b is None:
-            continue
-        rows.append(f"| {setup}/{trace} | {_pct(a['attainment_after_warmup'])} / {_pct(b['attainment_after_warmup'])} | "
-                    f"{a['gpu_hours']:.2f} / {b['gpu_hours']:.2f} | {a['max_prefill']}P{a['max_decode']}D / "
-                    f"{b['max_prefill']}P{b['max_decode']}D |")
+        if a is not None and b is not None:
+            out.append((setup, trace, a, b))
+    return out
+
+
+def dynamo_repeats(results: Path) -> str:
+    """Dynamo's offline replay run twice on the same input: the run's file and its repeat, side by side."""
+    rows = [f"| {setup}/{trace} | {_pct(a['attainment_after_warmup'])} / {_pct(b['attainment_after_warmup'])} | "
+            f"{a['gpu_hours']:.2f} / {b['gpu_hours']:.2f} | {a['max_prefill']}P{a['max_decode']}D / "
+            f"{b['max_prefill']}P{b['max_decode']}D |" for setup, trace, a, b in dynamo_repeat_pairs(results)]
     if not rows:
         return ""
     return "\n".join(["#### Dynamo's planner, replayed twice on the same input (`suite.py --dynamo-repeat`)", "",

@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 from resultmeta import Run, write_result  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from report import REPEAT_DIR  # noqa: E402
+from report import REPEAT_DIR, dynamo_repeat_pairs  # noqa: E402
 
 RESULTS = HERE / "results"
 SETUPS = {
@@ -174,14 +174,7 @@ def summarise(results: Path, run: Run) -> dict:
 def dynamo_spread(results: Path) -> list[dict]:
     """Dynamo's replay run twice on the same input (the main file and ``dynamo_repeat/``): its spread."""
     out = []
-    for f in sorted((results / REPEAT_DIR).glob("*.json")):
-        setup, trace = f.stem.split("__", 1)
-        main = results / setup / f"{trace}.json"
-        if not main.exists():
-            continue
-        runs = [json.loads(g.read_text())["results"].get("dynamo") for g in (main, f)]
-        if None in runs:
-            continue
+    for setup, trace, *runs in dynamo_repeat_pairs(results):
         att = [r["attainment_after_warmup"] or 0.0 for r in runs]
         gh = [r["gpu_hours"] for r in runs]
         out.append({"setup": setup, "trace": trace, "attainment_after_warmup": att, "gpu_hours": gh,
