@@ -1,0 +1,100 @@
+"""The burst benchmark's verdict table in bench/router/README.md, generated from result files
+(``burst.py --out``), so the README's numbers are the files' and nothing is typed by hand.
+
+    .venv/bin/python bench/router/burst_readme.py bench/router/results/burst_ab9.json \\
+        bench/router/results/burst_ab9_run2.json            # rewrites the marked block
+    .venv/bin/python bench/router/burst_readme.py --check FILES...   # exit 1 if the block is stale
+
+One row per result file, stream level and pdserve target: the per-round ratios to the better
+Rust router of the same round (median [min..max]), whether the median meets the issue's
+bound, the A/B against ``pdserve-baseline`` when the run had one, and the stream-latency
+columns (TPOT, each stream's longest wait between reads, context switches per token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+README = HERE / "README.md"
+BEGIN, END = "<!-- burst-verdicts:begin (bench/router/burst_readme.py) -->", "<!-- burst-verdicts:end -->"
+TTFT_TARGET, CPU_TARGET = 1.2, 1.3
+
+
+def _fmt(o: dict | None, digits: int) -> str:
+    if not o:
+        return "-"
+    return f"{o['median']:.{digits}f} [{o['min']:.{digits}f}..{o['max']:.{digits}f}]"
+
+
+def _met(o: dict | None, bound: float) -> str:
+    if not o:
+        return "-"
+    return "met" if o["median"] <= bound else "**missed**"
+
+
+def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
+    lines = [BEGIN, "",
+             "| result file (commit, load 1 min before / after, rounds) | streams | target | TTFT p99 / best Rust "
+             "| <= 1.2x | CPU/token / best Rust | <= 1.3x | CPU/token / pdserve-baseline | TPOT p50 ms "
+             "| longest ITL p99 ms | context switches / token | errors |",
+             "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        m = doc["meta"]
+        rel = path.resolve().relative_to(root) if path.resolve().is_relative_to(root) else path
+        where = (f"[{path.name}]({Path(*rel.parts[2:]) if rel.parts[:2] == ('bench', 'router') else rel}) "
+                 f"({m['commit'][:7]}{', dirty' if m['dirty'] else ''}, {m['loadavg_before']['1m']} / "
+                 f"{m['loadavg_after']['1m']}, {m['runs']})")
+        for streams, targets in doc["summary"].items():
+            for name, o in targets.items():
+                if not name.startswith("pdserve") or name == "pdserve-baseline":
+                    continue
+                t, c = o.get("ttft_p99_vs_best_rust"), o.get("cpu_per_token_vs_best_rust")
+                lines.append(f"| {where} | {streams} | {name} | {_fmt(t, 2)} | {_met(t, TTFT_TARGET)} | {_fmt(c, 2)} "
+                             f"| {_met(c, CPU_TARGET)} | {_fmt(o.get('cpu_per_token_vs_baseline'), 2)} "
+                             f"| {_fmt(o.get('tpot_p50_ms'), 1)} | {_fmt(o.get('itl_max_p99_ms'), 0)} "
+                             f"| {_fmt(o.get('router_switches_per_token'), 2)} | {o['errors']} |")
+    lines += ["", "Rust routers in the same runs (context switches per token, their threads summed):", "",
+              "| result file | streams | target | TTFT p99 ms | CPU µs/token | TPOT p50 ms | longest ITL p99 ms "
+              "| context switches / token |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        for streams, targets in doc["summary"].items():
+            for name, o in targets.items():
+                if name in ("vllm-router", "sglang-router"):
+                    lines.append(f"| {path.name} | {streams} | {name} | {_fmt(o.get('ttft_p99_ms'), 0)} "
+                                 f"| {_fmt(o.get('router_cpu_us_per_token'), 1)} | {_fmt(o.get('tpot_p50_ms'), 1)} "
+                                 f"| {_fmt(o.get('itl_max_p99_ms'), 0)} "
+                                 f"| {_fmt(o.get('router_switches_per_token'), 2)} |")
+    return "\n".join([*lines, "", END])
+
+
+def rewrite(text: str, new_block: str) -> str:
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{README} has no {BEGIN} ... {END} block to rewrite")
+    head, rest = text.split(BEGIN, 1)
+    return head + new_block + rest.split(END, 1)[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", type=Path, nargs="+", help="burst.py result files, in the order of the table")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the README's block differs from the files'")
+    args = ap.parse_args()
+    text = README.read_text()
+    new = rewrite(text, block(args.files))
+    if args.check:
+        if new != text:
+            print(f"{README}: the burst verdict block is stale; rerun without --check", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
