@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -73,6 +74,16 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
     return "\n".join([*lines, "", END])
 
 
+def files_in(text: str) -> list[Path]:
+    """The result files the README's block was generated from, in order (its links)."""
+    inner = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    seen: list[Path] = []
+    for name in re.findall(r"\]\((results/[^)\s]+\.json)\)", inner):
+        if HERE / name not in seen:
+            seen.append(HERE / name)
+    return seen
+
+
 def rewrite(text: str, new_block: str) -> str:
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{README} has no {BEGIN} ... {END} block to rewrite")
@@ -82,11 +93,12 @@ def rewrite(text: str, new_block: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", type=Path, nargs="+", help="burst.py result files, in the order of the table")
+    ap.add_argument("files", type=Path, nargs="*",
+                    help="burst.py result files, in the order of the table (default: those the block names now)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the README's block differs from the files'")
     args = ap.parse_args()
     text = README.read_text()
-    new = rewrite(text, block(args.files))
+    new = rewrite(text, block(args.files or files_in(text)))
     if args.check:
         if new != text:
             print(f"{README}: the burst verdict block is stale; rerun without --check", file=sys.stderr)
