@@ -87,6 +87,7 @@ async def test_head_and_end_of_a_streamed_response_go_with_the_relayed_chunks(mo
 
     monkeypatch.setattr(StreamWriter, "_write", write)
     monkeypatch.setattr(StreamWriter, "_writelines", writelines)
+    monkeypatch.setattr(relay, "HEAD_WAIT_S", 60.0)  # a loaded CI box must not send the head alone
     cfg = router_config(decode=[], routing=RoutingSpec(policy="round_robin"), scrape_interval_s=60)
     async with serve_app(_worker()) as (wurl, _):
         cfg.decode = [wurl]
