@@ -424,7 +424,14 @@ ROWS: list[Row] = [
                           ("cache_aware, new prompts every burst; the same session 7 A/B repeated (second run), "
                            "256 and 1,024 streams", "bench/router/results/burst_ab8_run2.json"),
                           ("cache_aware, new prompts every burst; session 7's router on a quiet machine (third run, "
-                           "no baseline), 256 and 1,024 streams", "bench/router/results/burst_ab8_run3.json"))),
+                           "no baseline), 256 and 1,024 streams", "bench/router/results/burst_ab8_run3.json"),
+                          ("cache_aware, new prompts every burst; session 8: A/B of one write per upstream read "
+                           "(head and end coalesced), 9 rounds, 256 and 1,024 streams",
+                           "bench/router/results/burst_ab9.json"),
+                          ("cache_aware, new prompts every burst; the same session 8 A/B repeated (second run), "
+                           "9 rounds, 256 and 1,024 streams", "bench/router/results/burst_ab9_run2.json"),
+                          ("cache_aware, new prompts every burst; the same session 8 A/B, third run on a quiet "
+                           "machine, 9 rounds, 256 and 1,024 streams", "bench/router/results/burst_ab9_run3.json"))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",
