@@ -45,6 +45,8 @@ class Smoke:
 
 SMOKES: list[Smoke] = [
     Smoke("readme_table", "bench/readme_table.py", ["--check"]),
+    # The burst verdict block of bench/router/README.md against the result files it names (prints on failure only).
+    Smoke("burst_readme", "bench/router/burst_readme.py", ["--check"]),
     Smoke("curves", "bench/sim/curves.py",
           ["--name", "smoke", "--requests", "200", "--seeds", "1", "2", "--window", "10", "--max-requests", "80",
            "--grid", "1.5", "--out", "{out}"], ["curves_smoke.json", "curves_smoke.png"]),
@@ -83,6 +85,9 @@ SMOKES: list[Smoke] = [
     Smoke("burst", "bench/router/burst.py",
           ["--streams", "8", "--rounds", "1", "--targets", "pdserve", "--max-tokens", "4", "--out", "{out}/burst.json",
            "--plot", "{out}/burst.png"], ["burst.json", "burst.md", "burst.png"], timeout_s=180),
+    Smoke("burst_breakdown", "bench/router/burst_breakdown.py",
+          ["--streams", "8", "--bursts", "2", "--max-tokens", "4", "--client-procs", "1", "--out", "{out}/bd.json"],
+          ["bd.json"], timeout_s=180),
     # The load process alone, against a port nothing listens on: every stream is a recorded error.
     Smoke("burst_client", "bench/router/burst_client.py",
           ["--url", "http://127.0.0.1:9", "--streams", "3", "--start-at", "0", "--timeout", "5",

@@ -38,6 +38,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from baselines import smallest_static  # noqa: E402
 from bursty import BurstySpec, bursty_trace  # noqa: E402
 from evaluate import window_of  # noqa: E402
+from readme_block import replace_block, write_or_check  # noqa: E402
 from references import Setup, lower_bound  # noqa: E402
 from replays import run_policy, trace_feasibility  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
@@ -183,17 +184,11 @@ def write_readme(doc: dict, check: bool) -> int:
     text = README.read_text()
     section = readme_section(doc)
     if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        new = head + section + rest.split(END, 1)[1]
+        new = replace_block(text, BEGIN, END, section)
     else:
         new = text.rstrip("\n") + "\n\n## Decode replicas prefill in bursts (conditional disaggregation)\n\n" + section + "\n"
-    if check:
-        if new != text:
-            print(f"{README} disagrees with {DEFAULT_OUT}: run bench/planner/local_prefill.py --readme", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(new)
-    return 0
+    return write_or_check(README, text, new, check,
+                          f"disagrees with {DEFAULT_OUT}: run bench/planner/local_prefill.py --readme")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 import claims  # noqa: E402
+from readme_block import replace_block, write_or_check  # noqa: E402
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
 ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_burst",
          "planner_fit", "planner_constant", "dynamo"]
@@ -170,10 +171,7 @@ def render(results: Path) -> str:
 
 
 def splice(readme: str, block: str) -> str:
-    if BEGIN not in readme or END not in readme:
-        raise ValueError(f"README has no {BEGIN} ... {END} block")
-    a, b = readme.index(BEGIN) + len(BEGIN), readme.index(END)
-    return readme[:a] + "\n" + block + "\n" + readme[b:]
+    return replace_block(readme, BEGIN, END, f"{BEGIN}\n{block}\n{END}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,10 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     readme = args.readme.read_text()
     new = splice(readme, block)
-    if args.check:
-        return 0 if new == readme else 1
-    args.readme.write_text(new)
-    return 0
+    return write_or_check(args.readme, readme, new, args.check, "stale: run bench/planner/report.py")
 
 
 if __name__ == "__main__":

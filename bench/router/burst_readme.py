@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from readme_block import replace_block, write_or_check  # noqa: E402
+
 README = HERE / "README.md"
 BEGIN, END = "<!-- burst-verdicts:begin (bench/router/burst_readme.py) -->", "<!-- burst-verdicts:end -->"
 TTFT_TARGET, CPU_TARGET = 1.2, 1.3
@@ -85,10 +88,7 @@ def files_in(text: str) -> list[Path]:
 
 
 def rewrite(text: str, new_block: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{README} has no {BEGIN} ... {END} block to rewrite")
-    head, rest = text.split(BEGIN, 1)
-    return head + new_block + rest.split(END, 1)[1]
+    return replace_block(text, BEGIN, END, new_block)
 
 
 def main() -> int:
@@ -99,13 +99,7 @@ def main() -> int:
     args = ap.parse_args()
     text = README.read_text()
     new = rewrite(text, block(args.files or files_in(text)))
-    if args.check:
-        if new != text:
-            print(f"{README}: the burst verdict block is stale; rerun without --check", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(new)
-    return 0
+    return write_or_check(README, text, new, args.check, "the burst verdict block is stale; rerun without --check")
 
 
 if __name__ == "__main__":
