@@ -18,7 +18,7 @@ from pdserve.router.shell.cli import build_parser, config_from_args
 from pdserve.router.core.spec import RoutingSpec
 from pdserve.router.shell.tracing import Tracing, traces_url
 from tests.router.conftest import (MODEL, RouterHandle, kill, read_sse, router_config, run_router, serve_app, spawn,
-                                  stream_text)
+                                  stream_text, wait_for)
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -37,6 +37,16 @@ def by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, list[ReadableSpan]]:
     for s in spans:
         out.setdefault(s.name, []).append(s)
     return out
+
+
+async def finished(exporter: InMemorySpanExporter, *names: str) -> dict[str, list[ReadableSpan]]:
+    """The finished spans once every one of ``names`` has ended. A stream's body is complete
+    for the client when the relay writes its [DONE] chunk (with the body's end), before the
+    relay sees the worker's end and the handler returns, so the decode and request spans end
+    a little after the client's last read: the test waits for them."""
+    await wait_for(lambda: set(names) <= set(by_name(exporter.get_finished_spans())), timeout=10.0,
+                   what=f"spans {names} to end")
+    return by_name(exporter.get_finished_spans())
 
 
 @asynccontextmanager
@@ -75,7 +85,7 @@ async def test_pd_stream_is_one_trace_under_the_clients_traceparent(pd_workers) 
         assert resp.status == 200
         events = await read_sse(resp)
         assert events[-1] == "[DONE]" and stream_text(events, "chat")
-        spans = by_name(exporter.get_finished_spans())
+        spans = await finished(exporter, "POST /v1/chat/completions", "decode")
     assert set(spans) == {"POST /v1/chat/completions", "route", "prefill", "kv_handoff", "decode"}, spans
     (root,) = spans["POST /v1/chat/completions"]
     # The client's trace is honoured: same trace id, its span is the router's parent.
@@ -151,7 +161,7 @@ async def test_migration_is_a_span_under_the_request(worker_stack) -> None:
                 break
         kill(next(w for w in workers if w.url == victim_url))
         assert (await read_sse(resp))[-1] == "[DONE]"
-        spans = by_name(exporter.get_finished_spans())
+        spans = await finished(exporter, "migration", "POST /v1/completions")
     (mig,), (root,) = spans["migration"], spans["POST /v1/completions"]
     assert mig.parent is not None and mig.parent.span_id == root.context.span_id
     assert mig.attributes["pdserve.migration.from"] == victim_url
