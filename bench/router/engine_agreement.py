@@ -20,9 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from pdserve.router.core.spec import RoutingSpec
 from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
-from pdserve.sim.config import SimConfig
 from pdserve.sim.simulator import Simulation
 from pdserve.sim.traces import Trace
 from pdserve.worker.engine import EngineRequest
@@ -31,9 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from resultmeta import Run, spread, write_result  # noqa: E402
-from routing_gap import dynamo_per_request, pd_window  # noqa: E402
-
-BLOCK = 512
+from routing_gap import BLOCK, dynamo_per_request, pd_config, pd_window  # noqa: E402
 
 
 class Pinned(Policy):
@@ -66,10 +62,7 @@ def dynamo_placements(trace: Trace, args: argparse.Namespace) -> list[tuple[floa
 
 def pinned_replay(trace: Trace, args: argparse.Namespace, placement: list[int]) -> tuple[float, list[int]]:
     """pdserve's hit ratio with Dynamo's placements, and each request's reused prompt tokens at admission."""
-    cfg = SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK, prefill_instances=args.instances,
-                    decode_instances=args.decode_instances, token_budget=args.token_budget,
-                    routing=RoutingSpec(policy="kv_aware", block_size=BLOCK))
-    sim = Simulation(trace, cfg)
+    sim = Simulation(trace, pd_config(args))
     sim.scheduler.policies = sim.scheduler.policies.replacing(
         "prefill", Pinned(sim, {str(i): w for i, w in enumerate(placement)}))
     # keep each prefill request: its num_cached_prompt_tokens is the engine's prefix hit at admission

@@ -84,9 +84,7 @@ def pdserve_runs(trace: Trace, args: argparse.Namespace) -> list[dict]:
     holder) and the engine's reported hit ratio."""
     out = []
     for phase in range(args.runs):
-        cfg = SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK, prefill_instances=args.instances,
-                        decode_instances=args.decode_instances, token_budget=args.token_budget,
-                        routing=RoutingSpec(policy="kv_aware", block_size=BLOCK))
+        cfg = pd_config(args)
         sim = Simulation(trace, cfg)
         pol = RecordingKvAware(sim, index=sim.scheduler.index, weights=pool_weights(cfg.routing.weights, "prefill"),
                                block_size=BLOCK, tie_offset=phase)
@@ -170,6 +168,15 @@ def summarize(pairs: Sequence[dict[str, float]]) -> dict[str, dict]:
     return {k: spread([round(p.get(k, 0.0), 5) for p in pairs]) for k in CLASSES}
 
 
+def pd_config(args: argparse.Namespace) -> SimConfig:
+    """The disaggregated layout both scripts replay (``--instances`` prefill, ``--decode-instances``
+    decode, ``--token-budget``), 512-token blocks as in the trace, kv_aware on the prefill pool.
+    Also used by engine_agreement.py."""
+    return SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK, prefill_instances=args.instances,
+                     decode_instances=args.decode_instances, token_budget=args.token_budget,
+                     routing=RoutingSpec(policy="kv_aware", block_size=BLOCK))
+
+
 def pd_window(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Trace:
     """The ``--start-minute``/``--minutes`` window of ``--trace`` (refused when empty), and in
     ``args.num_gpu_blocks`` the KV blocks a prefill engine of this layout gets, which Dynamo's replay
@@ -177,9 +184,7 @@ def pd_window(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Trace:
     trace = minute_window(args.trace, args.start_minute, args.minutes)
     if not trace.requests:
         ap.error(f"no requests in minutes {args.start_minute:g}-{args.start_minute + args.minutes:g} of {args.trace}")
-    probe = Simulation(trace, SimConfig(topology="disagg", instances=args.instances, block_size=BLOCK,
-                                        prefill_instances=args.instances, decode_instances=args.decode_instances,
-                                        token_budget=args.token_budget))
+    probe = Simulation(trace, pd_config(args))
     args.num_gpu_blocks = probe.instances["prefill"][0].engine.pool.num_blocks
     return trace
 
