@@ -29,7 +29,6 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +46,6 @@ from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E40
 from pdserve.planner.core.profile_model import derive_profile  # noqa: E402
 from pdserve.planner.core.sim_hook import PlannerAutoscaler  # noqa: E402
 from pdserve.router.core.spec import RoutingSpec  # noqa: E402
-from pdserve.sim.config import SimConfig  # noqa: E402
 from pdserve.sim.metrics import Slo  # noqa: E402
 
 SCHEMA = "pdserve.planner-local-prefill/1"
@@ -59,18 +57,6 @@ KEYS = ("attainment_after_warmup", "attainment_feasible_after_warmup", "ttft_aft
         "gpu_hours", "local_share", "tpot_p99_s", "max_prefill", "max_decode")
 
 
-@dataclass(frozen=True)
-class BudgetSetup(Setup):
-    """The evaluation's setup with the decode engines' token budget (SimConfig.decode_token_budget)."""
-
-    decode_token_budget: int | None = None
-
-    def sim_config(self, p: int, d: int, startup: float | None = None) -> SimConfig:
-        cfg = super().sim_config(p, d, startup)
-        return SimConfig.model_validate(cfg.model_dump() | {"routing": cfg.routing,
-                                                             "decode_token_budget": self.decode_token_budget})
-
-
 def replay(seed: int, limit: int, budget: int | None, policy: str, *, model: str, max_replicas: int,
            duration_s: float, warmup_s: float) -> dict:
     """One seed, one policy, the rule at ``limit`` (0: off), decode engines chunking at ``budget``
@@ -78,9 +64,9 @@ def replay(seed: int, limit: int, budget: int | None, policy: str, *, model: str
     trace = window_of(bursty_trace(seed, BurstySpec()), 0.0, duration_s)
     profile = derive_profile(model, kv_link_gbps=100.0)
     slo = Slo(ttft_s=2.0, tpot_s=0.05, target=0.99)
-    s = BudgetSetup(model, profile, profile.prefill.tensor_parallel_size, profile.decode.tensor_parallel_size,
-                    max_replicas, max_replicas, slo, PolicyConfig.interval_s, 60.0, 100.0,
-                    RoutingSpec(max_prefill_queue_tokens=limit), budget)
+    s = Setup(model, profile, profile.prefill.tensor_parallel_size, profile.decode.tensor_parallel_size,
+              max_replicas, max_replicas, slo, PolicyConfig.interval_s, 60.0, 100.0,
+              RoutingSpec(max_prefill_queue_tokens=limit), budget)
     feas = trace_feasibility(trace, s, warmup_s)
     extra: dict = {}
     if policy == "static":
