@@ -42,8 +42,8 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-seqs", type=int, default=256)
     g.add_argument("--token-budget", type=int, default=512, help="chunked prefill token budget")
     g.add_argument("--decode-token-budget", type=int, default=None,
-                   help="disagg: decode engines' max_num_batched_tokens (default 8192): the chunk a decode step "
-                        "carries when it prefills a prompt itself")
+                   help="disagg: decode engines' max_num_batched_tokens (default 8192, or --token-budget when "
+                        "larger): the chunk a decode step carries when it prefills a prompt itself")
     g.add_argument("--max-model-len", type=int, default=131072)
     g.add_argument("--no-prefix-caching", action="store_true")
     g.add_argument("--block-size", type=int, default=None,

@@ -63,7 +63,8 @@ class SimConfig(BaseModel):
         None, ge=16,
         description="disagg: the decode engines' max_num_batched_tokens (vLLM's --max-num-batched-tokens on the "
         "decode pool). A decode engine that prefills a prompt itself (P/D skipped) runs it in chunks of at most "
-        "this many tokens, each in one step with its decodes: it bounds the ITL those decodes see. None = 8192",
+        "this many tokens, each in one step with its decodes: it bounds the ITL those decodes see. None = 8192 (or "
+        "token_budget when larger), as for every P/D engine",
     )
     max_model_len: int = Field(131072, ge=16)
     block_size: int | None = Field(
