@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from resultmeta import Run, spread, write_result  # noqa: E402
-from routing_gap import BLOCK, dynamo_per_request, pd_config, pd_window  # noqa: E402
+from routing_gap import BLOCK, add_pd_window_args, dynamo_per_request, pd_config, pd_window  # noqa: E402
 
 
 class Pinned(Policy):
@@ -85,14 +85,8 @@ def pinned_replay(trace: Trace, args: argparse.Namespace, placement: list[int]) 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL trace")
-    ap.add_argument("--start-minute", type=float, default=0.0)
-    ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--instances", type=int, default=4, help="prefill engines")
-    ap.add_argument("--decode-instances", type=int, default=4)
-    ap.add_argument("--token-budget", type=int, default=2048)
+    add_pd_window_args(ap)
     ap.add_argument("--runs", type=int, default=3, help="Dynamo runs (its ties are random), each replayed pinned")
-    ap.add_argument("--dynamo-python", required=True, help="a Python with ai-dynamo 1.6.1 (see README)")
     ap.add_argument("--note", default="", help="recorded in the result, e.g. which simulator source was imported")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()

@@ -168,6 +168,17 @@ def summarize(pairs: Sequence[dict[str, float]]) -> dict[str, dict]:
     return {k: spread([round(p.get(k, 0.0), 5) for p in pairs]) for k in CLASSES}
 
 
+def add_pd_window_args(ap: argparse.ArgumentParser) -> None:
+    """The flags ``pd_window`` and ``pd_config`` read (and Dynamo's Python), shared with engine_agreement.py."""
+    ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL trace")
+    ap.add_argument("--start-minute", type=float, default=0.0)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--instances", type=int, default=4, help="prefill engines (the routed pool)")
+    ap.add_argument("--decode-instances", type=int, default=4)
+    ap.add_argument("--token-budget", type=int, default=2048)
+    ap.add_argument("--dynamo-python", required=True, help="a Python with ai-dynamo 1.6.1 (see README)")
+
+
 def pd_config(args: argparse.Namespace) -> SimConfig:
     """The disaggregated layout both scripts replay (``--instances`` prefill, ``--decode-instances``
     decode, ``--token-budget``), 512-token blocks as in the trace, kv_aware on the prefill pool.
@@ -191,14 +202,8 @@ def pd_window(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Trace:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL trace")
-    ap.add_argument("--start-minute", type=float, default=0.0)
-    ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--instances", type=int, default=4, help="prefill engines (the routed pool)")
-    ap.add_argument("--decode-instances", type=int, default=4)
-    ap.add_argument("--token-budget", type=int, default=2048)
+    add_pd_window_args(ap)
     ap.add_argument("--runs", type=int, default=5, help="pdserve tie phases 0..N-1, and N Dynamo runs")
-    ap.add_argument("--dynamo-python", required=True, help="a Python with ai-dynamo 1.6.1 (see README)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.runs < 1:
