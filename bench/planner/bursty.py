@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from pdserve.sim.traces import Trace, from_rows
 
@@ -43,12 +43,26 @@ def bursty_trace(seed: int, spec: BurstySpec = BurstySpec()) -> Trace:
                      source=f"bursty seed={seed} " + " ".join(f"{k}={v}" for k, v in asdict(spec).items()))
 
 
+def with_history(seed: int, history_s: float, spec: BurstySpec = BurstySpec()) -> tuple[Trace, int]:
+    """``history_s`` seconds of the same generator (its own stream, seeded ``"<seed>/history"``, so
+    no tuning or held-out seed's requests are reused) followed by seed ``seed``'s trace, unchanged
+    but for the shift: what a planner in service has seen before the scored window. Returns the
+    trace and how many of its first requests are history (all of them arrive before the window)."""
+    if not history_s > 0:
+        raise ValueError(f"history must be > 0 s, got {history_s}")
+    hist = _rows(f"{seed}/history", replace(spec, duration_s=history_s))[0]
+    scored = [(history_s + t, i, o, h) for t, i, o, h in _rows(seed, spec)[0]]
+    source = (f"bursty seed={seed} history_s={history_s:g} history_seed={seed}/history "
+              + " ".join(f"{k}={v}" for k, v in asdict(spec).items()))
+    return from_rows(hist + scored, format="synthetic", source=source), len(hist)
+
+
 def bursts(seed: int, spec: BurstySpec = BurstySpec()) -> list[dict[str, float]]:
     """The bursts of a seed's trace: start (s), requests, duration (s)."""
     return _rows(seed, spec)[1]
 
 
-def _rows(seed: int, spec: BurstySpec) -> tuple[list[tuple[float, int, int, tuple[int, ...]]], list[dict[str, float]]]:
+def _rows(seed: int | str, spec: BurstySpec) -> tuple[list[tuple[float, int, int, tuple[int, ...]]], list[dict[str, float]]]:
     rng = random.Random(seed)
     found: list[dict[str, float]] = []
     rows: list[tuple[float, int, int, tuple[int, ...]]] = []

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from baselines import ReactiveAutoscaler, smallest_static  # noqa: E402
-from bursty import BurstySpec, bursty_trace  # noqa: E402
+from bursty import BurstySpec, bursty_trace, with_history  # noqa: E402
 from feasibility import TraceFeasibility  # noqa: E402
 from references import Setup, lower_bound  # noqa: E402
 from replays import REFERENCE, best_schedule, causal_reference, run_order, run_policy, trace_feasibility  # noqa: E402
@@ -78,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--startup", type=float, default=60.0)
     ap.add_argument("--ttft-ms", type=float, default=2000.0)
     ap.add_argument("--itl-ms", type=float, default=50.0, help="TPOT objective, ms")
-    ap.add_argument("--warmup", type=float, default=120.0, help="attainment also reported for arrivals after this, s")
+    ap.add_argument("--warmup", type=float, help="attainment also reported for arrivals after this, s (default 120; "
+                    "with --history 0: the warm-up is the history)")
+    ap.add_argument("--history", type=float, default=0.0,
+                    help="bursty: first replay this many seconds of the same generator (its own seed stream, "
+                         "bursty.with_history), as a planner in service has seen traffic before; every policy and "
+                         "reference replays it, and attainment after warm-up, the references' targets and GPU-hours "
+                         "count the scored window only")
     ap.add_argument("--target-utilization", type=float, default=PolicyConfig.target_utilization)
     ap.add_argument("--stabilization", type=float, default=PolicyConfig.scale_down_stabilization_s,
                     help="planner and reactive scale-down stabilisation, s (default: the shipped one)")
@@ -113,20 +119,36 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
 
+    n_hist = 0
     if args.trace is not None:
+        if args.history:
+            raise SystemExit("--history is for --bursty (a trace file's history is the window before --start)")
         full = load_trace(args.trace).scaled(args.rate_scale)
         trace_id = args.trace_id or f"{args.trace.stem}_x{args.rate_scale:g}"
+    elif args.history:
+        full, n_hist = with_history(args.bursty, args.history, BurstySpec())
+        full = full.scaled(args.rate_scale)
+        trace_id = args.trace_id or f"bursty_seed{args.bursty}_h{args.history:g}"
     else:
         full = bursty_trace(args.bursty, BurstySpec()).scaled(args.rate_scale)
         trace_id = args.trace_id or f"bursty_seed{args.bursty}"
-    trace = window_of(full, args.start, args.duration or None).head(args.limit)
+    if n_hist:
+        # The window is the history plus --duration of the seed's trace (times from the first history arrival).
+        hist_end = full.requests[n_hist].arrival_s
+        trace = window_of(full, 0.0, hist_end + args.duration if args.duration else None).head(args.limit)
+        args.warmup = hist_end + (args.warmup or 0.0)
+    else:
+        hist_end = 0.0
+        trace = window_of(full, args.start, args.duration or None).head(args.limit)
+        args.warmup = 120.0 if args.warmup is None else args.warmup
     profile = derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps)
     slo = Slo(ttft_s=args.ttft_ms / 1000, tpot_s=args.itl_ms / 1000, target=0.99)
     s = Setup(args.model_profile, profile, profile.prefill.tensor_parallel_size, profile.decode.tensor_parallel_size,
               args.max_replicas, args.max_replicas, slo, args.interval, args.startup, args.kv_link_gbps,
-              routing_from_args(args))
-    bound = lower_bound(trace, s)
-    feas = trace_feasibility(trace, s, args.warmup)
+              routing_from_args(args), gpu_seconds_from_s=hist_end)
+    bound = lower_bound(trace, s)  # per interval over the whole replay: where the best schedule's search starts
+    scored_bound = lower_bound(window_of(trace, hist_end, None), s) if n_hist else bound
+    feas = replace(trace_feasibility(trace, s, args.warmup), scored_from_s=hist_end)
     results: dict[str, dict] = {}
     previous: dict = {}
     if args.merge and args.out.exists():
@@ -227,18 +249,23 @@ def main(argv: list[str] | None = None) -> int:
             f" in {r['sim_wall_s']} s")
 
     if args.dynamo_python is not None:
-        results["dynamo"] = run_dynamo(args.dynamo_python, trace, s, args.max_replicas, args.warmup, args.out, feas)
+        results["dynamo"] = run_dynamo(args.dynamo_python, trace, s, args.max_replicas, args.warmup, args.out, feas,
+                                       hist_end)
         r = results["dynamo"]
         log(f"dynamo: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h")
     if results.get("best", {}).get("gpu_hours"):
         for r in results.values():
             r["gpu_hours_vs_best"] = r["gpu_hours"] / results["best"]["gpu_hours"]
     for r in results.values():
-        r["gpu_hours_vs_lower_bound"] = r["gpu_hours"] / bound["gpu_hours"]
+        r["gpu_hours_vs_lower_bound"] = r["gpu_hours"] / scored_bound["gpu_hours"]
     doc = {
         "schema": SCHEMA,
         "trace": {"id": trace_id, "source": trace.source, "sha256": trace.sha256, "rate_scale": args.rate_scale,
                   "window_s": [args.start, args.start + (args.duration or trace.duration_s)],
+                  **({"history": {"seconds": args.history, "requests": n_hist, "scored_from_s": round(hist_end, 3),
+                                  "what": "the same generator's own seed stream replayed first (bursty.with_history); "
+                                          "attainment after warm-up, the references' 99 % targets, GPU-hours and "
+                                          "the lower bound count only the window after it"}} if n_hist else {}),
                   "requests": len(trace.requests), "tuned_on": args.tuned_on,
                   "mean_rate": len(trace.requests) / max(trace.duration_s, 1e-9),
                   "prompt_tokens_per_s": sum(r.input_tokens for r in trace.requests) / max(trace.duration_s, 1e-9)},
@@ -249,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                   "routing_flags": routing_flags(s.routing),
                   "planner": {"target_utilization": args.target_utilization, "stabilization_s": args.stabilization,
                               "peak_window_s": args.peak_window}},
-        "lower_bound": {k: v for k, v in bound.items() if k != "per_interval"},
+        "lower_bound": {k: v for k, v in scored_bound.items() if k != "per_interval"},
         "feasibility": feas.summary() | {"method": "each request alone on idle warm replicas, best-case prefix hits "
                                                   "(bench/planner/feasibility.py)"},
         "results": results,
@@ -264,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s: float, out: Path,
-               feas: TraceFeasibility) -> dict:
+               feas: TraceFeasibility, paid_from_s: float = 0.0) -> dict:
     """Dynamo's SLA planner in its offline replay (``dynamo_peer.py``), scored like ours."""
     import json
     import subprocess
@@ -304,9 +331,21 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
     series = [(round(t["at_s"], 1), t["prefill"].get("active_count", 0) + t["prefill"].get("starting_count", 0),
                t["decode"].get("active_count", 0) + t["decode"].get("starting_count", 0))
               for t in d["ticks"] if abs(t["at_s"] / s.interval_s - round(t["at_s"] / s.interval_s)) < 1e-6]
+    gpu_hours = d["gpu_hours"]
+    paid: dict = {}
+    if paid_from_s > 0:
+        # After replayed history: its replicas (active + starting, at each tick) from the scored window on,
+        # next to the same integral over the whole replay as a check against Dynamo's own total.
+        ticks = [(t["at_s"], s.gpus(t["prefill"].get("active_count", 0) + t["prefill"].get("starting_count", 0),
+                                    t["decode"].get("active_count", 0) + t["decode"].get("starting_count", 0)))
+                 for t in d["ticks"]]
+        ends = [t for t, _ in ticks[1:]] + [max(ticks[-1][0], trace.duration_s)] if ticks else []
+        whole = sum(g * (e - t) for (t, g), e in zip(ticks, ends)) / 3600
+        gpu_hours = sum(g * max(0.0, e - max(t, paid_from_s)) for (t, g), e in zip(ticks, ends)) / 3600
+        paid = {"gpu_hours_whole_replay": d["gpu_hours"], "gpu_hours_whole_replay_from_ticks": whole}
     return {
         "attainment": good / len(d["requests"]), "attainment_after_warmup": good_warm / warm if warm else None,
-        "gpu_hours": d["gpu_hours"], "requests": len(d["requests"]),
+        "gpu_hours": gpu_hours, **paid, "requests": len(d["requests"]),
         # Dynamo's records carry no request id: the k-th arrival of its replay is the trace's k-th.
         **feas.score([h for _, h in sorted(hits, key=lambda x: x[0])]),
         "finished": sum(r["status"] == "completed" for r in d["requests"]),

@@ -170,6 +170,9 @@ class TraceFeasibility:
     slo: Slo
     hw: Hardware | None = None
     cold: list[str] | None = None  # verdicts with no prefix-cache hit at all
+    # Requests arriving before this are replayed history (evaluate.py --history): not scored at all,
+    # so "attainment among the feasible" (what the references search for) is the scored window's.
+    scored_from_s: float = 0.0
 
     @classmethod
     def of(cls, requests: Sequence[tuple[float, int, int, int]], hw: Hardware, slo: Slo,
@@ -192,8 +195,10 @@ class TraceFeasibility:
     def score(self, hits: Sequence[bool], records: Sequence | None = None) -> dict:
         """Attainment among the feasible requests (all, after warm-up) and why each miss missed."""
         warm = [i for i, a in enumerate(self.arrivals) if a >= self.warm_from_s]
+        scored = [i for i, a in enumerate(self.arrivals) if a >= self.scored_from_s]
         out = {
-            "attainment_feasible": attainment_among_feasible(hits, self.verdicts),
+            "attainment_feasible": attainment_among_feasible([hits[i] for i in scored],
+                                                             [self.verdicts[i] for i in scored]),
             "attainment_feasible_after_warmup": attainment_among_feasible(
                 [hits[i] for i in warm], [self.verdicts[i] for i in warm]),
         }

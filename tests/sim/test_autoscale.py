@@ -139,3 +139,18 @@ def test_window_reads_the_routers_burst_gauge_at_its_scrapes() -> None:
     assert first.prompt_tokens_burst[0.0] == pytest.approx(60_000)
     assert first.prompt_tokens_burst[2.0] == pytest.approx(90_000 / 4)  # both seconds + 2 s budget
     assert auto.seen[2][1].prompt_tokens_burst[0.0] == 0.0  # 60 s on, every scrape read has it out of its span
+
+
+def test_gpu_seconds_count_from_the_scored_window() -> None:
+    """An evaluation replaying history first pays only from its scored window on: an instance
+    released before it costs nothing, one requested before it is paid from it, later ones whole."""
+    trace = synthetic_trace(400, 5.0, (200, 800), (20, 60), seed=1)
+    auto = Scripted({1: PoolSizes(2, 3), 4: PoolSizes(1, 1)})
+    res = run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1, startup_delay_s=5.0,
+                                          gpu_seconds_from_s=45.0), autoscaler=auto)
+    by_id = {i["id"]: i for i in res.instances}
+    end = res.end_time_s
+    # P0 and D0 from 45 s to the end; P1, D1, D2 (requested at 10 s, released in [40, 50) s) from 45 s.
+    expected = 2 * (end - 45.0) + sum(max(0.0, by_id[i]["released_at_s"] - 45.0) for i in ("P1", "D1", "D2"))
+    assert res.gpu_seconds == pytest.approx(expected)
+    assert res.gpu_seconds < 2 * end  # the history is not paid

@@ -112,6 +112,11 @@ class SimConfig(BaseModel):
         "lag): an idealised router, for comparison",
     )
     startup_delay_s: float = Field(60.0, ge=0, description="autoscaling: new instance warm-up")
+    gpu_seconds_from_s: float = Field(
+        0.0, ge=0,
+        description="count GPU-seconds from this time only (an evaluation that replays history before its scored "
+        "window pays for the window, not the history); 0 = every instance's whole lifetime",
+    )
     slo: Slo = Field(default_factory=Slo)
     seed: int = 0
     max_sim_time_s: float | None = Field(None, gt=0, description="stop the clock here (default: no limit)")

@@ -186,6 +186,7 @@ class Instance:
     def idle(self) -> bool:
         return not self.engine.has_work() and not self.engine.held
 
-    def gpu_seconds(self, end: float) -> float:
+    def gpu_seconds(self, end: float, since: float = 0.0) -> float:
+        """Held from its request to its release (or ``end``), counted from ``since`` on."""
         stop = self.released_at if self.released_at >= 0 else end
-        return self.tp * max(0.0, stop - self.requested_at)
+        return self.tp * max(0.0, stop - max(self.requested_at, since))

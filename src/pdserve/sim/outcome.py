@@ -19,7 +19,7 @@ class SimResult:
     records: list[RequestRecord]
     summary: Summary
     gpus: int  # GPUs of the initial (static) deployment
-    gpu_seconds: float  # over every instance's lifetime
+    gpu_seconds: float  # over every instance's lifetime (from ``config.gpu_seconds_from_s`` on)
     end_time_s: float
     kv_recomputes: int  # decode had to recompute because the prefill lease expired
     rejected: int  # refused by an engine (prompt too long for max_model_len / KV)
@@ -68,7 +68,7 @@ def collect_result(cfg: SimConfig, records: list[RequestRecord], itl: Sequence[f
         records=records,
         summary=summary,
         gpus=gpus,
-        gpu_seconds=sum(i.gpu_seconds(end) for i in instances),
+        gpu_seconds=sum(i.gpu_seconds(end, cfg.gpu_seconds_from_s) for i in instances),
         end_time_s=end,
         kv_recomputes=kv_recomputes,
         rejected=rejected,
