@@ -11,7 +11,8 @@ Policies (``--policies``):
   (``pdserve.common.burst``, 1 s resolution, ``--burst-budget``) instead of the 15 s irate peak;
 - ``planner_fit``: the planner holding a burst's *arrival rate*, fitted from the router's burst
   gauge at two budgets (``--burst-budget`` 2 s and ``--burst-fit-budget`` 4 s;
-  ``pdserve.planner.core.burst_fit``), with the planner's headroom;
+  ``pdserve.planner.core.burst_fit``), with the planner's headroom, for the bursts that the steady
+  plan would not drain within ``--burst-absorb-fraction`` of the TTFT SLO;
 - ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
   targets; ``--reactive-sweep`` also runs the grid and records every point;
 - ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="planner_burst: which series of the router's burst gauge is its peak (budget, s)")
     ap.add_argument("--burst-fit-budget", type=float, default=4.0,
                     help="planner_fit: the second budget of the gauge (with --burst-budget, or 2 s where that is 0)")
+    ap.add_argument("--burst-absorb-fraction", type=float, default=0.5,
+                    help="planner_fit: no reserve for a fitted burst that the steady plan's prefill pool drains "
+                         "within this fraction of the TTFT SLO (PolicyConfig.burst_absorb_fraction; negative: none)")
     ap.add_argument("--burst-sweep", nargs="*", type=float, metavar="BUDGET_S",
                     help="also run planner_burst at these budgets (tuning runs)")
     ap.add_argument("--planner-sweep", nargs="*", type=float, metavar="PEAK_WINDOW_S",
@@ -170,13 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda m: print(f"[{trace_id} {args.model_profile}] {m}", flush=True)  # noqa: E731
 
     def planner(pred: str, peak_window: float | None = None, burst: float | None = None,
-                fit: float | None = None) -> PlannerAutoscaler:
+                fit: float | None = None, absorb: float | None = None) -> PlannerAutoscaler:
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
                            prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
                            decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
                            target_utilization=args.target_utilization, startup_s=args.startup,
                            peak_window_s=args.peak_window if peak_window is None else peak_window,
-                           burst_budget_s=burst, burst_fit_budget_s=fit)
+                           burst_budget_s=burst, burst_fit_budget_s=fit, burst_absorb_fraction=absorb)
         return PlannerAutoscaler(PlannerPolicy(cfg, profile))
 
     feasible = [v == "feasible" for v in feas.verdicts]
@@ -225,10 +229,12 @@ def main(argv: list[str] | None = None) -> int:
                 results[name]["sweep"] = sweep
         elif name == "planner_fit":
             b1 = args.burst_budget or 2.0
-            out, _ = run_policy(trace, s, planner("holt-winters", burst=b1, fit=args.burst_fit_budget), (1, 1), args.warmup,
-                                feas=feas)
+            absorb = args.burst_absorb_fraction if args.burst_absorb_fraction >= 0 else None
+            out, _ = run_policy(trace, s, planner("holt-winters", burst=b1, fit=args.burst_fit_budget, absorb=absorb),
+                                (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": b1,
-                                              "burst_fit_budget_s": args.burst_fit_budget}}
+                                              "burst_fit_budget_s": args.burst_fit_budget,
+                                              "burst_absorb_fraction": absorb}}
         elif name == "planner_burst":
             out, _ = run_policy(trace, s, planner("holt-winters", burst=args.burst_budget), (1, 1), args.warmup,
                                 feas=feas)

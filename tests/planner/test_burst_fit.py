@@ -2,16 +2,17 @@
 on small hand-computed cases: the fit, the reserve's headroom, the policy, the simulator hook and
 both live sources."""
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from pdserve.common.burst import BurstMeter
-from pdserve.planner.core.burst_fit import burst_arrival_rate
+from pdserve.planner.core.burst_fit import burst_arrival_rate, burst_shape
 from pdserve.planner.core.observation import Observation, PoolState
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.sim_hook import observation_from_window
-from pdserve.planner.core.sizing import Capacity, Load, size
+from pdserve.planner.core.sizing import Capacity, Load, absorbed, size
 from pdserve.planner.shell.source_prometheus import PromQL
 from pdserve.planner.shell.source_scrape import ScrapeSource, parse_target
 from pdserve.sim.autoscale import PoolSizes
@@ -160,3 +161,42 @@ def test_the_cli_takes_both_budgets_and_refuses_a_fit_without_its_burst_budget(c
                  "--burst-fit-budget", "3"]) == 2
     assert "must be one the router exports" in capsys.readouterr().err
     assert len(planner_cli(2, "--burst-budget", "2", "--burst-fit-budget", "4")) == 2
+
+
+def test_the_fit_gives_the_bursts_duration_too():
+    # the 5 s burst at 100,000/s; a steady stream has no end; nothing read, nothing fitted
+    assert burst_shape(N2, 2.0, N4, 4.0) == (pytest.approx(100_000), pytest.approx(5.0))
+    assert burst_shape(4_000, 2.0, 4_000, 4.0) == (4_000, math.inf)
+    assert burst_shape(60_000, 2.0, 20_000, 4.0) == (pytest.approx(180_000), 1.0)  # at least the resolution
+    assert burst_shape(0.0, 2.0, 0.0, 4.0) == (0.0, 0.0)
+
+
+def test_absorbed_bursts_are_the_ones_the_steady_pool_drains_within_the_budget():
+    # 10,000/s for 4 s against 9,500/s flat out: 500 x 4 = 2,000 tokens queue, 0.21 s of work: within 1 s
+    assert absorbed(10_000, 4.0, 9_500, 1.0)
+    # 100,000/s for 5 s against 30,000/s: 350,000 tokens, 11.7 s of work: not within 1 s
+    assert not absorbed(100_000, 5.0, 30_000, 1.0)
+    # the boundary: (12,000 - 10,000) x 5 = 10,000 = 10,000 x 1
+    assert absorbed(12_000, 5.0, 10_000, 1.0) and not absorbed(12_000, 5.0, 10_000, 0.99)
+    # a steady stream above the plan never drains; one below it is no burst
+    assert not absorbed(12_000, math.inf, 10_000, 1.0)
+    assert absorbed(9_000, math.inf, 10_000, 1.0)
+
+
+def test_a_burst_the_steady_pool_drains_in_time_gets_no_reserve():
+    # 10,000 tokens/s for 4 s reads 40,000 / 6 at budget 2 and 40,000 / 8 at 4 (fit: 10,000/s, 4 s).
+    # The steady plan (2,048 tokens/s: 1 prefill) moves 9,500/s flat out: 2,000 tokens queue, drained
+    # in 0.21 s, within half the 1 s TTFT SLO: no reserve, 1 prefill. Without the gate (the fraction
+    # None, as before) the fitted rate is held at 80 %: 10,000 / 7,600 = 1.32 -> 2.
+    short = dict(router_prompt_tokens_peak=40_000 / 6, router_prompt_tokens_peak_wide=40_000 / 8)
+    gated = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_absorb_fraction=0.5)
+    plain = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0)
+    for pol in (gated, plain):
+        pol.decide(_obs(-100, 1), -100)
+    assert plain.decide(_obs(0, 1, **short), 0).prefill == 2
+    d = gated.decide(_obs(0, 1, **short), 0)
+    assert d.prefill == 1 and d.explanation["demand"]["terms"]["prefill_peak"] == 0.0
+    # The 5 s burst at 19,000/s queues 9,500 x 5 = 47,500 tokens (5 s of work): its reserve stands
+    # (19,000 / 7,600 = 2.5 -> 3), and the short one, still in the window, does not lower it.
+    d = gated.decide(_obs(10, 1, router_prompt_tokens_peak=95_000 / 7, router_prompt_tokens_peak_wide=95_000 / 9), 10)
+    assert d.prefill == 3 and d.explanation["demand"]["terms"]["prefill_peak"] == pytest.approx(19_000 / 7_600)

@@ -27,13 +27,18 @@ import math
 
 def burst_arrival_rate(n1: float, b1: float, n2: float, b2: float, *, min_duration_s: float = 1.0) -> float:
     """Arrival rate of the rectangular burst that reads ``n1`` at budget ``b1`` and ``n2`` at ``b2``."""
+    return burst_shape(n1, b1, n2, b2, min_duration_s=min_duration_s)[0]
+
+
+def burst_shape(n1: float, b1: float, n2: float, b2: float, *, min_duration_s: float = 1.0) -> tuple[float, float]:
+    """(arrival rate, duration in s) of that rectangular burst; a steady stream lasts forever (inf)."""
     if not (0 <= b1 < b2):
         raise ValueError(f"need budgets 0 <= b1 < b2, got {b1}, {b2}")
     if not (min_duration_s > 0):
         raise ValueError(f"minimum duration must be > 0, got {min_duration_s}")
     if not (math.isfinite(n1) and n1 > 0):
-        return 0.0
+        return 0.0, 0.0
     if not math.isfinite(n2) or n2 >= n1:
-        return n1
+        return n1, math.inf
     duration = max((max(n2, 0.0) * b2 - n1 * b1) / (n1 - n2), min_duration_s)
-    return n1 * (duration + b1) / duration
+    return n1 * (duration + b1) / duration, duration

@@ -23,13 +23,13 @@ from typing import Any
 from pdserve.common.burst import BUDGETS_S
 from pdserve.planner.core import decision as D
 from pdserve.planner.core.budget import fit_budget, gpus
-from pdserve.planner.core.burst_fit import burst_arrival_rate
+from pdserve.planner.core.burst_fit import burst_shape
 from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.core.link_model import budget_transfers, usable_utilization
 from pdserve.planner.core.observation import Observation
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
 from pdserve.planner.core.profile import CapacityProfile
-from pdserve.planner.core.sizing import Capacity, Load, size
+from pdserve.planner.core.sizing import Capacity, Load, absorbed, size
 
 
 @dataclass
@@ -93,6 +93,13 @@ class PolicyConfig:
     # target_utilization: what a burst from the same source needs however long it lasts,
     # without the busiest second's noise (budget 0) or a short burst's discount (budget > 0).
     burst_fit_budget_s: float | None = None
+    # The fitted burst reserve is planned at this fraction of each replica's saturated speed and
+    # link rate (None: target_utilization).
+    burst_utilization: float | None = None
+    # A fitted burst that the steady plan's prefill pool, flat out, drains within this fraction of
+    # the TTFT SLO gets no reserve (None: every fitted burst does, as before). Steady traffic's
+    # densest seconds fit as short, low bursts; the bursts that need capacity standing do not.
+    burst_absorb_fraction: float | None = None
     # No pool shrinks while more than this many requests per ready replica wait in it.
     release_queue_per_replica: float = 1.0
     correction: bool = True
@@ -135,7 +142,7 @@ class _State:
     corr_prefill: float = 1.0
     corr_decode: float = 1.0
     recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
-    peaks: deque = field(default_factory=deque)  # (time, short-window prompt tokens/s)
+    peaks: deque = field(default_factory=deque)  # (time, short-window prompt tokens/s, burst duration s)
     last_busy: float | None = None  # last time requests were seen
     first_seen: float | None = None  # first time requests were seen (the rate window fills from here)
     pending_since: dict[str, float] = field(default_factory=dict)
@@ -269,12 +276,13 @@ class PlannerPolicy:
         if (cfg.arriving_signal == "peak" or young) and _finite(obs.router_prompt_tokens_peak):
             arriving = max(arriving, obs.router_prompt_tokens_peak)
         load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
-                    decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now, peak_prompt_tokens=self._peak(obs, now),
+                    decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now,
+                    peak_prompt_tokens=self._peak(obs, now, steady=self._steady_prefill(rate * isl, tokens_now, capacity)),
                     arriving_prompt_tokens=arriving if cfg.drain_backlog else 0.0,
                     prefill_replicas=cur[0], decode_replicas=cur[1],
                     peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
                                   and _finite(obs.router_prompt_tokens_peak)),
-                    peak_utilization=cfg.target_utilization if self._fitting(obs) else 1.0)
+                    peak_utilization=self._burst_utilization() if self._fitting(obs) else 1.0)
         terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
                      startup_s=cfg.startup_s if cfg.drain_backlog else 0.0)
         want = (terms.prefill, terms.decode)
@@ -298,15 +306,26 @@ class PlannerPolicy:
                                   tokens_per_transfer / link)
         return lambda p, d: usable_utilization(p, d, budget)
 
+    def _burst_utilization(self) -> float:
+        u = self.config.burst_utilization
+        return self.config.target_utilization if u is None else u
+
     def _fitting(self, obs: Observation) -> bool:
         """The peak is a fitted burst arrival rate (both gauge readings present)."""
         cfg = self.config
         return (cfg.burst_fit_budget_s is not None and cfg.burst_budget_s is not None
                 and _finite(obs.router_prompt_tokens_peak) and _finite(obs.router_prompt_tokens_peak_wide))
 
-    def _peak(self, obs: Observation, now: float) -> float:
+    def _steady_prefill(self, tokens: float, floor: float, capacity: Capacity) -> float:
+        """Prompt tokens/s the prefill pool sized for the steady load alone moves flat out."""
+        fresh = max(tokens, floor) * (1 - self._s.hit)
+        replicas = max(math.ceil(fresh / capacity.prefill_slo - 1e-9), self.config.prefill_min, 1)
+        return replicas * capacity.prefill_saturated / (1 - self._s.hit)
+
+    def _peak(self, obs: Observation, now: float, steady: float = 0.0) -> float:
         """The highest short-window prompt-token rate within ``peak_window_s`` (with a burst fit
-        budget: the highest fitted burst arrival rate)."""
+        budget: the highest fitted burst arrival rate, among the bursts the steady plan, moving
+        ``steady`` prompt tokens/s, would not drain in time)."""
         cfg, peaks = self.config, self._s.peaks
         if cfg.peak_window_s <= 0:
             return 0.0
@@ -315,14 +334,17 @@ class PlannerPolicy:
             # A burst is believed to last at least the wide budget: below that the fit reads one or
             # two long prompts in one second as a "rate" (Mooncake: 12k-token prompts, one second
             # at 290k tokens/s, 16 prefill replicas held for it), and the budget absorbs them anyway.
-            peaks.append((now, burst_arrival_rate(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
-                                                  obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
-                                                  min_duration_s=cfg.burst_fit_budget_s)))
+            peaks.append((now, *burst_shape(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
+                                            obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
+                                            min_duration_s=cfg.burst_fit_budget_s)))
         elif _finite(obs.router_prompt_tokens_peak):
-            peaks.append((now, obs.router_prompt_tokens_peak))
+            peaks.append((now, obs.router_prompt_tokens_peak, math.inf))
         while peaks and peaks[0][0] <= now - cfg.peak_window_s:
             peaks.popleft()
-        return max((p for _, p in peaks), default=0.0)
+        if cfg.burst_absorb_fraction is None or not self._fitting(obs):
+            return max((p for _, p, _ in peaks), default=0.0)
+        budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
+        return max((p for _, p, dur in peaks if not absorbed(p, dur, steady, budget)), default=0.0)
 
     def _arrival_rate(self, obs: Observation) -> float | None:
         """Requests/s arriving now. Completions lag arrivals by a whole request (and keep

@@ -194,5 +194,16 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     )
 
 
+def absorbed(burst_tokens: float, duration_s: float, steady_tokens: float, budget_s: float) -> bool:
+    """A rectangular burst (prompt tokens/s for ``duration_s``) that a pool moving ``steady_tokens``/s
+    flat out drains within ``budget_s``: what it queues, ``(burst - steady) x duration``, is at most
+    ``steady x budget``. Such a burst needs no reserve above the steady plan (a Poisson stream's
+    densest seconds read as one: bench/planner, Azure 70B x1 held a second prefill replica for them)."""
+    excess = burst_tokens - steady_tokens
+    if excess <= 0:
+        return True
+    return math.isfinite(duration_s) and excess * max(duration_s, 0.0) <= steady_tokens * budget_s
+
+
 def _ceil(x: float) -> int:
     return math.ceil(x - 1e-9) if math.isfinite(x) else 0
