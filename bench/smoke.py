@@ -116,6 +116,10 @@ SMOKES: list[Smoke] = [
     Smoke("planner_burst_misses", "bench/planner/burst_misses.py",
           ["--seeds", "0", "--variants", "planner_fit", "--duration", "150", "--warmup", "10",
            "--out", "{out}/burst_misses.json"], ["burst_misses.json"]),
+    # The sweep's reactive half on a committed 150-request run (``--every``: also where reactive spent as much).
+    Smoke("planner_peer_sweep", "bench/planner/peer_sweep.py",
+          ["--run", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--every", "--trace", AZURE,
+           "--duration", "0", "--limit", "150", "--warmup", "10", "--out", "{out}/sweep.json"], ["sweep.json", "sweep.png"]),
     Smoke("planner_dynamo_peer", "bench/planner/dynamo_peer.py",
           ["--trace", MOONCAKE, "--calibration", str(REPO / "bench/planner/data/calibration_llama-3.1-8b-h100.json"),
            "--limit", "200", "--out", "{out}/dynamo.json"], ["dynamo.json"], timeout_s=300, needs_peers=True,

@@ -16,7 +16,8 @@ from references import Setup, _blame, attainment_of
 class ReactiveAutoscaler:
     """desired = ceil(current x metric / target) per pool, HPA's rule: prefill on (running +
     waiting) per ready replica, decode on mean KV usage; 10 % tolerance, immediate
-    scale-up, scale-down stabilised over ``stabilization_s`` (HPA's default is 300 s)."""
+    scale-up, scale-down stabilised over ``stabilization_s`` (HPA's default is 300 s), never
+    under ``min_p`` / ``min_d`` replicas (HPA's ``minReplicas``)."""
 
     interval_s: float
     max_p: int
@@ -25,6 +26,8 @@ class ReactiveAutoscaler:
     decode_kv_target: float = 0.7
     stabilization_s: float = 60.0
     tolerance: float = 0.1
+    min_p: int = 1
+    min_d: int = 1
     recs: list[tuple[float, int, int]] = field(default_factory=list)
 
     def _hpa(self, current: int, metric: float, target: float) -> int:
@@ -35,7 +38,7 @@ class ReactiveAutoscaler:
         pf, dc = window.prefill, window.decode
         p = self._hpa(max(current.prefill, 1), (pf.running + pf.waiting) / max(pf.ready, 1), self.prefill_target)
         d = self._hpa(max(current.decode, 1), dc.kv_usage if dc.ready else 1.0, self.decode_kv_target)
-        p, d = min(max(p, 1), self.max_p), min(max(d, 1), self.max_d)
+        p, d = min(max(p, self.min_p), self.max_p), min(max(d, self.min_d), self.max_d)
         self.recs = [r for r in self.recs if r[0] >= now - self.stabilization_s] + [(now, p, d)]
         if p < current.prefill:
             p = min(current.prefill, max(r[1] for r in self.recs))

@@ -201,7 +201,7 @@ def _alias_aisimulate_core() -> None:
     del aiconfigurator_core
 
 
-def run(cal: dict, trace: Path, work: Path, ratios: dict) -> dict:
+def run(cal: dict, trace: Path, work: Path, ratios: dict, overrides: dict | None = None) -> dict:
     _shim_aisimulate()
     try:
         import aisimulate_core  # noqa: F401
@@ -223,6 +223,9 @@ def run(cal: dict, trace: Path, work: Path, ratios: dict) -> dict:
         "max_gpu_budget": cal["tp"] * 2 * cal["max_replicas"], "min_endpoint": 1,
         "report_output_dir": str(work / "planner_reports"),  # its HTML report, never into the caller's cwd
     }
+    # Dynamo's own knobs (e.g. prefill_min_endpoint, tighter ttft_ms / itl_ms targets): the equal-GPU-hours sweep
+    # (peer_sweep.py) buys the peer capacity with them; the replay's SLA scoring below keeps the real SLO.
+    planner |= overrides or {}
     meta = {role: {"provider": "ais", "config": {"pdserve": role}} for role in ("prefill", "decode")}
     wall = time.perf_counter()
     rep = api.run_trace_replay(
@@ -256,6 +259,8 @@ def main() -> int:
     ap.add_argument("--calibration", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--limit", type=int, help="only the first N requests of the trace (quick runs)")
+    ap.add_argument("--planner-json", type=json.loads, default={},
+                    help="keys merged into Dynamo's planner_config (its field names), e.g. '{\"min_endpoint\": 2}'")
     args = ap.parse_args()
     cal = json.loads(args.calibration.read_text())
     if args.limit:
@@ -266,7 +271,7 @@ def main() -> int:
     work = args.out.parent
     ratios = calibrate(cal, work)
     ratios |= check(cal, work, ratios)
-    res = run(cal, args.trace, work, ratios)
+    res = run(cal, args.trace, work, ratios, args.planner_json)
     import dynamo
 
     res["calibration"] = ratios

@@ -119,10 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    run = Run(argv if argv is None else [sys.argv[0], *argv])
-
+def load_run(args: argparse.Namespace) -> tuple[Trace, str, Setup, TraceFeasibility, int, float]:
+    """The run's trace window, its id, the setup, the requests' feasibility, the history's requests and the time
+    its scored window starts, from the flags (sets ``args.warmup``); also peer_sweep.py's, so that its replays
+    see exactly this run."""
     n_hist = 0
     if args.trace is not None:
         if args.history:
@@ -150,9 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     s = Setup(args.model_profile, profile, profile.prefill.tensor_parallel_size, profile.decode.tensor_parallel_size,
               args.max_replicas, args.max_replicas, slo, args.interval, args.startup, args.kv_link_gbps,
               routing_from_args(args), gpu_seconds_from_s=hist_end)
+    feas = replace(trace_feasibility(trace, s, args.warmup), scored_from_s=hist_end)
+    return trace, trace_id, s, feas, n_hist, hist_end
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run = Run(argv if argv is None else [sys.argv[0], *argv])
+    trace, trace_id, s, feas, n_hist, hist_end = load_run(args)
+    profile = s.profile
     bound = lower_bound(trace, s)  # per interval over the whole replay: where the best schedule's search starts
     scored_bound = lower_bound(window_of(trace, hist_end, None), s) if n_hist else bound
-    feas = replace(trace_feasibility(trace, s, args.warmup), scored_from_s=hist_end)
     results: dict[str, dict] = {}
     previous: dict = {}
     if args.merge and args.out.exists():
@@ -297,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s: float, out: Path,
-               feas: TraceFeasibility, paid_from_s: float = 0.0) -> dict:
-    """Dynamo's SLA planner in its offline replay (``dynamo_peer.py``), scored like ours."""
+               feas: TraceFeasibility, paid_from_s: float = 0.0, planner: dict | None = None) -> dict:
+    """Dynamo's SLA planner in its offline replay (``dynamo_peer.py``), scored like ours; ``planner``:
+    keys merged into its planner_config (peer_sweep.py's capacity knobs)."""
     import json
     import subprocess
     import tempfile
@@ -310,7 +319,8 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
         res_path = Path(tmp) / "dynamo.json"
         # absolute() (not resolve()): the run happens in tmp, and a venv python must keep its own path
         proc = subprocess.run([str(python.absolute()), str(HERE / "dynamo_peer.py"), "--trace", str(tr), "--calibration",
-                               str(cal), "--out", str(res_path)], cwd=tmp, capture_output=True, text=True)
+                               str(cal), "--out", str(res_path), *(["--planner-json", json.dumps(planner)] if planner else [])],
+                              cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"dynamo_peer.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         d = json.loads(res_path.read_text())

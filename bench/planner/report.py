@@ -25,6 +25,7 @@ ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", 
 
 
 REPEAT_DIR = "dynamo_repeat"  # suite.py --dynamo-repeat: Dynamo's replay once more, not a run of its own
+SWEEP_DIR = claims.SWEEP_DIR
 
 
 def runs(results: Path) -> list[tuple[Path, dict]]:
@@ -32,7 +33,7 @@ def runs(results: Path) -> list[tuple[Path, dict]]:
     out = []
     for f in sorted(results.glob("*/*.json")):
         d = json.loads(f.read_text())
-        if f.parent.name != REPEAT_DIR and d.get("schema") == "pdserve.planner-eval/2":
+        if f.parent.name not in (REPEAT_DIR, SWEEP_DIR) and d.get("schema") == "pdserve.planner-eval/2":
             out.append((f, d))
     return out
 
@@ -62,6 +63,36 @@ def dynamo_repeats(results: Path) -> str:
     return "\n".join(["#### Dynamo's planner, replayed twice on the same input (`suite.py --dynamo-repeat`)", "",
                       "| run | after warm-up: run / repeat | GPU-hours: run / repeat | max P, D: run / repeat |",
                       "| --- | ---: | ---: | ---: |", *rows, ""])
+
+
+def peers_at_planner_gpu_hours(results: Path) -> str:
+    """One row per run and peer: the peer as run, and its curve read at the planner's GPU-hours (peer_sweep.py)."""
+    rows = []
+    for key, d, sw in claims.peer_sweeps(results):
+        pl = d["results"]["planner"]
+        for peer, r in sw["peers"].items():
+            own, at = r["points"][0], r["at_planner_gpu_hours"]
+            alt = at.get("best_at_or_above")
+            rows.append(
+                f"| {key} | {peer} | {_pct(own['attainment_after_warmup'])} at {own['gpu_hours']:.2f} | "
+                + (f"{len(r['points']) - 1} | " if r["swept"] else "- | ")
+                + f"{_pct(at['attainment'])}{'' if at['reached'] else ' (never spent it)'} "
+                  f"({' .. '.join(at['between'])}) | "
+                + (f"{_pct(alt['attainment'])} at {alt['gpu_hours']:.2f} ({alt['label']})" if alt else "-")
+                + f" | {_pct(pl['attainment_after_warmup'])} at {pl['gpu_hours']:.2f} | "
+                  f"{'yes' if r['planner_ahead'] else 'no'} |")
+    if not rows:
+        return ""
+    return "\n".join([
+        "#### The peers at the planner's GPU-hours (`peer_sweep.py`, `results/peer_sweep/`)", "",
+        "Where a peer spent fewer GPU-hours than the planner it was replayed at a few settings of its own knobs "
+        "(Dynamo: SLA targets x0.5, last-value predictor, endpoint floors; reactive: targets x0.5, 300 s "
+        "stabilisation, minReplicas floors; floors at the planner's time-mean replicas rounded down and up), tuned "
+        "with hindsight on this trace. Its attainment at the planner's GPU-hours is read off its frontier by linear "
+        "interpolation. Attainment after warm-up, over all requests; GPU-hours absolute.", "",
+        "| run | peer | as run | sweep points | peer at the planner's GPU-hours (between) | most at >= the planner's "
+        "GPU-hours | planner | planner ahead |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |", *rows, ""])
 
 
 def _pct(x: float | None) -> str:
@@ -133,6 +164,8 @@ def render(results: Path) -> str:
     out = ["#### What is achievable (references)", "", achievable(results), ""]
     rep = dynamo_repeats(results)
     out += [rep] if rep else []
+    eq = peers_at_planner_gpu_hours(results)
+    out += [eq] if eq else []
     found = claims.render({f"{f.parent.name}/{f.stem}": d for f, d in runs(results)}, results)
     out += [found] if found else []
     base = results.parent  # links relative to the README's folder (results/ sits next to it)

@@ -15,7 +15,9 @@ to the held-out runs. Each run is one ``evaluate.py`` process writing a fresh
 commit) with every policy the plan names for it (``policies``); ``--dynamo-python`` adds
 Dynamo's SLA planner to each, and ``--dynamo-repeat`` replays it once more on the named
 runs into ``results/dynamo_repeat/`` (its replay is not deterministic; the summary
-reports the spread); then the burst diagnoses (``results/diagnosis/``, ``burst_misses.py``,
+reports the spread). After each run ``peer_sweep.py`` replays every peer that spent fewer GPU-hours
+than the planner at a few settings of its own capacity knobs (``results/peer_sweep/``), so that
+"ahead of the peer" is read at the planner's GPU-hours, not across two points at different costs; then the burst diagnoses (``results/diagnosis/``, ``burst_misses.py``,
 ``--no-diagnosis`` skips them). ``--jobs`` runs that many evaluations side by side (tuning runs and
 repeats first, then held-out ones, longest first); each holds ``--lock`` (default the
 bench lock, ``none`` for no lock) only for its own minutes.
@@ -37,7 +39,8 @@ sys.path.insert(0, str(HERE.parent))
 from resultmeta import Run, write_result  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from report import REPEAT_DIR, dynamo_repeat_pairs  # noqa: E402
+from peer_sweep import needs_sweep  # noqa: E402
+from report import REPEAT_DIR, SWEEP_DIR, dynamo_repeat_pairs  # noqa: E402
 
 RESULTS = HERE / "results"
 SETUPS = {
@@ -107,13 +110,21 @@ def run_args(setup: str, trace: str, tuned: bool) -> list[str]:
 
 
 def run_one(results: Path, setup: str, trace: str, args: list[str], extra: list[str], lock: str,
-            out: Path | None = None) -> None:
+            out: Path | None = None, sweep: list[str] | None = None) -> None:
+    """One evaluate.py run; with ``sweep`` (the trace's flags and --dynamo-python if any), then its peer sweep."""
     out = out or results / setup / f"{trace}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(HERE / "evaluate.py"), *args, *SETUPS[setup], "--trace-id", trace, "--out", str(out),
            *extra]
     print("+", " ".join(cmd), flush=True)
     subprocess.run((["flock", lock] if lock != "none" else []) + cmd, check=True)
+    if sweep is not None:
+        sw = results / SWEEP_DIR / f"{setup}__{trace}.json"
+        sw.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, str(HERE / "peer_sweep.py"), "--run", str(out), *sweep, *SETUPS[setup], "--trace-id",
+               trace, "--out", str(sw)]
+        print("+", " ".join(cmd), flush=True)
+        subprocess.run((["flock", lock] if lock != "none" else []) + cmd, check=True)
 
 
 def run_diagnosis(results: Path, stem: str, lock: str) -> None:
@@ -159,14 +170,13 @@ def summarise(results: Path, run: Run) -> dict:
         if best and pl:
             att = pl["attainment_after_warmup"] or 0.0
             row["target"] = {"attainment_ok": att >= 0.99, "gpu_hours_ok": pl["gpu_hours_vs_best"] <= 1.15}
-            # "ahead": at least the peer's attainment after warm-up at no more GPU-hours than it used
-            # (within 1 %: Dynamo's GPU-hours come from its own replay's clock)
+            row["peers"] = {}
+            sweep = peer_sweeps(results, f.parent.name, d)
             for peer in ("reactive", "dynamo"):
-                o = d["results"].get(peer)
-                if o is not None:
-                    row["target"][f"ahead_of_{peer}"] = bool(att >= (o["attainment_after_warmup"] or 0.0)
-                                                             and pl["gpu_hours"] <= o["gpu_hours"] * 1.01)
-            row["target_met"] = all(row["target"].values())
+                if (o := d["results"].get(peer)) is not None:
+                    row["peers"][peer] = vs_peer(pl, o, sweep.get(peer))
+                    row["target"][f"ahead_of_{peer}_at_planner_gpu_hours"] = row["peers"][peer]["planner_ahead"]
+            row["target_met"] = all(v is True for v in row["target"].values())
         rows.append(row)
     # Which commits produced the numbers: one (and clean, no earlier runs merged in) after a full regeneration.
     commits = sorted({r["commit"] for r in rows} | {c for r in rows for c in r["earlier_commits"]})
@@ -175,6 +185,33 @@ def summarise(results: Path, run: Run) -> dict:
            "dynamo_repeats": dynamo_spread(results)}
     write_result(results / "summary.json", doc, run)
     return doc
+
+
+def peer_sweeps(results: Path, setup: str, d: dict) -> dict:
+    """The run's ``peer_sweep.py`` result per peer ({} if none); a sweep of another trace or planner result is an error."""
+    f = results / SWEEP_DIR / f"{setup}__{d['trace']['id']}.json"
+    if not f.exists():
+        return {}
+    sw = json.loads(f.read_text())
+    pl = d["results"]["planner"]
+    if sw["run"]["sha256"] != d["trace"]["sha256"] or sw["planner"]["gpu_hours"] != pl["gpu_hours"]:
+        raise SystemExit(f"{f} was swept against another run than {setup}/{d['trace']['id']}: rerun peer_sweep.py")
+    return dict(sw["peers"])
+
+
+def vs_peer(pl: dict, o: dict, sweep: dict | None) -> dict:
+    """The planner against one peer. ``planner_dominates`` (the old ``ahead_of_<peer>``): at least the peer's
+    attainment after warm-up at no more GPU-hours than it used (within 1 %); false whenever the peer spent less,
+    however far behind it is. ``planner_ahead``: at least the peer's attainment at the planner's GPU-hours, read
+    off the peer's sweep (``peer_sweep.py``); without a sweep only where the peer spent as much (else None)."""
+    att, o_att = pl["attainment_after_warmup"] or 0.0, o["attainment_after_warmup"] or 0.0
+    out = {"attainment_after_warmup": o_att, "gpu_hours": o["gpu_hours"],
+           "planner_dominates": bool(att >= o_att and pl["gpu_hours"] <= o["gpu_hours"] * 1.01)}
+    if sweep is not None:
+        at = sweep["at_planner_gpu_hours"]
+        return out | {"planner_ahead": bool(sweep["planner_ahead"]), "at_planner_gpu_hours": at["attainment"],
+                      "reached": at["reached"], "between": at["between"], "sweep_points": len(sweep["points"])}
+    return out | {"planner_ahead": None if needs_sweep(pl["gpu_hours"], o["gpu_hours"]) else bool(att >= o_att)}
 
 
 def dynamo_spread(results: Path) -> list[dict]:
@@ -210,7 +247,7 @@ def main() -> int:
         dyn = ["--dynamo-python", str(args.dynamo_python)] if args.dynamo_python else []
         wanted = [(s, t) for s in args.setups for t in PLAN[s] if not args.only or t in args.only]
         first: list[Callable[[], None]] = [
-            partial(run_one, args.results, s, t, tr[t], run_args(s, t, True) + dyn, args.lock)
+            partial(run_one, args.results, s, t, tr[t], run_args(s, t, True) + dyn, args.lock, sweep=tr[t] + dyn)
             for s, t in TUNE if (s, t) in wanted and not (args.runs and (args.results / s / f"{t}.json").exists())]
         for r in args.dynamo_repeat if args.dynamo_python else []:
             s, t = r.split("/", 1)
@@ -222,8 +259,8 @@ def main() -> int:
         order = [tuple(r.split("/", 1)) for r in args.runs] if args.runs else \
             sorted((r for r in wanted if r not in TUNE), key=lambda r: -COST.get(r, 300))
         react = ["--reactive-prefill-target", str(pt), "--reactive-kv-target", str(kt)]
-        pool([partial(run_one, args.results, s, t, tr[t], run_args(s, t, False) + react + dyn, args.lock)
-              for s, t in order if (s, t) not in TUNE]
+        pool([partial(run_one, args.results, s, t, tr[t], run_args(s, t, False) + react + dyn, args.lock,
+                      sweep=tr[t] + dyn) for s, t in order if (s, t) not in TUNE]
              + [partial(run_diagnosis, args.results, d, args.lock) for d in DIAGNOSIS if args.diagnosis], args.jobs)
     doc = summarise(args.results, run)
     for r in doc["runs"]:

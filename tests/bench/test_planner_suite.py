@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "planner"))
 import suite  # noqa: E402
@@ -29,8 +31,22 @@ def test_every_committed_run_and_policy_is_one_the_suite_produces():
 def test_one_commit_and_a_clean_tree_behind_every_number():
     s = json.loads((RESULTS / "summary.json").read_text())
     assert len(s["commits"]) == 1 and not s["any_dirty"]
-    for f in [*(RESULTS / d for d in suite.SETUPS), RESULTS / "dynamo_repeat", RESULTS / "diagnosis"]:
+    for f in [*(RESULTS / d for d in suite.SETUPS), RESULTS / "dynamo_repeat", RESULTS / "diagnosis",
+              RESULTS / suite.SWEEP_DIR]:
         for g in f.glob("*.json"):
             if g.name in {f"{k}.json" for k in suite.DIAGNOSIS} or g.parent.name != "diagnosis":
                 meta = json.loads(g.read_text())["meta"]
                 assert (meta["commit"], meta["dirty"]) == (s["commits"][0], False), g
+
+
+def test_every_peer_that_spent_less_than_the_planner_was_swept():
+    """"Ahead" is read at the planner's GPU-hours (peer_sweep.py): a run where a peer spent less and no sweep
+    says so would leave the target unmeasured (None), which the summary counts as not met."""
+    s = json.loads((RESULTS / "summary.json").read_text())
+    if not all("peers" in r for r in s["runs"]):
+        pytest.skip("summary.json from before peer_sweep.py (session 9): regenerate the suite")
+    for r in s["runs"]:
+        for peer, v in r["peers"].items():
+            assert v["planner_ahead"] is not None, (r["file"], peer)
+            if suite.needs_sweep(r["policies"]["planner"]["gpu_hours"], v["gpu_hours"]):
+                assert v["sweep_points"] > 1 and (RESULTS / suite.SWEEP_DIR / f"{r['setup']}__{r['trace']}.json").exists()
