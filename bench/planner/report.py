@@ -70,11 +70,13 @@ def peers_at_planner_gpu_hours(results: Path) -> str:
     rows = []
     for key, d, sw in claims.peer_sweeps(results):
         pl = d["results"]["planner"]
+        png = results / SWEEP_DIR / f"{key.replace('/', '__')}.png"
+        where = f"[{key}]({png.relative_to(results.parent)})" if png.exists() else key
         for peer, r in sw["peers"].items():
             own, at = r["points"][0], r["at_planner_gpu_hours"]
             alt = at.get("best_at_or_above")
             rows.append(
-                f"| {key} | {peer} | {_pct(own['attainment_after_warmup'])} at {own['gpu_hours']:.2f} | "
+                f"| {where} | {peer} | {_pct(own['attainment_after_warmup'])} at {own['gpu_hours']:.2f} | "
                 + (f"{len(r['points']) - 1} | " if r["swept"] else "- | ")
                 + f"{_pct(at['attainment'])}{'' if at['reached'] else ' (never spent it)'} "
                   f"({' .. '.join(at['between'])}) | "
@@ -89,7 +91,7 @@ def peers_at_planner_gpu_hours(results: Path) -> str:
         "(Dynamo: SLA targets x0.5, last-value predictor, endpoint floors; reactive: targets x0.5, 300 s "
         "stabilisation, minReplicas floors; floors at the planner's time-mean replicas rounded down and up), tuned "
         "with hindsight on this trace. Its attainment at the planner's GPU-hours is read off its frontier by linear "
-        "interpolation. Attainment after warm-up, over all requests; GPU-hours absolute.", "",
+        "interpolation. Attainment after warm-up, over all requests; GPU-hours absolute; each run links its plot.", "",
         "| run | peer | as run | sweep points | peer at the planner's GPU-hours (between) | most at >= the planner's "
         "GPU-hours | planner | planner ahead |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |", *rows, ""])
