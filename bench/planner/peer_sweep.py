@@ -139,8 +139,11 @@ def sweep(run: dict, peer: str, settings: list[tuple[str, dict]], replay, every:
         rows += [_row(label, params, replay(params)) for label, params in settings]
     pts = [Point(r["label"], r["gpu_hours"], r["attainment_after_warmup"] or 0.0) for r in rows]
     at = at_gpu_hours(pts, pl["gpu_hours"])
-    return {"swept": len(rows) > 1, "points": rows, "at_planner_gpu_hours": at,
-            "planner_ahead": (pl["attainment_after_warmup"] or 0.0) >= at["attainment"]}
+    att, alt = pl["attainment_after_warmup"] or 0.0, at["best_at_or_above"]
+    # Linear interpolation under-reads a concave curve between two distant points; the other reading (the best
+    # setting that spent at least as much) over-reads it. The verdict uses the first; both are kept.
+    return {"swept": len(rows) > 1, "points": rows, "at_planner_gpu_hours": at, "planner_ahead": att >= at["attainment"],
+            "planner_ahead_of_best_at_or_above": None if alt is None else att >= alt["attainment"]}
 
 
 def main(argv: list[str] | None = None) -> int:

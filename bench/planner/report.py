@@ -83,6 +83,8 @@ def peers_at_planner_gpu_hours(results: Path) -> str:
                 + (f"{_pct(alt['attainment'])} at {alt['gpu_hours']:.2f} ({alt['label']})" if alt else "-")
                 + f" | {_pct(pl['attainment_after_warmup'])} at {pl['gpu_hours']:.2f} | "
                   f"{'yes' if r['planner_ahead'] else 'no'} |")
+            if r.get("planner_ahead_of_best_at_or_above") not in (None, r["planner_ahead"]):
+                rows[-1] = rows[-1][:-2] + " (the other reading disagrees) |"
     if not rows:
         return ""
     return "\n".join([

@@ -203,14 +203,17 @@ def vs_peer(pl: dict, o: dict, sweep: dict | None) -> dict:
     """The planner against one peer. ``planner_dominates`` (the old ``ahead_of_<peer>``): at least the peer's
     attainment after warm-up at no more GPU-hours than it used (within 1 %); false whenever the peer spent less,
     however far behind it is. ``planner_ahead``: at least the peer's attainment at the planner's GPU-hours, read
-    off the peer's sweep (``peer_sweep.py``); without a sweep only where the peer spent as much (else None)."""
+    off the peer's sweep (``peer_sweep.py``: interpolated on its frontier; the best setting at >= the planner's
+    GPU-hours is kept beside it); without a sweep only where the peer spent as much (else None)."""
     att, o_att = pl["attainment_after_warmup"] or 0.0, o["attainment_after_warmup"] or 0.0
     out = {"attainment_after_warmup": o_att, "gpu_hours": o["gpu_hours"],
            "planner_dominates": bool(att >= o_att and pl["gpu_hours"] <= o["gpu_hours"] * 1.01)}
     if sweep is not None:
         at = sweep["at_planner_gpu_hours"]
         return out | {"planner_ahead": bool(sweep["planner_ahead"]), "at_planner_gpu_hours": at["attainment"],
-                      "reached": at["reached"], "between": at["between"], "sweep_points": len(sweep["points"])}
+                      "reached": at["reached"], "between": at["between"], "sweep_points": len(sweep["points"]),
+                      "best_at_or_above": at["best_at_or_above"],
+                      "planner_ahead_of_best_at_or_above": sweep.get("planner_ahead_of_best_at_or_above")}
     return out | {"planner_ahead": None if needs_sweep(pl["gpu_hours"], o["gpu_hours"]) else bool(att >= o_att)}
 
 
