@@ -91,17 +91,25 @@ def policies(setup: str, trace: str) -> list[str]:
     return BASE + extra
 
 
+def history_args(setup: str, trace: str) -> list[str]:
+    """Every policy and reference first replays 900 s of the same generator (its own seed stream), scored on the
+    seed's 900 s only: a planner in service has seen this traffic before (evaluate.py --history). Not on 70B, where
+    the 8-per-pool cap binds anyway. Part of the replayed trace, so peer_sweep.py gets it too."""
+    return ["--history", "900"] if setup == "8b_1gpu" and trace.startswith("bursty") else []
+
+
+def sweep_args(tr: dict[str, list[str]], setup: str, trace: str, dyn: list[str]) -> list[str]:
+    """peer_sweep.py's flags beyond the setup: exactly the run's replayed trace (its file flags and history)."""
+    return tr[trace] + history_args(setup, trace) + dyn
+
+
 def run_args(setup: str, trace: str, tuned: bool) -> list[str]:
     """Per-run flags beyond the trace and setup: the tuning sweeps, and fewer repair rounds for the
     70B bursty best schedules (each round is an end-to-end replay at up to 32 replicas per pool)."""
     out = ["--policies", *policies(setup, trace)]
     if setup == "70b_tp4" and trace.startswith("bursty"):
         out += ["--repairs", "3"]
-    if setup == "8b_1gpu" and trace.startswith("bursty"):
-        # Every policy and reference first replays 900 s of the same generator (its own seed stream),
-        # scored on the seed's 900 s only: a planner in service has seen this traffic before
-        # (evaluate.py --history). Not on 70B, where the 8-per-pool cap binds anyway.
-        out += ["--history", "900"]
+    out += history_args(setup, trace)
     if tuned:
         out += ["--tuned-on", "--reactive-sweep", "--planner-sweep", "0", "300", "900"]
         if "planner_burst" in policies(setup, trace):
@@ -250,7 +258,8 @@ def main() -> int:
         dyn = ["--dynamo-python", str(args.dynamo_python)] if args.dynamo_python else []
         wanted = [(s, t) for s in args.setups for t in PLAN[s] if not args.only or t in args.only]
         first: list[Callable[[], None]] = [
-            partial(run_one, args.results, s, t, tr[t], run_args(s, t, True) + dyn, args.lock, sweep=tr[t] + dyn)
+            partial(run_one, args.results, s, t, tr[t], run_args(s, t, True) + dyn, args.lock,
+                    sweep=sweep_args(tr, s, t, dyn))
             for s, t in TUNE if (s, t) in wanted and not (args.runs and (args.results / s / f"{t}.json").exists())]
         for r in args.dynamo_repeat if args.dynamo_python else []:
             s, t = r.split("/", 1)
@@ -263,7 +272,7 @@ def main() -> int:
             sorted((r for r in wanted if r not in TUNE), key=lambda r: -COST.get(r, 300))
         react = ["--reactive-prefill-target", str(pt), "--reactive-kv-target", str(kt)]
         pool([partial(run_one, args.results, s, t, tr[t], run_args(s, t, False) + react + dyn, args.lock,
-                      sweep=tr[t] + dyn) for s, t in order if (s, t) not in TUNE]
+                      sweep=sweep_args(tr, s, t, dyn)) for s, t in order if (s, t) not in TUNE]
              + [partial(run_diagnosis, args.results, d, args.lock) for d in DIAGNOSIS if args.diagnosis], args.jobs)
     doc = summarise(args.results, run)
     for r in doc["runs"]:

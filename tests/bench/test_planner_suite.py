@@ -50,3 +50,19 @@ def test_every_peer_that_spent_less_than_the_planner_was_swept():
             assert v["planner_ahead"] is not None, (r["file"], peer)
             if suite.needs_sweep(r["policies"]["planner"]["gpu_hours"], v["gpu_hours"]):
                 assert v["sweep_points"] > 1 and (RESULTS / suite.SWEEP_DIR / f"{r['setup']}__{r['trace']}.json").exists()
+
+
+def test_the_peer_sweep_replays_exactly_the_runs_trace():
+    """peer_sweep.py refuses a run file whose trace its flags do not give (sha256 check): every planned run's sweep
+    gets the trace-defining flags evaluate.py gets (the 8B bursty runs' --history 900 included)."""
+    import evaluate
+
+    keys = ("trace", "bursty", "rate_scale", "start", "duration", "limit", "history", "trace_id", "model_profile",
+            "max_replicas", "interval", "startup", "warmup", "kv_link_gbps")
+    tr = suite.traces(Path("/traces"))
+    for setup, plan in suite.PLAN.items():
+        for trace in plan:
+            tail = [*suite.SETUPS[setup], "--trace-id", trace, "--out", "/tmp/x.json"]
+            ev = evaluate.build_parser().parse_args([*tr[trace], *suite.run_args(setup, trace, False), *tail])
+            sw = evaluate.build_parser().parse_args([*suite.sweep_args(tr, setup, trace, []), *tail])
+            assert {k: getattr(sw, k) for k in keys} == {k: getattr(ev, k) for k in keys}, (setup, trace)
