@@ -107,3 +107,31 @@ def test_a_tokenizer_that_renders_differently_keeps_apply_chat_template(bpe_dir:
     text = tok.render([{"role": "user", "content": "hello"}])
     assert tok._direct[LLAMA3_CHAT_TEMPLATE] is None
     assert text.endswith("<changed>")
+
+
+# Reads jinja's and transformers' globals (namespace, range, raise_exception) in the render.
+GLOBALS_TEMPLATE = ("{% set ns = namespace(n=0) %}{% for m in messages %}{% if m['role'] == 'tool' %}"
+                    "{{ raise_exception('no tools here') }}{% endif %}{% set ns.n = ns.n + 1 %}"
+                    "{{ ns.n }}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% for i in range(2) %}.{% endfor %}"
+                    "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def test_direct_render_reads_globals_from_a_plain_copy(bpe_dir: Path) -> None:
+    """Each render copies the template's globals into its context: from a plain dict (one
+    C-level copy), not jinja's ChainMap over the environment's globals (iterated in Python,
+    twice per render). The copy is the direct render's own: transformers' cached template,
+    which apply_chat_template keeps using, is left as it was."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    tok = hf_tokenizer(bpe_dir, GLOBALS_TEMPLATE)
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    got = tok.render(messages)
+    direct = tok._direct[GLOBALS_TEMPLATE]
+    assert direct is not None and type(direct.globals) is dict
+    shared = _compile_jinja_template(GLOBALS_TEMPLATE)
+    assert direct is not shared and type(shared.globals) is not dict
+    assert direct.globals == dict(shared.globals)
+    assert got == tok.hf.apply_chat_template(messages, chat_template=GLOBALS_TEMPLATE, tokenize=False,
+                                             add_generation_prompt=True) == "1<user>a2<assistant>b..<assistant>"
+    with pytest.raises(Exception, match="no tools here"):
+        tok.render([{"role": "tool", "content": "x"}])

@@ -235,7 +235,13 @@ class HfTokenizer(ModelTokenizer):
         try:
             from transformers.utils.chat_template_utils import _compile_jinja_template
 
-            candidate = _compile_jinja_template(template)
+            shared = _compile_jinja_template(template)  # transformers' cached copy: not modified here
+            # Our own copy in the same environment, with its globals as a plain dict instead of
+            # jinja's ChainMap over the environment's (read-only after compilation): every render
+            # copies the globals into its context, a C-level dict copy instead of the ChainMap's
+            # Python iteration (twice per render). Same values; the probes below compare the text.
+            candidate = shared.environment.from_string(template)
+            candidate.globals = dict(candidate.globals)
             special = [v for v in self._tok.special_tokens_map.values() if isinstance(v, str)]
             compared = 0
             for conversation in _probe_conversations(special):

@@ -99,6 +99,14 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise RequestError(f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes",
                            status=413, err_type="RequestEntityTooLarge")
+    if request.content_length is not None and not request.headers.get("Transfer-Encoding"):
+        # The usual client body: its length is known (and within the limit), and it is mostly
+        # in the buffer already, so one read, not an async iterator ending with an empty read.
+        try:
+            return await request.content.readexactly(request.content_length)
+        except asyncio.IncompleteReadError as e:
+            raise RequestError(f"request body ended after {len(e.partial)} of {request.content_length} bytes",
+                               err_type="BadRequestError") from None
     chunks, size = [], 0
     async for chunk in request.content.iter_chunked(65536):
         size += len(chunk)
