@@ -4,15 +4,19 @@ and baselines, on one trace and one model setup. Writes one JSON result and one 
 
 Policies (``--policies``):
 
-- ``planner``: ``pdserve.planner.PlannerPolicy`` through the simulator hook (Holt-Winters),
-  seeing only what Prometheus would (``pdserve.sim.windows``);
+- ``planner``: ``pdserve.planner.PlannerPolicy`` at its shipped defaults through the simulator
+  hook (Holt-Winters), seeing only what Prometheus would (``pdserve.sim.windows``); since session 9
+  its burst reserve is the fitted burst arrival rate with the absorb gate (``planner_fit``'s rule);
 - ``planner_constant``: the same with the last-value predictor (ablation);
+- ``planner_irate``: the planner as shipped before session 9, its burst reserve the 15 s scrape
+  ``irate()`` peak (``--burst-budget none``);
 - ``planner_burst``: the planner reading its burst reserve from the router's burst gauge
   (``pdserve.common.burst``, 1 s resolution, ``--burst-budget``) instead of the 15 s irate peak;
 - ``planner_fit``: the planner holding a burst's *arrival rate*, fitted from the router's burst
   gauge at two budgets (``--burst-budget`` 2 s and ``--burst-fit-budget`` 4 s;
-  ``pdserve.planner.core.burst_fit``), with the planner's headroom, for the bursts that the steady
-  plan would not drain within ``--burst-absorb-fraction`` of the TTFT SLO;
+  ``pdserve.planner.core.burst_fit``), with the planner's headroom, by default for every fitted
+  burst (the session-7 rule: the shipped planner is the same with the absorb gate, so the two
+  read apart what the gate saves; ``--burst-absorb-fraction`` sets the gate here too);
 - ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
   targets; ``--reactive-sweep`` also runs the grid and records every point;
 - ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
@@ -95,9 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="planner_burst: which series of the router's burst gauge is its peak (budget, s)")
     ap.add_argument("--burst-fit-budget", type=float, default=4.0,
                     help="planner_fit: the second budget of the gauge (with --burst-budget, or 2 s where that is 0)")
-    ap.add_argument("--burst-absorb-fraction", type=float, default=0.5,
+    ap.add_argument("--burst-absorb-fraction", type=float, default=-1.0,
                     help="planner_fit: no reserve for a fitted burst that the steady plan's prefill pool drains "
-                         "within this fraction of the TTFT SLO (PolicyConfig.burst_absorb_fraction; negative: none)")
+                         "within this fraction of the TTFT SLO (PolicyConfig.burst_absorb_fraction; default: "
+                         "negative, none: every fitted burst gets its reserve, the session-7 rule; the shipped "
+                         "planner runs the gate)")
     ap.add_argument("--burst-sweep", nargs="*", type=float, metavar="BUDGET_S",
                     help="also run planner_burst at these budgets (tuning runs)")
     ap.add_argument("--planner-sweep", nargs="*", type=float, metavar="PEAK_WINDOW_S",
@@ -181,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                           "attainment_feasible_after_warmup": r["attainment_after_warmup"]}
     log = lambda m: print(f"[{trace_id} {args.model_profile}] {m}", flush=True)  # noqa: E731
 
-    def planner(pred: str, peak_window: float | None = None, burst: float | None = None,
-                fit: float | None = None, absorb: float | None = None) -> PlannerAutoscaler:
+    def planner(pred: str, peak_window: float | None = None, burst: float | None = PolicyConfig.burst_budget_s,
+                fit: float | None = PolicyConfig.burst_fit_budget_s,
+                absorb: float | None = PolicyConfig.burst_absorb_fraction) -> PlannerAutoscaler:
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
                            prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
                            decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
@@ -226,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         elif name in ("planner", "planner_constant"):
             pred = "holt-winters" if name == "planner" else "constant"
             out, _ = run_policy(trace, s, planner(pred), (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window}}
+            results[name] = out | {"params": {"peak_window_s": args.peak_window,
+                                              "burst_budget_s": PolicyConfig.burst_budget_s,
+                                              "burst_fit_budget_s": PolicyConfig.burst_fit_budget_s,
+                                              "burst_absorb_fraction": PolicyConfig.burst_absorb_fraction}}
             if name == "planner" and args.planner_sweep:
                 sweep = []
                 for pw in args.planner_sweep:
@@ -243,21 +253,24 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": b1,
                                               "burst_fit_budget_s": args.burst_fit_budget,
                                               "burst_absorb_fraction": absorb}}
+        elif name == "planner_irate":
+            out, _ = run_policy(trace, s, planner("holt-winters", burst=None, fit=None), (1, 1), args.warmup, feas=feas)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": None}}
         elif name == "planner_burst":
-            out, _ = run_policy(trace, s, planner("holt-winters", burst=args.burst_budget), (1, 1), args.warmup,
-                                feas=feas)
+            out, _ = run_policy(trace, s, planner("holt-winters", burst=args.burst_budget, fit=None), (1, 1),
+                                args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": args.burst_budget}}
             if args.burst_sweep:
                 sweep = []
                 for b in args.burst_sweep:
-                    o = out if b == args.burst_budget else run_policy(trace, s, planner("holt-winters", burst=b),
+                    o = out if b == args.burst_budget else run_policy(trace, s, planner("holt-winters", burst=b, fit=None),
                                                                      (1, 1), args.warmup, feas=feas)[0]
                     sweep.append({"burst_budget_s": b, "attainment": o["attainment"],
                                   "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
                 results[name]["sweep"] = sweep
         else:
             raise SystemExit(f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference "
-                             "searches with N per pool), reactive, planner, planner_constant, planner_burst, planner_fit")
+                             "searches with N per pool), reactive, planner, planner_constant, planner_irate, planner_burst, planner_fit")
         r = results[name]
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
             f" in {r['sim_wall_s']} s")

@@ -83,7 +83,7 @@ def test_policy_holds_the_fitted_rate_not_the_short_bursts_need():
     # flat out (the profile's top point) -> 2 prefill; fitted, it is the 19,000/s the next,
     # longer burst needs, planned at 80 %: 19,000 / 7,600 = 2.5 -> 3.
     burst = dict(router_prompt_tokens_peak=95_000 / 7, router_prompt_tokens_peak_wide=95_000 / 9)
-    need = _policy(burst_budget_s=2.0)
+    need = _policy(burst_budget_s=2.0, burst_fit_budget_s=None)
     fit = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0)
     for pol in (need, fit):
         pol.decide(_obs(-100, 1), -100)  # watching for longer than a rate window
@@ -110,10 +110,10 @@ def test_policy_holds_the_fitted_rate_not_the_short_bursts_need():
 
 def test_fit_budgets_are_checked():
     assert PolicyConfig(burst_budget_s=2.0, burst_fit_budget_s=4.0).invalid() is None
-    assert "needs burst_budget_s" in PolicyConfig(burst_fit_budget_s=4.0).invalid()
+    assert "needs burst_budget_s" in PolicyConfig(burst_budget_s=None, burst_fit_budget_s=4.0).invalid()
     assert "above the burst budget 2 s" in PolicyConfig(burst_budget_s=2.0, burst_fit_budget_s=1.0).invalid()
     assert "one the router exports" in PolicyConfig(burst_budget_s=2.0, burst_fit_budget_s=3.0).invalid()
-    held = _policy(burst_fit_budget_s=4.0).decide(_obs(0, 1), 0)
+    held = _policy(burst_budget_s=None, burst_fit_budget_s=4.0).decide(_obs(0, 1), 0)
     assert held.held and held.hold_key == "invalid-config"
 
 
@@ -155,7 +155,8 @@ def test_the_cli_takes_both_budgets_and_refuses_a_fit_without_its_burst_budget(c
     from pdserve.planner.shell.cli import main
 
     # refused before any metric is read: a clear message, exit 2
-    assert main(["run", "--actuator", "static", "--scrape", "http://127.0.0.1:9", "--burst-fit-budget", "4"]) == 2
+    assert main(["run", "--actuator", "static", "--scrape", "http://127.0.0.1:9", "--burst-budget", "none",
+                 "--burst-fit-budget", "4"]) == 2
     assert "burst fit budget needs burst_budget_s" in capsys.readouterr().err
     assert main(["run", "--actuator", "static", "--scrape", "http://127.0.0.1:9", "--burst-budget", "2",
                  "--burst-fit-budget", "3"]) == 2
@@ -190,7 +191,7 @@ def test_a_burst_the_steady_pool_drains_in_time_gets_no_reserve():
     # None, as before) the fitted rate is held at 80 %: 10,000 / 7,600 = 1.32 -> 2.
     short = dict(router_prompt_tokens_peak=40_000 / 6, router_prompt_tokens_peak_wide=40_000 / 8)
     gated = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_absorb_fraction=0.5)
-    plain = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0)
+    plain = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_absorb_fraction=None)
     for pol in (gated, plain):
         pol.decide(_obs(-100, 1), -100)
     assert plain.decide(_obs(0, 1, **short), 0).prefill == 2

@@ -14,6 +14,10 @@ from pdserve.planner.core.policy import PolicyConfig
 from pdserve.planner.core.predictors import PREDICTORS
 
 
+def _seconds_or_none(text: str) -> float | None:
+    return None if text.strip().lower() == "none" else float(text)
+
+
 def _run_parser(sub) -> None:
     p = sub.add_parser("run", help="run the planner loop locally",
                        description="Run the forecasting planner without a cluster. With process-pool it runs local "
@@ -56,12 +60,16 @@ def _run_parser(sub) -> None:
     g.add_argument("--startup-s", type=float, default=PolicyConfig.startup_s, help="replica start-up time the forecast looks past")
     g.add_argument("--scale-to-zero", action="store_true")
     g.add_argument("--target-utilization", type=float, default=PolicyConfig.target_utilization)
-    g.add_argument("--burst-budget", type=float, metavar="S",
-                   help="burst reserve from the router's burst gauge at this budget (0, 0.5, 1, 2, 4; "
-                        "default: the scrape-resolution irate() peak)")
-    g.add_argument("--burst-fit-budget", type=float, metavar="S",
+    g.add_argument("--burst-budget", type=_seconds_or_none, metavar="S", default=PolicyConfig.burst_budget_s,
+                   help="burst reserve from the router's burst gauge at this budget (0, 0.5, 1, 2, 4; 'none': "
+                        "the scrape-resolution irate() peak; default %(default)s)")
+    g.add_argument("--burst-fit-budget", type=_seconds_or_none, metavar="S", default=PolicyConfig.burst_fit_budget_s,
                    help="with --burst-budget: a second, larger budget; the reserve is then the burst's fitted "
-                        "arrival rate (bench/planner planner_fit: --burst-budget 2 --burst-fit-budget 4)")
+                        "arrival rate ('none': the gauge at --burst-budget alone; default %(default)s)")
+    g.add_argument("--burst-absorb-fraction", type=_seconds_or_none, metavar="F",
+                   default=PolicyConfig.burst_absorb_fraction,
+                   help="no reserve for a fitted burst that the steady plan drains within this fraction of the "
+                        "TTFT SLO ('none': every fitted burst gets one; default %(default)s)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -176,6 +184,7 @@ async def _run_local(args, stopped, log) -> int:
         gpu_budget=args.gpu_budget, scale_down_stabilization_s=args.stabilization_s, startup_s=args.startup_s,
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
+        burst_absorb_fraction=args.burst_absorb_fraction,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
