@@ -433,7 +433,12 @@ ROWS: list[Row] = [
                           ("cache_aware, new prompts every burst; the same session 8 A/B repeated (second run), "
                            "9 rounds, 256 and 1,024 streams", "bench/router/results/burst_ab9_run2.json"),
                           ("cache_aware, new prompts every burst; the same session 8 A/B, third run on a quiet "
-                           "machine, 9 rounds, 256 and 1,024 streams", "bench/router/results/burst_ab9_run3.json"))),
+                           "machine, 9 rounds, 256 and 1,024 streams", "bench/router/results/burst_ab9_run3.json"),
+                          ("cache_aware, new prompts every burst; session 9: A/B of the template render's plain "
+                           "globals and the one-read body, 5 rounds, 256 and 1,024 streams",
+                           "bench/router/results/burst_ab10.json"),
+                          ("cache_aware, new prompts every burst; the same session 9 A/B repeated (second run), "
+                           "5 rounds, 256 and 1,024 streams", "bench/router/results/burst_ab10_run2.json"))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",
