@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                            burst_budget_s=burst, burst_fit_budget_s=fit, burst_absorb_fraction=absorb)
         return PlannerAutoscaler(PlannerPolicy(cfg, profile))
 
-    feasible = [v == "feasible" for v in feas.verdicts]
+    # What the static search must meet 99 % of: the feasible requests of the scored window (history replayed, not scored).
+    feasible = feas.scored_feasible()
     for name in sorted(args.policies, key=run_order):
         ref = REFERENCE.fullmatch(name)
         cap = int(ref.group(2)) if ref and ref.group(2) else args.max_replicas

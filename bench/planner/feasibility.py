@@ -192,6 +192,10 @@ class TraceFeasibility:
                                                        for v, c in zip(self.verdicts, self.cold))
         return out
 
+    def scored_feasible(self) -> list[bool]:
+        """Per request: feasible and in the scored window (what "99 % of the feasible requests" counts)."""
+        return [v == FEASIBLE and a >= self.scored_from_s for v, a in zip(self.verdicts, self.arrivals)]
+
     def score(self, hits: Sequence[bool], records: Sequence | None = None) -> dict:
         """Attainment among the feasible requests (all, after warm-up) and why each miss missed."""
         warm = [i for i, a in enumerate(self.arrivals) if a >= self.warm_from_s]

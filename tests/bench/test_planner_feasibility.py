@@ -115,3 +115,21 @@ def test_a_miss_without_the_prefix_hit_it_needed_is_a_prefix_miss():
     # With the hit it needed, the same late request is a queueing miss, not a prefix miss.
     s = feas.score([False, True], [rec(0, 60000, 56000, 2.5, 2.7), rec(1, 100, 0, 0.03, 0.06)])
     assert s["misses"]["prefix_miss"] == 0 and s["misses"]["prefill_wait"] == 1
+
+
+def test_replayed_history_is_not_scored():
+    """evaluate.py --history: requests before the scored window count in no attainment the references
+    search for (the static search's mask, attainment among the feasible), only in the replay."""
+    from dataclasses import replace
+
+    from feasibility import TraceFeasibility
+
+    f = TraceFeasibility(verdicts=[FEASIBLE, FEASIBLE, TTFT, FEASIBLE, FEASIBLE], alone=[], arrivals=[0, 5, 11, 12, 15],
+                         warm_from_s=10.0, slo=Slo())
+    hits = [False, False, False, True, False]
+    assert f.scored_feasible() == [True, True, False, True, True]
+    assert f.score(hits)["attainment_feasible"] == pytest.approx(1 / 4)
+    h = replace(f, scored_from_s=10.0)
+    assert h.scored_feasible() == [False, False, False, True, True]
+    assert h.score(hits)["attainment_feasible"] == pytest.approx(1 / 2)
+    assert h.score(hits)["attainment_feasible_after_warmup"] == pytest.approx(1 / 2)
