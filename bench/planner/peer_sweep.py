@@ -19,7 +19,8 @@ warm-up) at the planner's GPU-hours:
 The peer's value at the planner's GPU-hours ``g``: on its frontier (each point attaining more than every
 cheaper one, the run's own point included), linear interpolation between the last point at or below
 ``g`` and the first above; if none spent ``g``, its best point (``reached: false``). Also recorded: the
-other reading, the most attainment among points using >= ``g`` x 0.99. Tuned with hindsight on the
+other reading, the most attainment among points using >= ``g`` x 0.99; where the two verdicts disagree and a
+floor decides the other reading, one more floor scaled by ``g`` over its GPU-hours is replayed ("refined"). Tuned with hindsight on the
 evaluated trace, a stronger reference than the peer as shipped. Dynamo's replay is not deterministic
 (``suite.py --dynamo-repeat``): every point is one replay and the frontier keeps the best, so a lucky
 replay raises the peer's curve, never lowers it. Rerun with the same flags to see the spread.
@@ -130,13 +131,43 @@ def _row(label: str, params: dict, r: dict) -> dict:
             "gpu_hours": r["gpu_hours"], "max_prefill": r["max_prefill"], "max_decode": r["max_decode"]}
 
 
+FLOOR_KEYS = {"dynamo": ("prefill_min_endpoint", "decode_min_endpoint"), "reactive": ("min_p", "min_d")}
+
+
+def scaled_floor(params: dict, keys: tuple[str, str], ratio: float) -> dict | None:
+    """A floor setting scaled by ``ratio`` (< 1: cheaper), at least one replica less than before, never under 1P1D;
+    None if ``params`` has no floor or nothing cheaper is left."""
+    if keys[0] not in params:
+        return None
+    p, d = params[keys[0]], params[keys[1]]
+    q, e = max(1, round(p * ratio)), max(1, round(d * ratio))
+    if (q, e) == (p, d):
+        q, e = (p - 1, d) if p >= d else (p, d - 1)
+    return None if min(q, e) < 1 or (q, e) == (1, 1) else params | {keys[0]: q, keys[1]: e}
+
+
 def sweep(run: dict, peer: str, settings: list[tuple[str, dict]], replay, every: bool = False) -> dict:  # type: ignore[no-untyped-def]
     """Replay ``peer`` at each setting (``replay(params) -> result``) where it spent less than the planner (or
-    ``every``) and read its curve at the planner's GPU-hours."""
+    ``every``) and read its curve at the planner's GPU-hours. Where the two readings disagree (see ``verdict``)
+    and the setting that decides the other one is a floor, one more floor, scaled to the planner's GPU-hours,
+    narrows the gap."""
     pl, own = run["results"]["planner"], run["results"][peer]
     rows = [_row("as run", own.get("params") or {}, own)]
     if every or needs_sweep(pl["gpu_hours"], own["gpu_hours"]):
         rows += [_row(label, params, replay(params)) for label, params in settings]
+    out = verdict(pl, rows)
+    alt = out["at_planner_gpu_hours"]["best_at_or_above"]
+    if out["swept"] and alt is not None and out["planner_ahead"] != out["planner_ahead_of_best_at_or_above"]:
+        hi = next(r for r in rows if r["label"] == alt["label"])
+        extra = scaled_floor(hi["params"], FLOOR_KEYS.get(peer, ("", "")), pl["gpu_hours"] / hi["gpu_hours"])
+        if extra is not None and all(r["params"] != extra for r in rows):
+            k = FLOOR_KEYS[peer]
+            rows.append(_row(f"floor {extra[k[0]]}P{extra[k[1]]}D (refined)", extra, replay(extra)))
+            out = verdict(pl, rows)
+    return out
+
+
+def verdict(pl: dict, rows: list[dict]) -> dict:
     pts = [Point(r["label"], r["gpu_hours"], r["attainment_after_warmup"] or 0.0) for r in rows]
     at = at_gpu_hours(pts, pl["gpu_hours"])
     att, alt = pl["attainment_after_warmup"] or 0.0, at["best_at_or_above"]

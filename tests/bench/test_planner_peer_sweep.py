@@ -135,3 +135,31 @@ def test_report_and_claims_render_the_sweep(tmp_path):
     assert sw["planner_ahead"] and sw["planner_ahead_of_best_at_or_above"] is False
     assert f"{100 * at:.1f} % (as run .. floor 3P2D)" in row and row.endswith("| yes (the other reading disagrees) |")
     assert "dynamo: ahead on" in block and "vs planner 75.9 %" in block
+
+
+def test_scaled_floor():
+    assert peer_sweep.scaled_floor({"min_p": 11, "min_d": 3, "x": 1}, ("min_p", "min_d"), 2.11 / 2.58) == \
+        {"min_p": 9, "min_d": 2, "x": 1}
+    assert peer_sweep.scaled_floor({"min_p": 5, "min_d": 2}, ("min_p", "min_d"), 0.95) == {"min_p": 4, "min_d": 2}
+    assert peer_sweep.scaled_floor({"min_p": 2, "min_d": 1}, ("min_p", "min_d"), 0.95) is None  # only 1P1D left
+    assert peer_sweep.scaled_floor({"prefill_target": 1.0}, ("min_p", "min_d"), 0.5) is None  # not a floor
+
+
+def test_disagreeing_readings_get_one_floor_scaled_to_the_planners_gpu_hours():
+    """Dynamo on 8B bursty_seed1 (68.3 % at 0.50 GPU-h, planner 75.9 % at 0.91): a 6P2D floor at twice the planner's
+    GPU-hours attaining 90 % reads ~75.1 % by interpolation (planner ahead) but 90 % by the other reading: one more
+    floor, 6P2D scaled by 0.5 = 3P1D, is replayed; at 0.93 GPU-h and 80 % it settles both readings (not ahead)."""
+    d = json.loads(RUN.read_text())
+    g = d["results"]["planner"]["gpu_hours"]
+    calls: list[dict] = []
+
+    def replay(p: dict) -> dict:
+        calls.append(p)
+        return _point(2 * g, 0.90) if len(calls) == 1 else _point(1.02 * g, 0.80)
+
+    six = {"prefill_min_endpoint": 6, "decode_min_endpoint": 2}
+    sw = peer_sweep.sweep(d, "dynamo", [("floor 6P2D", six)], replay)
+    assert calls == [six, {"prefill_min_endpoint": 3, "decode_min_endpoint": 1}]
+    assert sw["points"][-1]["label"] == "floor 3P1D (refined)"
+    assert sw["planner_ahead"] is False and sw["planner_ahead_of_best_at_or_above"] is False
+    assert sw["at_planner_gpu_hours"]["between"] == ["as run", "floor 3P1D (refined)"]
