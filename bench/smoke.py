@@ -88,6 +88,9 @@ SMOKES: list[Smoke] = [
     Smoke("burst_breakdown", "bench/router/burst_breakdown.py",
           ["--streams", "8", "--bursts", "2", "--max-tokens", "4", "--client-procs", "1", "--out", "{out}/bd.json"],
           ["bd.json"], timeout_s=180),
+    Smoke("front_cost", "bench/router/front_cost.py",
+          ["--streams", "8", "--bursts", "1", "--reps", "1", "--gap-ms", "1", "--client-procs", "1",
+           "--out", "{out}/front_cost.json"], ["front_cost.json"], timeout_s=120),
     # The load process alone, against a port nothing listens on: every stream is a recorded error.
     Smoke("burst_client", "bench/router/burst_client.py",
           ["--url", "http://127.0.0.1:9", "--streams", "3", "--start-at", "0", "--timeout", "5",
