@@ -26,6 +26,7 @@ from pdserve.planner.core.budget import fit_budget, gpus
 from pdserve.planner.core.burst_fit import burst_shape
 from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.core.link_model import budget_transfers, usable_utilization
+from pdserve.planner.core.correction import LatencyCorrection
 from pdserve.planner.core.observation import Observation
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
 from pdserve.planner.core.profile import CapacityProfile
@@ -109,6 +110,13 @@ class PolicyConfig:
     # A slower-than-profile pool only gets more replicas once its tail latency nears the
     # SLO: below that the SLO holds anyway and the extra replicas would be waste.
     correction_engage: float = 0.8
+    # Once engaged, a pool's correction stays engaged this long after its tail last neared the
+    # SLO: the replicas it added are what brought the tail down, so dropping it the next tick
+    # sizes the pool back to the optimistic profile and the tail climbs again (a limit cycle:
+    # 70B TP4 on Azure 4x, bench/planner, prefill 6 -> 4 at the same load and misses 2 minutes
+    # later). Longer than start-up plus the scale-down stabilisation, which one turn of the
+    # cycle takes; 0 lets go at once (before this setting).
+    correction_hold_s: float = 300.0
     explode_ratio: float = 4.0
     history_len: int = 240
 
@@ -141,8 +149,6 @@ class _State:
     isl: deque = field(default_factory=deque)
     osl: deque = field(default_factory=deque)
     hit: float = 0.0
-    corr_prefill: float = 1.0
-    corr_decode: float = 1.0
     recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
     peaks: deque = field(default_factory=deque)  # (time, short-window prompt tokens/s, burst duration s)
     last_busy: float | None = None  # last time requests were seen
@@ -159,6 +165,7 @@ class PlannerPolicy:
         )
         self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
+        self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s)
 
     @property
     def interval_s(self) -> float:
@@ -259,9 +266,9 @@ class PlannerPolicy:
             return self._hold(cur, now, D.HOLD_UNATTAINABLE, f"no decode load meets ITL {cfg.itl_slo_ms:.0f} ms at context {context:.0f}", expl)
 
         if cfg.correction:
-            self._update_correction(obs)
-        corr_p = s.corr_prefill if s.corr_prefill < 1 or self._near_slo(obs.ttft_tail_s, cfg.ttft_slo_ms) else 1.0
-        corr_d = s.corr_decode if s.corr_decode < 1 or self._near_slo(obs.itl_tail_s, cfg.itl_slo_ms) else 1.0
+            self._corr.update(obs, prof, s.hit)
+        corr_p = self._corr.factor("prefill", obs.ttft_tail_s, cfg.ttft_slo_ms, now)
+        corr_d = self._corr.factor("decode", obs.itl_tail_s, cfg.itl_slo_ms, now)
         link = prof.kv_link.tokens_per_s if prof.kv_link is not None else None
         capacity = Capacity(
             prefill_slo=cap_p * cfg.target_utilization / corr_p,
@@ -292,7 +299,7 @@ class PlannerPolicy:
             "prefillTokensPerSPerReplica": cap_p, "decodeTokensPerSPerReplica": cap_d,
             "prefillSaturatedTokensPerS": capacity.prefill_saturated, "linkTokensPerSPerInstance": link,
             "prefillCorrection": corr_p, "decodeCorrection": corr_d,
-            "prefillLatencyRatio": s.corr_prefill, "decodeLatencyRatio": s.corr_decode,
+            "prefillLatencyRatio": self._corr.prefill, "decodeLatencyRatio": self._corr.decode,
             "targetUtilization": cfg.target_utilization, "decodeContext": context,
         }
         expl["demand"] = {
@@ -386,26 +393,6 @@ class PlannerPolicy:
         if not _finite(waiting):
             return False
         return waiting <= self.config.release_queue_per_replica * max(state.effective_ready, 1)
-
-    def _near_slo(self, tail_s: float, slo_ms: float) -> bool:
-        """Unknown tail latency counts as near: then trust the measured ratio."""
-        return not _finite(tail_s) or tail_s * 1000 >= self.config.correction_engage * slo_ms
-
-    def _update_correction(self, obs: Observation) -> None:
-        """Ratio of observed to profile-expected mean latency at the observed load, smoothed."""
-        s, lo, hi = self._s, *self.config.correction_bounds
-        rate = obs.request_rate
-        if not (_finite(rate) and rate > 0):
-            return
-        ready_p, ready_d = obs.prefill.effective_ready, obs.decode.effective_ready
-        if _finite(obs.ttft_mean_s) and _finite(obs.mean_isl) and ready_p > 0:
-            exp = self.profile.expected_ttft_ms(obs.mean_isl, rate * obs.mean_isl * (1 - s.hit) / ready_p)
-            if exp and exp > 0:
-                s.corr_prefill = 0.5 * s.corr_prefill + 0.5 * min(max(obs.ttft_mean_s * 1000 / exp, lo), hi)
-        if _finite(obs.itl_mean_s) and _finite(obs.mean_isl) and _finite(obs.mean_osl) and ready_d > 0:
-            exp = self.profile.expected_itl_ms(obs.mean_isl + obs.mean_osl / 2, rate * obs.mean_osl / ready_d)
-            if exp and exp > 0:
-                s.corr_decode = 0.5 * s.corr_decode + 0.5 * min(max(obs.itl_mean_s * 1000 / exp, lo), hi)
 
     # ------------------------------------------------------------------ clamping
     def _clamp(self, cur: tuple[int, int], want: tuple[int, int], obs: Observation, now: float, expl: dict) -> ScalingDecision:
