@@ -10,15 +10,11 @@ away again and the tail climbs back (a limit cycle; bench/planner, 70B TP4 Azure
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from pdserve.planner.core.observation import Observation
+from pdserve.planner.core.observation import finite as _finite
 from pdserve.planner.core.profile import CapacityProfile
-
-
-def _finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 @dataclass

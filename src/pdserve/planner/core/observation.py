@@ -12,6 +12,11 @@ from dataclasses import asdict, dataclass, field
 NAN = math.nan
 
 
+
+def finite(x: float) -> bool:
+    """A real number (not NaN, not infinite): what a missing Prometheus series reads as is not."""
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
 @dataclass(frozen=True)
 class PoolState:
     replicas: int  # desired replicas currently written (spec)

@@ -28,6 +28,7 @@ from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.core.link_model import budget_transfers, usable_utilization
 from pdserve.planner.core.correction import LatencyCorrection
 from pdserve.planner.core.observation import Observation
+from pdserve.planner.core.observation import finite as _finite
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
 from pdserve.planner.core.profile import CapacityProfile
 from pdserve.planner.core.sizing import Capacity, Load, absorbed, size
@@ -470,7 +471,3 @@ class PlannerPolicy:
         expl["result"] = {"prefill": p, "decode": d}
         return ScalingDecision(p, d, f"held: {why}", held=True, hold_key=key, limited=(p, d) != cur,
                                previous=cur, timestamp=now, explanation=expl)
-
-
-def _finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
