@@ -82,19 +82,19 @@ def bursty_policies(runs: Runs) -> str:
     rows = {k: d for k, d in runs.items() if k.startswith("8b_1gpu/bursty")}
     if not rows:
         return ""
-    names = ["planner", "planner_constant", "planner_burst", "planner_fit", "reactive", "dynamo"]
+    names = ["planner", "planner_irate", "planner_constant", "planner_fit", "reactive", "dynamo"]
     per = [f"{k.split('/')[1]}{' (tuning)' if d['trace']['tuned_on'] else ''}: "
            + ", ".join(f"{n} {_pol(d, n)}" for n in names if n in d["results"]) for k, d in sorted(rows.items())]
-    causal = ("planner", "planner_burst", "planner_fit")
+    causal = ("planner", "planner_irate", "planner_fit")
     best_causal = max((_att(d["results"][n]) for d in rows.values() for n in causal if n in d["results"]), default=0.0)
-    fit_saves = [1 - d["results"]["planner_fit"]["gpu_hours"] / d["results"]["planner_burst"]["gpu_hours"]
-                 for d in rows.values() if {"planner_fit", "planner_burst"} <= set(d["results"])]
-    fit_gain = [100 * (_att(d["results"]["planner_fit"]) - _att(d["results"]["planner"]))
-                for d in rows.values() if {"planner_fit", "planner"} <= set(d["results"])]
+    gain = [100 * (_att(d["results"]["planner"]) - _att(d["results"]["planner_irate"]))
+            for d in rows.values() if {"planner", "planner_irate"} <= set(d["results"])]
+    vs_static = [d["results"]["planner"]["gpu_hours"] / d["results"]["static"]["gpu_hours"]
+                 for d in rows.values() if {"planner", "static"} <= set(d["results"])]
     return (f"* **Planner variants, 8B bursty**: the highest attainment any planner variant reaches on any seed is "
-            f"{_p(best_causal)}; planner_fit uses {_span([100 * x for x in fit_saves], '.0f', ' %')} fewer GPU-hours "
-            f"than planner_burst and attains {_span(fit_gain, '.1f', ' points')} more than the shipped planner. "
-            f"Per seed: {'; '.join(per)}.")
+            f"{_p(best_causal)}; the shipped planner (fitted burst reserve with the absorb gate) attains "
+            f"{_span(gain, '.1f', ' points')} more than planner_irate (the planner as shipped before) at "
+            f"{_span(vs_static, '.2f', 'x')} static's GPU-hours. Per seed: {'; '.join(per)}.")
 
 
 def steady(runs: Runs) -> str:
@@ -123,7 +123,7 @@ def wide_cap(runs: Runs) -> str:
                          for n, r in sorted(res.items(), key=lambda x: x[0]) if n.startswith("best_cap"))
         per.append(f"{k}: <= {best.get('search', {}).get('max_replicas', d['setup']['max_replicas'])} per pool "
                    f"{_p(_att(best))} at {best['gpu_hours']:.2f} GPU-h ({causes.get('cap', 0)} misses in intervals at "
-                   f"the cap), {wide}; planner {_pol(d, 'planner')}, planner_burst {_pol(d, 'planner_burst')}, "
+                   f"the cap), {wide}; planner {_pol(d, 'planner')}, planner_irate {_pol(d, 'planner_irate')}, "
                    f"planner_fit {_pol(d, 'planner_fit')}")
     return "* **The per-pool cap, 70B bursty** (best schedule found at 8 per pool and wider): " + "; ".join(per) + "."
 

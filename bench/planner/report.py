@@ -20,7 +20,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 import claims  # noqa: E402
 from readme_block import replace_block, write_or_check  # noqa: E402
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
-ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_burst",
+ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_irate", "planner_burst",
          "planner_fit", "planner_constant", "dynamo"]
 
 

@@ -73,21 +73,19 @@ COST = {("8b_1gpu", "bursty_seed0"): 2200, ("70b_tp4", "azure_conv_x4"): 1250, (
         ("8b_1gpu", "azure_conv_x4"): 600, ("8b_1gpu", "bursty_seed3"): 1400, ("8b_1gpu", "bursty_seed1"): 1100,
         ("70b_tp4", "bursty_seed0"): 550, ("70b_tp4", "bursty_seed1"): 300}
 BASE = ["best", "static", "reactive", "planner", "planner_constant", "planner_fit"]
-# The per-burst diagnoses the README reads (burst_misses.py, 8B bursty seeds): file stem -> its arguments.
-DIAGNOSIS = {
-    "burst_misses_8b": ["--seeds", "0", "1", "2", "--variants", "planner", "planner_burst", "planner_fit"],
-    "planner_fit_variants_8b_s01": ["--seeds", "0", "1", "--variants", "planner_fit_no_correction", "planner_fit_10s"],
-    "planner_fit_variants_8b_s2": ["--seeds", "2", "--variants", "planner_fit_no_correction", "planner_fit_10s"],
-}
+# Per-burst diagnoses the suite re-runs (burst_misses.py): file stem -> its arguments. None since session 9:
+# the ones before (burst_misses_8b, planner_fit_variants_8b_*) explained the irate-peak planner's misses
+# without history, which the fitted burst reserve and --history replaced; they are in git history at ee76d4f.
+DIAGNOSIS: dict[str, list[str]] = {}
 
 
 def policies(setup: str, trace: str) -> list[str]:
-    """What each file holds: the burst-gauge planner and (8B) the causal reference on the bursty family;
+    """What each file holds: the planner as shipped before session 9 (planner_irate) and (8B) the causal reference on the bursty family;
     on 70B's bursty runs, where 8 replicas per pool cannot meet the SLO, the best schedule at 16 (and 32)."""
     extra: list[str] = []
     if trace.startswith("bursty"):
-        extra = ["planner_burst", "causal"] if setup == "8b_1gpu" else \
-            ["planner_burst", "best_cap16", *(["best_cap32"] if trace == "bursty_seed0" else [])]
+        extra = ["planner_irate", "causal"] if setup == "8b_1gpu" else \
+            ["planner_irate", "best_cap16", *(["best_cap32"] if trace == "bursty_seed0" else [])]
     return BASE + extra
 
 
@@ -112,8 +110,6 @@ def run_args(setup: str, trace: str, tuned: bool) -> list[str]:
     out += history_args(setup, trace)
     if tuned:
         out += ["--tuned-on", "--reactive-sweep", "--planner-sweep", "0", "300", "900"]
-        if "planner_burst" in policies(setup, trace):
-            out += ["--burst-sweep", "0", "2"]
     return out
 
 
