@@ -38,13 +38,19 @@ def loadavg() -> dict[str, float]:
     return {"1m": one, "5m": five, "15m": fifteen}
 
 
+RESULTS_EXCLUDE = ":(exclude,glob)bench/**/results/**"
+
+
 def git_commit(repo: Path = REPO) -> dict[str, Any]:
-    """HEAD's commit and whether tracked files differ from it (numbers from a dirty tree say so)."""
+    """HEAD's commit and whether tracked files differ from it (numbers from a dirty tree say so).
+
+    Committed result files (``bench/**/results/``) are outputs, not inputs: a suite that rewrites them run after
+    run would otherwise mark every run after its first as dirty (session 9's regeneration did)."""
     def git(*a: str) -> str:
         return subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True, timeout=30,
                               check=False).stdout.strip()
     sha = git("rev-parse", "HEAD")
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", RESULTS_EXCLUDE))
     return {"commit": sha or "unknown", "dirty": dirty}
 
 

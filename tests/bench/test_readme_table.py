@@ -152,3 +152,23 @@ def test_routing_rows_state_how_sure_the_verdict_is() -> None:
     held_out = next(line for line in (ROOT / "README.md").read_text().splitlines()
                     if "4P4D, conversation_trace.jsonl minutes 20-30" in line)
     assert "Mann-Whitney p = " in held_out
+
+
+def test_dirty_ignores_result_files_but_not_code(tmp_path: Path) -> None:
+    """A suite rewrites committed result files run after run: those outputs must not mark later runs dirty,
+    while any other tracked change still does."""
+    import subprocess
+
+    def git(*a: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "bench" / "planner" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "planner" / "results" / "r.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    (tmp_path / "bench" / "planner" / "results" / "r.json").write_text('{"a": 1}')
+    assert resultmeta.git_commit(tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert resultmeta.git_commit(tmp_path)["dirty"] is True
