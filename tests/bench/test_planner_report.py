@@ -61,3 +61,31 @@ def test_the_prose_quotes_no_measured_number():
     prose = text[text.index("### Reading the results"):text.index(report.BEGIN)]
     found = set(re.findall(r"\b\d+\.\d+ ?(?:%|x\b|GPU-h)", prose)) - {"1.15x"}
     assert not found, f"numbers typed into bench/planner/README.md's prose: {sorted(found)}"
+
+
+def test_same_floor_in_both_simulators_is_reported_only_where_dynamo_attains_more(tmp_path):
+    """The Mooncake verdict "behind Dynamo" compared two simulators: at the same replica floor Dynamo's mocker
+    attained more than pdserve's simulator with at least as many replicas. claims.py says so, per floor, and only
+    where Dynamo attains more."""
+    import claims
+
+    (tmp_path / "8b_1gpu").mkdir()
+    (tmp_path / "peer_sweep").mkdir()
+    (tmp_path / "8b_1gpu" / "t.json").write_text(json.dumps({"results": {"planner": {}}}))
+
+    def pt(label, att, gh, p, d):
+        return {"label": label, "attainment_after_warmup": att, "gpu_hours": gh, "max_prefill": p, "max_decode": d}
+
+    sweep = {"peers": {
+        "reactive": {"points": [pt("as run", 0.7, 2.0, 16, 4), pt("floor 10P3D", 0.922, 2.48, 16, 3),
+                                pt("floor 11P4D", 0.95, 2.75, 16, 4)]},
+        "dynamo": {"points": [pt("as run", 0.5, 0.67, 2, 2), pt("floor 10P3D", 0.940, 2.22, 10, 3),
+                              pt("floor 11P4D", 0.944, 2.56, 11, 4)]}}}
+    (tmp_path / "peer_sweep" / "8b_1gpu__t.json").write_text(json.dumps(sweep))
+    out = claims.same_floor(tmp_path)
+    assert "8b_1gpu/t floor 10P3D: Dynamo's replay 94.0 % at 2.22 GPU-h (max 10P3D)" in out
+    assert "92.2 % at 2.48 GPU-h (max 16P3D)" in out
+    assert "11P4D" not in out  # pdserve's simulator attained more there: nothing to say
+    sweep["peers"]["dynamo"]["points"][1]["attainment_after_warmup"] = 0.9
+    (tmp_path / "peer_sweep" / "8b_1gpu__t.json").write_text(json.dumps(sweep))
+    assert claims.same_floor(tmp_path) == ""
