@@ -118,6 +118,13 @@ class PolicyConfig:
     # later). Longer than start-up plus the scale-down stabilisation, which one turn of the
     # cycle takes; 0 lets go at once (before this setting).
     correction_hold_s: float = 300.0
+    # Take the fixed part of the observed TTFT (front ends, KV transfer, first decode step: what the
+    # prefill profile does not model), measured in light-load windows, off before the TTFT ratio
+    # (pdserve.planner.core.correction). Off by default (bench/planner: planner_next): without it the
+    # 8B disaggregated prefill ratio sits at its 1.5 bound at light load, and a burst's queue engages
+    # it on every term for correction_hold_s (8B bursty seed 3: 8 prefill replicas for 5 minutes
+    # after a burst where 5 carry the bursts).
+    correction_offset: bool = False
     explode_ratio: float = 4.0
     history_len: int = 240
 
@@ -166,7 +173,8 @@ class PlannerPolicy:
         )
         self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
-        self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s)
+        self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s,
+                                        learn_offset=config.correction_offset)
 
     @property
     def interval_s(self) -> float:
