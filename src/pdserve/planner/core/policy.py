@@ -125,6 +125,12 @@ class PolicyConfig:
     # it on every term for correction_hold_s (8B bursty seed 3: 8 prefill replicas for 5 minutes
     # after a burst where 5 carry the bursts).
     correction_offset: bool = False
+    # Cold start and KV link (off by default; bench/planner ``planner_link``, issue 12): the drain
+    # term serves the arriving rate (not the forecast, which lags a ramp and reads a third of the
+    # load while the rate window fills), the decode links carry the KV stream the prefill pool sends
+    # at its real (uncorrected) speed, and decode gives up a link only below target_utilization of
+    # what the links left carry (hysteresis at the single-receiver threshold).
+    cold_start_link: bool = False
     explode_ratio: float = 4.0
     history_len: int = 240
 
@@ -285,6 +291,7 @@ class PlannerPolicy:
             decode_slo=cap_d * cfg.target_utilization / corr_d,
             link=link, link_utilization=cfg.target_utilization,
             link_usable=self._link_usable(isl * (1 - s.hit), link) if link and cfg.link_contention else None,
+            prefill_sends=(prof.prefill_saturated(isl) or cap_p) if cfg.cold_start_link else None,
         )
         q_p, q_d = self._queue_tokens(obs, isl) if cfg.drain_backlog else (0.0, 0.0)
         tokens_now = obs.router_prompt_tokens_rate if cfg.floor_on_observed and _finite(obs.router_prompt_tokens_rate) else 0.0
@@ -300,7 +307,9 @@ class PlannerPolicy:
                     prefill_replicas=cur[0], decode_replicas=cur[1],
                     peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
                                   and _finite(obs.router_prompt_tokens_peak)),
-                    peak_utilization=self._burst_utilization() if self._fitting(obs) else 1.0)
+                    peak_utilization=self._burst_utilization() if self._fitting(obs) else 1.0,
+                    drain_serves_arriving=cfg.cold_start_link,
+                    link_release=cfg.target_utilization if cfg.cold_start_link else None)
         terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
                      startup_s=cfg.startup_s if cfg.drain_backlog else 0.0)
         want = (terms.prefill, terms.decode)
