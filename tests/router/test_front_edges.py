@@ -109,7 +109,7 @@ async def test_expect_100_continue_gets_continue_then_the_answer(workers) -> Non
             writer.close()
 
 
-async def test_a_client_stalled_mid_body_gets_408_and_is_closed(workers, http_server, monkeypatch) -> None:
+async def test_a_client_stalled_mid_body_gets_408_and_an_idle_one_is_closed(workers, http_server, monkeypatch) -> None:
     if http_server == "aiohttp":
         pytest.skip("aiohttp's server has no timeout on reading a request body: a stalled client holds its "
                     "connection until it leaves (the lean server's keep-alive timer covers it)")
@@ -120,4 +120,11 @@ async def test_a_client_stalled_mid_body_gets_408_and_is_closed(workers, http_se
         got = await _read_all(reader)
         writer.close()
         assert got.startswith(b"HTTP/1.1 408"), got
+        # A kept-alive connection left idle after its answer is closed without a word.
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        writer.write(_head(len(BODY)) + BODY)
+        head, _ = await _read_response(reader)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert await _read_all(reader) == b""
+        writer.close()
         await _still_serving(served)

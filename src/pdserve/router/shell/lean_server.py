@@ -205,9 +205,12 @@ class Connection(asyncio.Protocol):
         self._timer = None
         if self.closed:
             return
+        if self.task is not None:  # a request is being answered: idle time starts after it
+            self._timer = self.loop.call_later(KEEPALIVE_S, self._check_idle)
+            return
         rest = self._last_data + KEEPALIVE_S - self.loop.time()
-        if self.task is not None or rest > 0:
-            self._timer = self.loop.call_later(max(rest, 1.0), self._check_idle)
+        if rest > 0:
+            self._timer = self.loop.call_later(rest, self._check_idle)
             return
         if self.reader.in_request:
             self._write_reply(error_reply(408, f"request not completed within {KEEPALIVE_S:.0f} s",
@@ -236,6 +239,7 @@ class Connection(asyncio.Protocol):
                 self.transport.close()
         finally:
             self.task = None
+            self._last_data = self.loop.time()
             if self.server.closing and not self.closed:
                 self.transport.close()  # the drain: no request after the one in flight
             self.server.finished()
