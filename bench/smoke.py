@@ -119,6 +119,9 @@ SMOKES: list[Smoke] = [
     Smoke("planner_burst_misses", "bench/planner/burst_misses.py",
           ["--seeds", "0", "--variants", "planner_fit", "--duration", "150", "--warmup", "10",
            "--out", "{out}/burst_misses.json"], ["burst_misses.json"]),
+    Smoke("planner_burst_cost", "bench/planner/burst_cost.py",
+          ["--runs", "8b_1gpu/bursty_seed0", "--duration", "60", "--history", "0", "--variants", "planner_next",
+           "--out", "{out}/burst_cost.json"], ["burst_cost.json"], timeout_s=180),
     # The sweep's reactive half on a committed 150-request run (``--every``: also where reactive spent as much).
     Smoke("planner_peer_sweep", "bench/planner/peer_sweep.py",
           ["--run", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--every", "--trace", AZURE,

@@ -17,6 +17,12 @@ Policies (``--policies``):
   ``pdserve.planner.core.burst_fit``), with the planner's headroom, by default for every fitted
   burst (the session-7 rule: the shipped planner is the same with the absorb gate, so the two
   read apart what the gate saves; ``--burst-absorb-fraction`` sets the gate here too);
+- ``planner_next``: the shipped planner with its latency correction measuring the fixed part of
+  the TTFT (front ends, KV transfer, first decode step) in light-load windows and taking it off
+  before the ratio (``PolicyConfig.correction_offset``; session 10, opt-in, not the default);
+- ``planner_link``: the shipped planner with ``PolicyConfig.cold_start_link`` (issue 12, not the
+  default): its drain term serves the arriving rate, the decode links carry the KV stream at the
+  prefill pool's real speed, and decode gives up a link only with headroom (hysteresis);
 - ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
   targets; ``--reactive-sweep`` also runs the grid and records every point;
 - ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
@@ -189,13 +195,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def planner(pred: str, peak_window: float | None = None, burst: float | None = PolicyConfig.burst_budget_s,
                 fit: float | None = PolicyConfig.burst_fit_budget_s,
-                absorb: float | None = PolicyConfig.burst_absorb_fraction) -> PlannerAutoscaler:
+                absorb: float | None = PolicyConfig.burst_absorb_fraction, offset: bool = False,
+                link: bool = False) -> PlannerAutoscaler:
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
                            prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
                            decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
                            target_utilization=args.target_utilization, startup_s=args.startup,
                            peak_window_s=args.peak_window if peak_window is None else peak_window,
-                           burst_budget_s=burst, burst_fit_budget_s=fit, burst_absorb_fraction=absorb)
+                           burst_budget_s=burst, burst_fit_budget_s=fit, burst_absorb_fraction=absorb,
+                           correction_offset=offset, cold_start_link=link)
         return PlannerAutoscaler(PlannerPolicy(cfg, profile))
 
     # What the static search must meet 99 % of: the feasible requests of the scored window (history replayed, not scored).
@@ -254,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": b1,
                                               "burst_fit_budget_s": args.burst_fit_budget,
                                               "burst_absorb_fraction": absorb}}
+        elif name == "planner_next":
+            out, _ = run_policy(trace, s, planner("holt-winters", offset=True), (1, 1), args.warmup, feas=feas)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window, "correction_offset": True}}
+        elif name == "planner_link":
+            out, _ = run_policy(trace, s, planner("holt-winters", link=True), (1, 1), args.warmup, feas=feas)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True}}
         elif name == "planner_irate":
             out, _ = run_policy(trace, s, planner("holt-winters", burst=None, fit=None), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": None}}
@@ -271,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[name]["sweep"] = sweep
         else:
             raise SystemExit(f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference "
-                             "searches with N per pool), reactive, planner, planner_constant, planner_irate, planner_burst, planner_fit")
+                             "searches with N per pool), reactive, planner, planner_constant, planner_irate, planner_burst, planner_fit, "
+                             "planner_next, planner_link")
         r = results[name]
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
             f" in {r['sim_wall_s']} s")
@@ -411,7 +426,8 @@ def plot(path: Path, trace: Trace, s: Setup, results: dict, title: str) -> None:
     axes[0].set_ylabel("prompt ktok/s")
     axes[0].set_title(f"{title}: load, replicas, attainment per {s.interval_s:g} s interval")
     for name, r in results.items():
-        if name not in ("planner", "planner_burst", "planner_fit", "best", "reactive", "dynamo"):
+        if name not in ("planner", "planner_burst", "planner_fit", "planner_next", "planner_link",
+                        "best", "reactive", "dynamo"):
             continue
         pts = r["series"]["replicas"]
         xs = [p[0] / 60 for p in pts]

@@ -15,6 +15,9 @@ vLLM does, the Rust routers do not tokenize). Targets, each its own process:
   cgroup default gives a 2-CPU pod), policy kv_aware (pdserve's default);
 - ``vllm-router`` 0.1.17 and ``sglang-router`` 0.3.2 from PyPI (``--peers-python``: a venv
   with both; policy ``--rust-policy``, round_robin by default: their cheapest);
+- ``pdserve-lean`` and ``pdserve-lean-2proc`` (only when named): the same two with the lean
+  HTTP/1.1 front end (``--http-server lean``), each judged per round against its aiohttp twin
+  too (``*_vs_aiohttp``);
 - ``pdserve-baseline`` with ``--baseline-src``: pdserve's router from another source tree;
 - ``pdserve-mock-tokenizer`` (only when named): ``--tokenizer-mode mock``, the router without
   the model's tokenizer (approximate ids: not a deployable setting, an attribution of its CPU).
@@ -59,6 +62,8 @@ ROOT = HERE.parents[1]
 MODEL = "mock-llama"
 RUST = ("vllm-router", "sglang-router")
 TARGETS = ("direct", "pdserve", "pdserve-2proc", *RUST)
+# The lean front end against the aiohttp one, same processes, same round.
+LEAN_TWINS = {"pdserve-lean": "pdserve", "pdserve-lean-2proc": "pdserve-2proc"}
 # The targets: pdserve's TTFT p99 and CPU per streamed token against the better
 # Rust router of the same round.
 TTFT_TARGET, CPU_TARGET = 1.2, 1.3
@@ -275,6 +280,14 @@ def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
                 ratios = [rs[i][key] / base[i][key] for i in range(n) if rs[i].get(key) and base[i].get(key)]
                 if ratios:
                     o[label] = median_range(ratios)
+        twin = LEAN_TWINS.get(name)
+        if twin in rounds:
+            base = rounds[twin]
+            for key, label in (("ttft_p99_ms", "ttft_p99_vs_aiohttp"),
+                               ("router_cpu_us_per_token", "cpu_per_token_vs_aiohttp")):
+                ratios = [rs[i][key] / base[i][key] for i in range(n) if rs[i].get(key) and base[i].get(key)]
+                if ratios:
+                    o[label] = median_range(ratios)
         out[name] = o
     return out
 
@@ -313,6 +326,10 @@ def markdown(doc: dict) -> str:
                f"{fmt(o.get('ttft_p99_vs_baseline'), 2)}, CPU/token {fmt(o.get('cpu_per_token_vs_baseline'), 2)}\n"
                for streams, targets in doc["summary"].items() for name, o in targets.items()
                if "cpu_per_token_vs_baseline" in o],
+             *[f"Lean front end, per round against its aiohttp twin {LEAN_TWINS[name]} ({streams} streams, {name}): "
+               f"TTFT p99 {fmt(o.get('ttft_p99_vs_aiohttp'), 2)}, CPU/token {fmt(o.get('cpu_per_token_vs_aiohttp'), 2)}\n"
+               for streams, targets in doc["summary"].items() for name, o in targets.items()
+               if "cpu_per_token_vs_aiohttp" in o],
              "| streams | target | TTFT p50 ms | TTFT p99 ms | TTFT p99 / best Rust | router CPU µs/token "
              "| CPU/token / best Rust | kernel share of CPU | TPOT p50 ms | longest ITL p99 ms "
              "| router context switches / token | errors |",
@@ -368,7 +385,8 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=2, help="load processes sharing each burst")
     ap.add_argument("--speedup", type=float, default=1e9, help="mock worker --mock-speedup (1e9: no GPU time)")
     ap.add_argument("--targets", nargs="+", default=list(TARGETS),
-                    choices=[*TARGETS, "pdserve-baseline", "pdserve-mock-tokenizer"], help="direct is always run")
+                    choices=[*TARGETS, *LEAN_TWINS, "pdserve-baseline", "pdserve-mock-tokenizer"],
+                    help="direct is always run")
     ap.add_argument("--rust-policy", default="round_robin", help="vllm-router / sglang-router --policy")
     ap.add_argument("--peers-python", type=Path, default=ROOT / ".cache" / "peers-venv" / "bin" / "python",
                     help="a Python with vllm-router and sglang-router installed (the `peers` extra)")
@@ -420,6 +438,8 @@ def main() -> int:
                   "--log-level", "WARNING"]
         for name, extra, src in (("pdserve", ["--processes", "1"], None),
                                  ("pdserve-2proc", ["--processes", "2"], None),
+                                 ("pdserve-lean", ["--processes", "1", "--http-server", "lean"], None),
+                                 ("pdserve-lean-2proc", ["--processes", "2", "--http-server", "lean"], None),
                                  ("pdserve-baseline", ["--processes", "1"], args.baseline_src),
                                  ("pdserve-mock-tokenizer", ["--processes", "1", "--tokenizer-mode", "mock"], None)):
             if name not in targets:

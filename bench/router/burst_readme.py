@@ -7,7 +7,8 @@
 
 One row per result file, stream level and pdserve target: the per-round ratios to the better
 Rust router of the same round (median [min..max]), whether the median meets the issue's
-bound, the A/B against ``pdserve-baseline`` when the run had one, and the stream-latency
+bound, the A/B against ``pdserve-baseline`` when the run had one, the lean front end against
+its aiohttp twin (``pdserve-lean`` / ``pdserve``, ``pdserve-lean-2proc`` / ``pdserve-2proc``), and the stream-latency
 columns (TPOT, each stream's longest wait between reads, context switches per token).
 """
 
@@ -40,12 +41,20 @@ def _met(o: dict | None, bound: float) -> str:
     return "met" if o["median"] <= bound else "**missed**"
 
 
+def _twin(o: dict) -> str:
+    """The lean front end against its aiohttp twin of the same round (burst.py LEAN_TWINS)."""
+    if "cpu_per_token_vs_aiohttp" not in o:
+        return "-"
+    return f"{_fmt(o.get('ttft_p99_vs_aiohttp'), 2)}, {_fmt(o.get('cpu_per_token_vs_aiohttp'), 2)}"
+
+
 def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
     lines = [BEGIN, "",
              "| result file (commit, load 1 min before / after, rounds) | streams | target | TTFT p99 / best Rust "
-             "| <= 1.2x | CPU/token / best Rust | <= 1.3x | CPU/token / pdserve-baseline | TPOT p50 ms "
+             "| <= 1.2x | CPU/token / best Rust | <= 1.3x | CPU/token / pdserve-baseline "
+             "| lean / its aiohttp twin: TTFT p99, CPU/token | TPOT p50 ms "
              "| longest ITL p99 ms | context switches / token | errors |",
-             "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+             "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for path in paths:
         doc = json.loads(path.read_text())
         m = doc["meta"]
@@ -60,7 +69,7 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
                 t, c = o.get("ttft_p99_vs_best_rust"), o.get("cpu_per_token_vs_best_rust")
                 lines.append(f"| {where} | {streams} | {name} | {_fmt(t, 2)} | {_met(t, TTFT_TARGET)} | {_fmt(c, 2)} "
                              f"| {_met(c, CPU_TARGET)} | {_fmt(o.get('cpu_per_token_vs_baseline'), 2)} "
-                             f"| {_fmt(o.get('tpot_p50_ms'), 1)} | {_fmt(o.get('itl_max_p99_ms'), 0)} "
+                             f"| {_twin(o)} | {_fmt(o.get('tpot_p50_ms'), 1)} | {_fmt(o.get('itl_max_p99_ms'), 0)} "
                              f"| {_fmt(o.get('router_switches_per_token'), 2)} | {o['errors']} |")
     lines += ["", "Rust routers in the same runs (context switches per token, their threads summed):", "",
               "| result file | streams | target | TTFT p99 ms | CPU µs/token | TPOT p50 ms | longest ITL p99 ms "

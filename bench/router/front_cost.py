@@ -17,7 +17,11 @@ router's relay writes them). What differs is only what carries a request to that
 - ``bare``: an ``asyncio.Protocol`` that finds the head's end, reads Content-Length and starts
   the stream as a task. It parses only what this request needs (no header validation, no
   keep-alive, no chunked request bodies), so its cost is a floor: a real front end must add
-  those, and the difference is an upper bound of what one would save.
+  those, and the difference is an upper bound of what one would save;
+- ``lean``: the router's own lean front end (``router/shell/lean_server.py``, ``--http-server
+  lean``): its ``Connection`` protocol and httptools framing, with a stand-in for the router
+  behind it that opens the stream (``LeanExchange.open_stream``, head held) and writes the
+  events as the others do.
 
 Per burst: the server's CPU (utime + stime from /proc) per request. ``--reps`` alternates the
 two servers (a fresh process each), after one unmeasured warm-up burst each.
@@ -118,6 +122,56 @@ def serve_bare(port: int, gap_s: float) -> None:
     uvloop.run(main())
 
 
+class _LeanStandIn:
+    """What lean_server.Connection needs of its server, with the router replaced by the stream."""
+
+    def __init__(self, gap_s: float) -> None:
+        from types import SimpleNamespace
+
+        from pdserve.router.shell.lean_http import DateHeader
+
+        self.gap_s = gap_s
+        self.state = SimpleNamespace(cfg=SimpleNamespace(max_body_bytes=16 * 1024 * 1024))
+        self.connections: set = set()
+        self.closing = False
+        self.date = DateHeader()
+
+    def started(self) -> None:
+        pass
+
+    def finished(self) -> None:
+        pass
+
+    async def dispatch(self, req, conn):  # type: ignore[no-untyped-def]
+        from pdserve.router.shell.lean_server import LeanExchange
+
+        ex = LeanExchange(req, conn)
+        json.loads(await ex.read_body(1 << 24))
+        stream = await ex.open_stream({"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                                      hold_head=True)
+        await stream_to(conn.transport, stream.take_head(), self.gap_s)
+        stream.mark_ended()  # the terminating chunk went with [DONE]
+        return stream
+
+
+def serve_lean(port: int, gap_s: float) -> None:
+    import uvloop
+
+    from pdserve.router.shell.lean_server import Connection
+
+    async def main() -> None:
+        server = _LeanStandIn(gap_s)
+        listener = await asyncio.get_running_loop().create_server(
+            lambda: Connection(server), "127.0.0.1", port, backlog=4096)  # type: ignore[arg-type]
+        async with listener:
+            await listener.serve_forever()
+
+    uvloop.run(main())
+
+
+SERVERS = {"aiohttp": serve_aiohttp, "bare": serve_bare, "lean": serve_lean}
+
+
 def _start(kind: str, gap_ms: float) -> tuple[subprocess.Popen, str]:
     from overhead import free_port
 
@@ -143,7 +197,7 @@ def main() -> int:
         gc.freeze()
         gc.set_threshold(50_000, 20, 100)  # the router's (router/shell/cli.py)
         kind, port, gap_ms = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-        (serve_aiohttp if kind == "aiohttp" else serve_bare)(port, gap_ms / 1000)
+        SERVERS[kind](port, gap_ms / 1000)
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, default=256)
@@ -151,6 +205,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions, the two servers alternating")
     ap.add_argument("--gap-ms", type=float, default=10.0, help="time between a stream's events")
     ap.add_argument("--client-procs", type=int, default=2)
+    ap.add_argument("--servers", nargs="+", choices=list(SERVERS), default=list(SERVERS))
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     from burst import burst_once
@@ -159,7 +214,7 @@ def main() -> int:
     run = Run(runs=args.reps)
     bargs = argparse.Namespace(lead_s=1.0, max_tokens=32, prompt_words=64, timeout=60.0)
     procs = max(1, min(args.client_procs, args.streams))
-    reps: dict[str, list[dict]] = {"aiohttp": [], "bare": []}
+    reps: dict[str, list[dict]] = {kind: [] for kind in args.servers}
     for _ in range(args.reps):
         for kind in reps:
             proc, url = _start(kind, args.gap_ms)
@@ -179,8 +234,10 @@ def main() -> int:
             print(kind, reps[kind][-1], flush=True)
     summary = {kind: {k: median(r[k] for r in rs) for k in ("cpu_us_per_request", "user_us_per_request",
                                                               "kernel_us_per_request")} for kind, rs in reps.items()}
-    summary["aiohttp_minus_bare_us_per_request"] = round(
-        median(a["cpu_us_per_request"] - b["cpu_us_per_request"] for a, b in zip(reps["aiohttp"], reps["bare"])), 1)
+    for a, b in (("aiohttp", "bare"), ("lean", "bare"), ("aiohttp", "lean")):
+        if a in reps and b in reps:  # per repetition (same moment of the run), then the median
+            summary[f"{a}_minus_{b}_us_per_request"] = round(
+                median(x["cpu_us_per_request"] - y["cpu_us_per_request"] for x, y in zip(reps[a], reps[b])), 1)
     doc = {"bench": "router_front_cost", "streams": args.streams, "bursts": args.bursts, "gap_ms": args.gap_ms,
            "summary": summary, "reps": reps}
     print(json.dumps(summary, indent=1))

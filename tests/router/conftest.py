@@ -17,9 +17,42 @@ from aiohttp import web
 
 from pdserve.router.shell.app import STATE_KEY, build_app
 from pdserve.router.shell.config import RouterConfig
+from pdserve.router.shell.lean_server import LeanServer, serving
 from pdserve.router.shell.state import RouterState
 
 MODEL = "mock-llama"
+# The router's HTTP server under test (--http-server): every test module that starts a router
+# (through run_router, serve_router or server_args) runs once per server (pytest_generate_tests).
+# (An environment variable, not a module global: pytest's conftest module and the one tests
+# import by name can be two module objects.)
+HTTP_SERVERS = ("aiohttp", "lean")
+SERVER_ENV = "PDSERVE_TEST_HTTP_SERVER"
+
+
+def _server_now() -> str:
+    return os.environ.get(SERVER_ENV, "aiohttp")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    mod = metafunc.module
+    if "http_server" in metafunc.fixturenames and any(
+            getattr(mod, name, None) is not None for name in ("run_router", "serve_router", "server_args")):
+        metafunc.parametrize("http_server", HTTP_SERVERS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def http_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    name = getattr(request, "param", "aiohttp")
+    os.environ[SERVER_ENV] = name
+    try:
+        yield name
+    finally:
+        os.environ.pop(SERVER_ENV, None)
+
+
+def server_args() -> list[str]:
+    """The command-line flag choosing the HTTP server under test, for tests that start ``pdserve router``."""
+    return ["--http-server", _server_now()]
 
 
 def router_config(**kw) -> RouterConfig:
@@ -114,13 +147,44 @@ async def serve_app(app: web.Application) -> AsyncIterator[tuple[str, int]]:
         await runner.cleanup()
 
 
+@dataclass
+class Served:
+    url: str
+    port: int
+    state: RouterState
+    connected: Callable[[], int]  # client connections the server still holds open
+
+
+@asynccontextmanager
+async def serve_router(cfg: RouterConfig) -> AsyncIterator[Served]:
+    """The router on a free loopback port, on the HTTP server under test."""
+    cfg.port = 0
+    cfg.http_server = _server_now()
+    if cfg.http_server == "lean":
+        server = LeanServer.build(cfg)
+        async with serving(server, "127.0.0.1", 0) as listener:
+            port = listener.sockets[0].getsockname()[1]
+            yield Served(f"http://127.0.0.1:{port}", port, server.state, lambda: len(server.connections))
+        return
+    app = build_app(cfg)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        # aiohttp keeps a lost connection listed until its handler returns; its transport is gone.
+        yield Served(f"http://127.0.0.1:{port}", port, app[STATE_KEY],
+                     lambda: sum(c.transport is not None for c in runner.server.connections))  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
 @asynccontextmanager
 async def run_router(cfg: RouterConfig) -> AsyncIterator[RouterHandle]:
-    cfg.port = 0
-    app = build_app(cfg)
-    async with serve_app(app) as (url, _port), aiohttp.ClientSession(
+    async with serve_router(cfg) as served, aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=60)) as session:
-        yield RouterHandle(url, app[STATE_KEY], session)
+        yield RouterHandle(served.url, served.state, session)
 
 
 async def wait_for(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:

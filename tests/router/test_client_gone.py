@@ -18,8 +18,7 @@ import pytest
 from aiohttp import web
 
 from pdserve.router.core.spec import RoutingSpec
-from pdserve.router.shell.app import STATE_KEY, build_app
-from tests.router.conftest import MODEL, router_config, serve_app, wait_for
+from tests.router.conftest import MODEL, router_config, serve_app, serve_router, wait_for
 
 
 @pytest.mark.parametrize("kind", ["completions", "chat"])
@@ -43,44 +42,35 @@ async def test_client_closing_after_done_is_not_a_router_error(kind: str, caplog
     cfg = router_config(decode=[], routing=RoutingSpec(policy="round_robin"), scrape_interval_s=60)
     async with serve_app(worker) as (wurl, _):
         cfg.decode = [wurl]
-        cfg.port = 0
-        app = build_app(cfg)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        state = app[STATE_KEY]
-        try:
-            caplog.set_level(logging.WARNING, logger="pdserve")
-            for _ in range(2):  # twice: the router serves on after the first hang-up
-                release.clear()
-                body = ({"model": MODEL, "prompt": "a b c", "max_tokens": 1, "stream": True} if kind == "completions"
-                        else {"model": MODEL, "messages": [{"role": "user", "content": "a b c"}], "max_tokens": 1,
-                              "stream": True})
-                path = "/v1/completions" if kind == "completions" else "/v1/chat/completions"
-                raw = json.dumps(body).encode()
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(f"POST {path} HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
-                             f"Content-Length: {len(raw)}\r\n\r\n".encode() + raw)
-                got = b""
-                while b"data: [DONE]" not in got:
-                    data = await asyncio.wait_for(reader.read(65536), 20)
-                    assert data, f"the router closed before [DONE]: {got!r}"
-                    got += data
-                # Hang up before the terminating chunk, with a reset (SO_LINGER 0), so the router sees it
-                # now rather than at its next write.
-                sock = writer.get_extra_info("socket")
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                writer.close()
-                # aiohttp keeps a lost connection listed until its handler returns; its transport is gone.
-                await wait_for(lambda: all(c.transport is None for c in runner.server.connections),
-                               what="the router to see the hang-up")
-                release.set()  # now the worker ends its body and the router ends the client's
-                await wait_for(lambda: state.active == 0, what="the request to finish in the router")
-                assert b" 200 " in got.split(b"\r\n", 1)[0]
-        finally:
-            release.set()
-            await runner.cleanup()
+        async with serve_router(cfg) as served:
+            port, state = served.port, served.state
+            try:
+                caplog.set_level(logging.WARNING, logger="pdserve")
+                for _ in range(2):  # twice: the router serves on after the first hang-up
+                    release.clear()
+                    body = ({"model": MODEL, "prompt": "a b c", "max_tokens": 1, "stream": True} if kind == "completions"
+                            else {"model": MODEL, "messages": [{"role": "user", "content": "a b c"}], "max_tokens": 1,
+                                  "stream": True})
+                    path = "/v1/completions" if kind == "completions" else "/v1/chat/completions"
+                    raw = json.dumps(body).encode()
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.write(f"POST {path} HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
+                                 f"Content-Length: {len(raw)}\r\n\r\n".encode() + raw)
+                    got = b""
+                    while b"data: [DONE]" not in got:
+                        data = await asyncio.wait_for(reader.read(65536), 20)
+                        assert data, f"the router closed before [DONE]: {got!r}"
+                        got += data
+                    # Hang up before the terminating chunk, with a reset (SO_LINGER 0), so the router sees it
+                    # now rather than at its next write.
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.close()
+                    await wait_for(lambda: served.connected() == 0, what="the router to see the hang-up")
+                    release.set()  # now the worker ends its body and the router ends the client's
+                    await wait_for(lambda: state.active == 0, what="the request to finish in the router")
+                    assert b" 200 " in got.split(b"\r\n", 1)[0]
+            finally:
+                release.set()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]

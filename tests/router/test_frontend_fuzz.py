@@ -65,11 +65,14 @@ async def test_deep_nesting_and_lone_surrogates_are_400s_naming_the_problem(work
         assert ok.status == 200
 
 
-async def test_oversized_headers_are_a_4xx(workers) -> None:
+async def test_oversized_headers_are_a_4xx(workers, http_server) -> None:
     async with run_router(router_config(decode=[w.url for w in workers])) as r:
         resp = await r.session.post(r.url + "/v1/completions", data=b"{}",
                                     headers={"Content-Type": "application/json", "X-Big": "y" * 20_000})
+        body = await resp.read()
         assert 400 <= resp.status < 500
+        if http_server == "lean":  # aiohttp's own server answers 400 (its parser's message, not JSON)
+            assert resp.status == 431 and "X-Big" in json.loads(body)["error"]["message"], body
 
 
 def test_check_value_names_the_path() -> None:

@@ -4,6 +4,7 @@ workers' own metrics."""
 from __future__ import annotations
 
 import json
+import uuid
 
 from tests.router.conftest import (
     router_config,
@@ -84,7 +85,9 @@ async def test_kv_events_steer_repeat_prefixes_to_the_caching_worker(pd_workers,
     cfg = router_config(discovery_file=path, routing=RoutingSpec(policy="kv_aware"), kv_events=True)
     async with run_router(cfg) as r:
         await kv_events_flowing(r, prefill)
-        prompt = "a shared document about river city music " * 30
+        # Fresh words per run: the module's workers outlive this router (one run per HTTP server), and
+        # a prefix a worker cached before stores no block, so sends no event to this router's index.
+        prompt = f"a shared document {uuid.uuid4().hex[:8]} about river city music " * 30
         first = await r.post("/v1/completions", {"model": MODEL, "prompt": prompt + "first", "max_tokens": 2})
         assert first.status == 200
         await first.read()

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 import aiohttp
 import pytest
 
-from tests.router.conftest import MODEL, metric_sum, read_sse, spawn, stream_text
+from tests.router.conftest import MODEL, metric_sum, read_sse, server_args, spawn, stream_text
 
 
 def _free_port() -> int:
@@ -50,7 +50,7 @@ def router(worker) -> Iterator[tuple[subprocess.Popen, str]]:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "router", "--decode", worker.url, "--port",
                              str(port), "--processes", "2", "--policy", "round_robin", "--log-level", "WARNING",
-                             "--tokenizer-mode", "mock"],
+                             "--tokenizer-mode", "mock", *server_args()],
                             stderr=subprocess.PIPE, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -18,7 +18,7 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from tests.router.conftest import MODEL, spawn
+from tests.router.conftest import MODEL, server_args, spawn
 
 SHUTDOWN_TIMEOUT_S = 3.0
 
@@ -45,7 +45,7 @@ def test_sigterm_ends_a_stream_in_flight_with_an_error_event_after_the_drain(wor
     port = _free_port()
     router = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "router", "--decode", worker.url, "--port", str(port),
                                "--processes", str(processes), "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
-                               "--upstream-client", client, "--tokenizer-mode", "mock", "--log-level", "WARNING"],
+                               "--upstream-client", client, "--tokenizer-mode", "mock", *server_args(), "--log-level", "WARNING"],
                               start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

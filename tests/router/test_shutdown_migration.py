@@ -24,7 +24,7 @@ import pytest
 
 from pdserve.router.shell.relay import RouterShuttingDown, _unless_ending
 from pdserve.tokenization import mock as tokenizer
-from tests.router.conftest import MODEL, kill, metric_sum, spawn
+from tests.router.conftest import MODEL, kill, metric_sum, server_args, spawn
 
 PROMPT = "tell me a long story " * 10
 KILL_AFTER = 20  # tokens streamed before the decode worker dies
@@ -41,7 +41,7 @@ def _router(decode: list[str], shutdown_timeout_s: float, processes: int, client
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "router", "--decode", *decode,
                              "--port", str(port), "--processes", str(processes), "--shutdown-timeout", str(shutdown_timeout_s),
-                             "--upstream-client", client, "--tokenizer-mode", "mock",
+                             "--upstream-client", client, "--tokenizer-mode", "mock", *server_args(),
                              "--log-level", "WARNING"], start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -118,6 +118,19 @@ class PolicyConfig:
     # later). Longer than start-up plus the scale-down stabilisation, which one turn of the
     # cycle takes; 0 lets go at once (before this setting).
     correction_hold_s: float = 300.0
+    # Take the fixed part of the observed TTFT (front ends, KV transfer, first decode step: what the
+    # prefill profile does not model), measured in light-load windows, off before the TTFT ratio
+    # (pdserve.planner.core.correction). Off by default (bench/planner: planner_next): without it the
+    # 8B disaggregated prefill ratio sits at its 1.5 bound at light load, and a burst's queue engages
+    # it on every term for correction_hold_s (8B bursty seed 3: 8 prefill replicas for 5 minutes
+    # after a burst where 5 carry the bursts).
+    correction_offset: bool = False
+    # Cold start and KV link (off by default; bench/planner ``planner_link``, issue 12): the drain
+    # term serves the arriving rate (not the forecast, which lags a ramp and reads a third of the
+    # load while the rate window fills), the decode links carry the KV stream the prefill pool sends
+    # at its real (uncorrected) speed, and decode gives up a link only below target_utilization of
+    # what the links left carry (hysteresis at the single-receiver threshold).
+    cold_start_link: bool = False
     explode_ratio: float = 4.0
     history_len: int = 240
 
@@ -166,7 +179,8 @@ class PlannerPolicy:
         )
         self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
-        self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s)
+        self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s,
+                                        learn_offset=config.correction_offset)
 
     @property
     def interval_s(self) -> float:
@@ -277,6 +291,7 @@ class PlannerPolicy:
             decode_slo=cap_d * cfg.target_utilization / corr_d,
             link=link, link_utilization=cfg.target_utilization,
             link_usable=self._link_usable(isl * (1 - s.hit), link) if link and cfg.link_contention else None,
+            prefill_sends=(prof.prefill_saturated(isl) or cap_p) if cfg.cold_start_link else None,
         )
         q_p, q_d = self._queue_tokens(obs, isl) if cfg.drain_backlog else (0.0, 0.0)
         tokens_now = obs.router_prompt_tokens_rate if cfg.floor_on_observed and _finite(obs.router_prompt_tokens_rate) else 0.0
@@ -292,7 +307,9 @@ class PlannerPolicy:
                     prefill_replicas=cur[0], decode_replicas=cur[1],
                     peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
                                   and _finite(obs.router_prompt_tokens_peak)),
-                    peak_utilization=self._burst_utilization() if self._fitting(obs) else 1.0)
+                    peak_utilization=self._burst_utilization() if self._fitting(obs) else 1.0,
+                    drain_serves_arriving=cfg.cold_start_link,
+                    link_release=cfg.target_utilization if cfg.cold_start_link else None)
         terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
                      startup_s=cfg.startup_s if cfg.drain_backlog else 0.0)
         want = (terms.prefill, terms.decode)

@@ -59,6 +59,15 @@ class Load:
     # is a burst's *arrival rate* (``pdserve.planner.core.burst_fit``): a burst that outlasts
     # the TTFT budget at the very rate of its reserve queues without bound, as a link does.
     peak_utilization: float = 1.0
+    # Cold start / link (``PolicyConfig.cold_start_link``): while a queue drains, the pool also
+    # serves what arrives *now* (the short-window rate), not only the forecast, which lags a
+    # ramp and reads a third of the load while the rate window is still filling.
+    drain_serves_arriving: bool = False
+    # Hysteresis at the link threshold: the decode pool gives up a replica only once the links
+    # left carry the KV stream at this fraction of their usable throughput (None: at all of it).
+    # The usable share is a Poisson probe's; real arrivals and a forecast that lags a ramp run a
+    # link at the threshold into a queue that outlives the next decision (bench/planner, 70B x4).
+    link_release: float | None = None
 
     @property
     def prompt_tokens(self) -> float:
@@ -78,6 +87,10 @@ class Capacity:
     # links held at both ends lose throughput to head-of-line blocking as instances grow).
     # None: ``link_utilization`` for every count, the pair carrying min(P, D) links' worth.
     link_usable: Callable[[int, int], float] | None = None
+    # What one prefill replica sends over its link flat out (KV tokens/s) where that differs from
+    # ``prefill_saturated`` (None: the same). The latency correction derates the pool's speed for
+    # *sizing*; the KV stream a draining pool pushes at the decode links is its real speed.
+    prefill_sends: float | None = None
 
     def link_throughput(self, p: int, d: int) -> float:
         """KV tokens/s ``p`` prefill and ``d`` decode instances move within the wait budget."""
@@ -149,11 +162,13 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     q_now = max(load.prefill_queue_tokens, 0.0) * fresh
     q_p = max(q_now + (arriving - moves_p) * startup_s, 0.0) if (q_now > 0 or arriving > moves_p) else 0.0
     # KV the prefill pool sends meanwhile: its queue and the arrivals, at most flat out.
-    sent = min(moves_p, arriving + (q_now / startup_s if startup_s > 0 else 0.0))
+    sends = cap.prefill_sends if cap.prefill_sends is not None else cap.prefill_saturated
+    sent = min(cur_p * sends, arriving + (q_now / startup_s if startup_s > 0 else 0.0))
     moves_d = cap.link_throughput(cur_p, cur_d) if cur_d else 0.0
     q_d = max(load.decode_queue_tokens, 0.0) * fresh
     q_d = max(q_d + (sent - moves_d) * startup_s, 0.0) if (q_d > 0 or sent > moves_d) else 0.0
-    prefill_out = q_p / drain_s + tokens  # what the prefill pool moves, and sends, while it drains
+    serve = arriving if load.drain_serves_arriving else tokens
+    prefill_out = q_p / drain_s + serve  # what the prefill pool moves, and sends, while it drains
     peak = max(load.peak_prompt_tokens, 0.0) * fresh
 
     prefill_compute = tokens / cap.prefill_slo
@@ -165,6 +180,9 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     # compute asks for each pool (more prefill senders also ease the receivers' links).
     p0, d0 = _ceil(max(prefill_compute, prefill_drain, prefill_peak)), _ceil(decode_compute)
     steady = cap.link_pair(tokens, p0, d0) if cap.link and tokens > 0 else (0, 0)
+    if cap.link and tokens > 0 and load.link_release and cur_d > steady[1]:
+        keep = cap.link_pair(tokens / load.link_release, p0, d0)[1]
+        steady = (steady[0], min(cur_d, max(keep, steady[1])))
     drain = cap.link_pair(q_d / drain_s + prefill_out, p0, d0) if cap.link and (q_d > 0 or q_p > 0) else (0, 0)
     # The burst reserve is sized flat out, like its prefill side: a burst is absorbed at the
     # links' saturated rate, not within the steady wait budget (chosen on the tuning set:

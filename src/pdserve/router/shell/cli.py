@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream-client", choices=["http1", "aiohttp"], default="http1",
                    help="client for completions sent to workers: the router's lean HTTP/1.1 client (plain http:// "
                         "workers; https:// ones always use aiohttp) or aiohttp's")
+    p.add_argument("--http-server", choices=["aiohttp", "lean"], default="aiohttp",
+                   help="server for client requests: aiohttp's, or the router's lean HTTP/1.1 server (asyncio "
+                        "protocol + httptools; router/shell/lean_server.py), same endpoints and behaviour")
     p.add_argument("--processes", type=int, default=None,
                    help="serve from N router processes sharing the port (SO_REUSEPORT); each has its own routing "
                         "state, /metrics is summed over all (see router/shell/supervisor.py). Default: one per whole CPU "
@@ -101,6 +104,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         shutdown_timeout_s=args.shutdown_timeout,
         migrate=not args.no_migration, scrape_interval_s=args.scrape_interval,
         debug_header=not args.no_debug_header, upstream_client=args.upstream_client,
+        http_server=args.http_server,
         tokenizer=args.tokenizer, tokenizer_mode=args.tokenizer_mode, tokenizer_revision=args.tokenizer_revision,
         trust_remote_code=args.trust_remote_code, chat_template=args.chat_template,
         chat_template_content_format=args.chat_template_content_format, tokenizer_fallback=args.tokenizer_fallback,
@@ -145,9 +149,14 @@ def main(argv: list[str]) -> int:
     try:
         cfg = config_from_args(args)
         cfg.validate()
-        from pdserve.router.shell.app import build_app
+        if cfg.http_server == "lean":
+            from pdserve.router.shell.lean_server import LeanServer
 
-        app = build_app(cfg)
+            lean = LeanServer.build(cfg)
+        else:
+            from pdserve.router.shell.app import build_app
+
+            app = build_app(cfg)
     except ValueError as e:
         print(f"pdserve router: {e}", file=sys.stderr)
         return 2
@@ -161,6 +170,11 @@ def main(argv: list[str]) -> int:
     # aiohttp's default listen backlog of 128 drops SYNs when a burst of clients connects
     # at once, and each drop costs the client a 1 s SYN retransmit (TTFT p99 of ~1.1 s
     # at 256 streams in bench/router/overhead.py); the kernel caps it at somaxconn.
+    if cfg.http_server == "lean":
+        from pdserve.router.shell.lean_server import run
+
+        run(lean, backlog=4096, reuse_port=args.reuse_port or None, loop=_new_loop(args.event_loop))
+        return 0
     web.run_app(app, host=cfg.host, port=cfg.port, access_log=None, print=lambda *_: None, backlog=4096,
                 reuse_port=args.reuse_port or None,
                 handle_signals=True, shutdown_timeout=cfg.shutdown_timeout_s, loop=_new_loop(args.event_loop))

@@ -17,11 +17,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from aiohttp import web
 
 from pdserve.router.core import pd
 from pdserve.router.core.scheduler import Mode, RoutePlan
 from pdserve.router.policies import Decision, Policy, RouteRequest
+from pdserve.router.shell.exchange import Exchange, Reply, StreamOut, error_reply, json_reply
 from pdserve.router.shell.relay import relay_stream
 from pdserve.router.core.requests import Kind, ParsedRequest, RequestError, parse_request
 from pdserve.router.shell.state import Choice, RouterState
@@ -45,12 +45,6 @@ def _reseed_ids() -> None:
 
 os.register_at_fork(after_in_child=_reseed_ids)
 log = logging.getLogger("pdserve.router")
-
-
-def error_response(status: int, message: str, err_type: str, param: str | None = None,
-                   headers: dict[str, str] | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
-    return web.json_response(body, status=status, headers=headers)
 
 
 @dataclass
@@ -95,28 +89,6 @@ class Flow:
         return " | ".join(parts).replace("\n", " ")[:2000]
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise RequestError(f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes",
-                           status=413, err_type="RequestEntityTooLarge")
-    if request.content_length is not None and not request.headers.get("Transfer-Encoding"):
-        # The usual client body: its length is known (and within the limit), and it is mostly
-        # in the buffer already, so one read, not an async iterator ending with an empty read.
-        try:
-            return await request.content.readexactly(request.content_length)
-        except asyncio.IncompleteReadError as e:
-            raise RequestError(f"request body ended after {len(e.partial)} of {request.content_length} bytes",
-                               err_type="BadRequestError") from None
-    chunks, size = [], 0
-    async for chunk in request.content.iter_chunked(65536):
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(f"request body exceeds the limit of {limit} bytes", status=413,
-                               err_type="RequestEntityTooLarge")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 class CompletionHandler:
     def __init__(self, state: RouterState) -> None:
         self.state = state
@@ -129,14 +101,14 @@ class CompletionHandler:
                                           sock_read=cfg.read_timeout_s if stream else None)
             for stream in (True, False)}
 
-    async def __call__(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+    async def __call__(self, request: Exchange, kind: Kind) -> Reply | StreamOut:
         arrived = time.perf_counter()
         st = self.state
         route = request.path
         if st.active >= st.cfg.max_concurrency:
             st.metrics.admission.labels("concurrency").inc()
             st.metrics.request_done(route, "-", 429)
-            return error_response(429, f"too many concurrent requests (limit {st.cfg.max_concurrency})",
+            return error_reply(429, f"too many concurrent requests (limit {st.cfg.max_concurrency})",
                                   "RateLimitError", headers={"Retry-After": "1"})
         st.active += 1
         st.metrics.inflight.inc()
@@ -144,21 +116,21 @@ class CompletionHandler:
         flow: Flow | None = None
         try:
             try:
-                flow = self._prepare(await read_body(request, st.cfg.max_body_bytes), kind, request, arrived)
+                flow = self._prepare(await request.read_body(st.cfg.max_body_bytes), kind, request, arrived)
                 mode = flow.mode
                 resp = await self._serve(flow, request)
                 mode = flow.mode
             except RequestError as e:
-                resp = web.json_response(e.body(), status=e.status, headers=e.headers)
-            except (asyncio.CancelledError, web.HTTPException):
+                resp = json_reply(e.body(), e.status, e.headers)
+            except asyncio.CancelledError:
                 raise
             except UpstreamFailed as e:
                 # No worker at all is unavailability (503); workers that all failed, a bad gateway.
-                resp = error_response(503 if e.no_workers else 502, f"upstream {e.stage} failed: {e.detail}",
+                resp = error_reply(503 if e.no_workers else 502, f"upstream {e.stage} failed: {e.detail}",
                                       "ServiceUnavailableError" if e.no_workers else "BadGatewayError")
             except Exception as e:  # a bug must answer in the OpenAI error shape, and be logged
                 log.exception("request failed")
-                resp = error_response(500, f"internal router error: {type(e).__name__}: {e}", "InternalServerError")
+                resp = error_reply(500, f"internal router error: {type(e).__name__}: {e}", "InternalServerError")
             st.metrics.request_done(route, mode, resp.status)
             if flow is not None and flow.trace is not None:
                 flow.trace.finish(resp.status, mode)
@@ -167,7 +139,7 @@ class CompletionHandler:
             st.active -= 1
             st.metrics.inflight.dec()
 
-    def _prepare(self, raw: bytes, kind: Kind, request: web.Request, arrived: float) -> Flow:
+    def _prepare(self, raw: bytes, kind: Kind, request: Exchange, arrived: float) -> Flow:
         st = self.state
         parsed = parse_request(raw, kind, st.tokenizer)
         known = st.pool.known_models()
@@ -175,7 +147,7 @@ class CompletionHandler:
             raise RequestError(f"The model `{parsed.model}` does not exist.", status=404, err_type="NotFoundError",
                                param="model")
         rid = f"{_ID_PREFIX}{next(_ids):x}"  # never the client's X-Request-Id: P/D pairing keys on it
-        client_rid = request.headers.get("X-Request-Id") or None
+        client_rid = request.headers.get("x-request-id") or None
         # Hashing every block (sha256) is wasted work for policies that ignore prefixes.
         hashes = (st.index.request_keys(parsed.prompt_ids, cache_salt=parsed.cache_salt, model=parsed.model)
                   if st.uses_prefixes else [])
@@ -194,10 +166,10 @@ class CompletionHandler:
             sent = getattr(att.resp, "sent_at", 0.0) or att.started
             self.state.metrics.overhead.observe(sent - flow.arrived)
 
-    async def _serve(self, flow: Flow, request: web.Request) -> web.StreamResponse:
+    async def _serve(self, flow: Flow, request: Exchange) -> Reply | StreamOut:
         st = self.state
         headers: dict[str, str] = {}
-        auth = request.headers.get("Authorization")
+        auth = request.headers.get("authorization")
         if auth:  # workers started with --api-key check it, as vLLM's proxy forwards it
             headers["Authorization"] = auth
         t0_ns = time.time_ns() if flow.trace is not None else 0
@@ -219,8 +191,8 @@ class CompletionHandler:
             flow.mode = plan.mode.value
         return await self._serve_local(flow, request, plan, headers)
 
-    async def _serve_pd(self, flow: Flow, request: web.Request, plan: RoutePlan,
-                        headers: dict[str, str]) -> web.StreamResponse | None:
+    async def _serve_pd(self, flow: Flow, request: Exchange, plan: RoutePlan,
+                        headers: dict[str, str]) -> Reply | StreamOut | None:
         """Prefill then decode; None to fall back to a local prefill. A decode failure after
         which a worker may have read the KV goes back through prefill: never the same
         ``kv_transfer_params`` twice."""
@@ -254,8 +226,8 @@ class CompletionHandler:
                 prefill = None  # the prefill policy picks again
         raise UpstreamFailed("decode", f"{sorted(spent_on)} failed after reading prefilled KV", tried=sorted(spent_on))
 
-    async def _serve_local(self, flow: Flow, request: web.Request, plan: RoutePlan,
-                           headers: dict[str, str]) -> web.StreamResponse:
+    async def _serve_local(self, flow: Flow, request: Exchange, plan: RoutePlan,
+                           headers: dict[str, str]) -> Reply | StreamOut:
         st = self.state
         first: Choice | None = None
         if plan.decode is not None:
@@ -331,9 +303,9 @@ class CompletionHandler:
         st.metrics.handoffs.labels("ok").inc()
         return kv
 
-    async def _decode(self, flow: Flow, request: web.Request, policy: Policy, first: Choice | None,
+    async def _decode(self, flow: Flow, request: Exchange, policy: Policy, first: Choice | None,
                       body: dict[str, Any] | bytes, headers: dict[str, str], exclude: set[str] | None = None,
-                      consumable: bool = False) -> web.StreamResponse:
+                      consumable: bool = False) -> Reply | StreamOut:
         """``consumable``: ``body`` carries KV transfer params; a failure after which they may
         have been read raises ``UpstreamFailed(spent=True)`` instead of resending them."""
         st = self.state
@@ -368,15 +340,14 @@ class CompletionHandler:
                     tried.add(att.url)
                     st.metrics.retries.labels("decode").inc()
                     if len(tried) > cfg.max_retries:
-                        return error_response(502, f"decode workers {sorted(tried)} failed mid-response",
+                        return error_reply(502, f"decode workers {sorted(tried)} failed mid-response",
                                               "BadGatewayError")
                     continue
                 if att.resp.status == 200:
                     latency = time.perf_counter() - flow.arrived
                     st.metrics.ttft_by_mode(flow.mode).observe(latency)
                     st.metrics.e2e.observe(latency)
-                return web.Response(body=raw, status=att.resp.status, headers=out_headers,
-                                    content_type=att.resp.content_type or "application/json")
+                return Reply(att.resp.status, raw, out_headers, att.resp.content_type or "application/json")
             finally:
                 att.resp.release()
                 st.scheduler.on_finished(policy, flow.route.request_id, att.url, st.clock.monotonic())

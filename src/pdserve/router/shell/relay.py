@@ -19,12 +19,11 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from aiohttp import web
-from aiohttp.abc import AbstractStreamWriter
 from prometheus_client import Histogram
 
 from pdserve.router.shell import sse
 from pdserve.router.core import pd
+from pdserve.router.shell.exchange import ClientGone, Exchange, StreamOut
 from pdserve.router.shell.http1 import Response as Http1Response
 from pdserve.router.shell.metrics import HistogramBatch
 from pdserve.router.policies import Policy
@@ -35,12 +34,8 @@ if TYPE_CHECKING:
     from pdserve.router.shell.handler import Flow
     from pdserve.router.shell.state import RouterState
 
-CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError)
 log = logging.getLogger("pdserve.router.shell.relay")
-
-
-class _ClientGone(Exception):
-    pass
+_ClientGone = ClientGone
 
 
 class RouterShuttingDown(Exception):
@@ -115,22 +110,23 @@ class _Pipe:
     to the client as it came, chunk framing included.
 
     One socket write per upstream read, the response head and the body's end included:
-    the head aiohttp prepared (and holds, ``_send_headers_immediately = False``) goes out
-    with the first chunk (or alone after ``HEAD_WAIT_S``), and the chunk completing the
-    stream's ``data: [DONE]`` carries the body's terminating chunk. Two writes fewer per
-    request; on loopback each write is a send() that also runs the receiver's TCP input."""
+    the head the server holds (``StreamOut.take_head``) goes out with the first chunk (or
+    alone after ``HEAD_WAIT_S``), and the chunk completing the stream's ``data: [DONE]``
+    carries the body's terminating chunk. Two writes fewer per request; on loopback each
+    write is a send() that also runs the receiver's TCP input."""
 
     __slots__ = ("transport", "upstream", "chunked", "feed", "tokens", "first_chunk", "first", "paused", "loop",
-                 "writer", "done", "head_timer", "ended")
+                 "stream", "out", "done", "head_timer", "ended")
 
-    def __init__(self, transport: asyncio.Transport, upstream: Http1Response, chunked: bool,
+    def __init__(self, transport: asyncio.Transport, upstream: Http1Response, out: StreamOut,
                  tracker: sse.PassThroughTracker, clock: _Clock, first_chunk: Histogram,
-                 writer: AbstractStreamWriter | None = None, head_timer: asyncio.TimerHandle | None = None) -> None:
-        self.transport, self.upstream, self.chunked = transport, upstream, chunked
+                 head_timer: asyncio.TimerHandle | None = None) -> None:
+        self.transport, self.upstream, self.chunked = transport, upstream, out.chunked
         self.feed, self.tokens, self.first_chunk = tracker.feed, clock.tokens, first_chunk
         self.done = lambda: tracker.done
-        # aiohttp's writer, when its head and end may be taken over (None: aiohttp sends both itself).
-        self.writer = writer if writer is not None and _writer_coalesces(writer) else None
+        # The response, when its end may be written here (None: the server writes it itself).
+        self.out = out if out.ends_inline else None
+        self.stream = out
         self.head_timer = head_timer
         self.ended = False  # the client's body was ended with the stream's [DONE]
         self.first = True
@@ -150,14 +146,14 @@ class _Pipe:
                 data = payload
             else:
                 data = raw if raw is not None else b"%x\r\n%b\r\n" % (len(payload), payload)
-                if self.writer is not None and b"[DONE]" in payload:
+                if self.out is not None and b"[DONE]" in payload:
                     # The stream's last event: when it is complete, end the client's body in the
-                    # same write (aiohttp's own end is marked sent), not in one more write when the
-                    # worker's terminating chunk comes.
+                    # same write (the server's own end is marked sent), not in one more write when
+                    # the worker's terminating chunk comes.
                     n = self.feed(payload)
                     if self.done():
                         data += b"0\r\n\r\n"
-                        self.writer._eof = True  # type: ignore[attr-defined]
+                        self.out.mark_ended()
                         self.ended = True
             if self.first:
                 self.first = False
@@ -178,19 +174,12 @@ class _Pipe:
             self.upstream.abort(e)
 
     def _head(self) -> bytes:
-        """The response head aiohttp holds, taken (and marked sent) to go out with the first chunk."""
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
-        w = self.writer
-        if w is None:
-            return b""
-        head = w._headers_buf  # type: ignore[attr-defined]
-        if not head or w._headers_written:  # type: ignore[attr-defined]
-            return b""  # already sent (the head timer, or aiohttp)
-        w._headers_written = True  # type: ignore[attr-defined]
-        w._headers_buf = None  # type: ignore[attr-defined]
-        return bytes(head)
+        """The response head the server holds, taken (and marked sent) to go out with the first chunk."""
+        if self.head_timer is None:
+            return b""  # never held, or already sent alone
+        self.head_timer.cancel()
+        self.head_timer = None
+        return self.stream.take_head()
 
     def _drained(self) -> None:
         if self.upstream.finished:
@@ -204,49 +193,19 @@ class _Pipe:
             self.loop.call_later(0.005, self._drained)
 
 
-# aiohttp holds a prepared response's head (StreamWriter._headers_buf) until the first body
-# write when the response opts out of sending it at once; the relay takes it from there.
-# Checked on the writer itself, so another aiohttp release that stores it differently
-# falls back to aiohttp sending the head and the end on its own (one write more each).
-def _writer_coalesces(writer: AbstractStreamWriter) -> bool:
-    return (getattr(writer, "_headers_written", None) is False and hasattr(writer, "_headers_buf")
-            and getattr(writer, "_eof", None) is False)
-
-
-def _send_head(writer: AbstractStreamWriter) -> None:
-    send = getattr(writer, "send_headers", None)  # aiohttp >= 3.10; before it, prepare() sent the head
-    if send is not None:
-        try:
-            send()
-        except (ConnectionError, RuntimeError):
-            pass  # the client is gone: the relay finds out at its next write
-
-
 # The longest the head waits for the first chunk: past it the head goes out alone, so a
 # client (or a proxy with a header timeout) sees the response start before a long prefill ends.
 HEAD_WAIT_S = 0.2
 
 
-async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att: Attempt, policy: Policy,
-                       headers: dict[str, str]) -> web.StreamResponse:
-    resp = web.StreamResponse(status=200, headers={**headers, "Content-Type": "text/event-stream",
-                                                   "Cache-Control": "no-cache"})
-    chunked = request.version >= aiohttp.HttpVersion11
-    if chunked:
-        resp.enable_chunked_encoding()  # what aiohttp picks anyway; explicit, as _Pipe frames chunks itself
+async def relay_stream(state: RouterState, flow: Flow, ex: Exchange, att: Attempt, policy: Policy,
+                       headers: dict[str, str]) -> StreamOut:
     upstream = att.resp
-    transport = request.transport
+    transport = ex.transport
     piped = isinstance(upstream, Http1Response) and transport is not None
-    if piped:
-        resp._send_headers_immediately = False  # the head goes with the first chunk (_Pipe)
-    writer = await resp.prepare(request)
-    head_timer = None
-    if piped and writer is not None:
-        if _writer_coalesces(writer):
-            head_timer = asyncio.get_running_loop().call_later(HEAD_WAIT_S, _send_head, writer)
-        else:  # an aiohttp that keeps its head elsewhere: it must be out before _Pipe writes
-            _send_head(writer)
-            writer = None
+    resp = await ex.open_stream({**headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                                hold_head=piped)
+    head_timer = asyncio.get_running_loop().call_later(HEAD_WAIT_S, resp.send_head) if resp.head_held else None
     # Raw payloads are kept only when a migration could use them.
     tracker = sse.PassThroughTracker(flow.parsed.kind, keep=state.cfg.migrate and flow.parsed.n == 1)
     clock = _Clock(state, flow, policy)
@@ -256,7 +215,7 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
         try:
             if piped:
                 assert isinstance(upstream, Http1Response) and transport is not None
-                pipe = _Pipe(transport, upstream, chunked, tracker, clock, state.metrics.first_chunk, writer, head_timer)
+                pipe = _Pipe(transport, upstream, resp, tracker, clock, state.metrics.first_chunk, head_timer)
                 upstream.set_sink(pipe)
                 await upstream.readany()  # returns b"" at the end, raises if it failed
                 upstream.set_sink(None)
@@ -289,13 +248,13 @@ async def relay_stream(state: RouterState, flow: Flow, request: web.Request, att
             pass
     finally:
         if head_timer is not None:
-            head_timer.cancel()  # the stream ended before its first chunk: aiohttp sent the head
+            head_timer.cancel()  # the stream ended before its first chunk: the server's end sent the head
         state.relaying.discard(upstream)
         clock.flush()
     return resp
 
 
-async def _relay_by_reads(state: RouterState, resp: web.StreamResponse, att: Attempt,
+async def _relay_by_reads(state: RouterState, resp: StreamOut, att: Attempt,
                           tracker: sse.PassThroughTracker, clock: _Clock) -> None:
     """The relay for aiohttp's client (https:// workers, --upstream-client aiohttp):
     one read and one write per chunk."""
@@ -305,10 +264,7 @@ async def _relay_by_reads(state: RouterState, resp: web.StreamResponse, att: Att
     while chunk := await read():
         if first is None:  # the first byte's arrival is not visible here: timed from its read
             first = time.perf_counter()
-        try:
-            await write(chunk)
-        except CLIENT_GONE as e:
-            raise _ClientGone() from e
+        await write(chunk)  # raises ClientGone
         if first:
             state.metrics.first_chunk.observe(time.perf_counter() - first)
             first = 0.0
@@ -317,24 +273,18 @@ async def _relay_by_reads(state: RouterState, resp: web.StreamResponse, att: Att
             tokens(n)
 
 
-async def _write(resp: web.StreamResponse, data: bytes) -> None:
-    try:
-        await resp.write(data)
-    except CLIENT_GONE as e:
-        raise _ClientGone() from e
+async def _write(resp: StreamOut, data: bytes) -> None:
+    await resp.write(data)  # raises ClientGone
 
 
-async def _write_eof(resp: web.StreamResponse) -> None:
+async def _write_eof(resp: StreamOut) -> None:
     """End the chunked body. A client may close as soon as it has read ``data: [DONE]``
-    (many do), before this terminating chunk: that is a client gone, not a router error
-    (no traceback in the log; at 256 streams about one in six closed that early)."""
-    try:
-        await resp.write_eof()
-    except CLIENT_GONE as e:
-        raise _ClientGone() from e
+    (many do), before this terminating chunk: that is a client gone (ClientGone), not a
+    router error (no traceback in the log; at 256 streams about one in six closed that early)."""
+    await resp.write_eof()
 
 
-async def _migrate(state: RouterState, flow: Flow, resp: web.StreamResponse, passthrough: sse.PassThroughTracker,
+async def _migrate(state: RouterState, flow: Flow, resp: StreamOut, passthrough: sse.PassThroughTracker,
                    clock: _Clock, failed: str, why: str) -> None:
     if flow.trace is None:
         return await _resume(state, flow, resp, passthrough, clock, failed, why)
@@ -372,7 +322,7 @@ async def _unless_ending(state: RouterState, placing: Coroutine[Any, Any, Attemp
     raise RouterShuttingDown()
 
 
-async def _resume(state: RouterState, flow: Flow, resp: web.StreamResponse, passthrough: sse.PassThroughTracker,
+async def _resume(state: RouterState, flow: Flow, resp: StreamOut, passthrough: sse.PassThroughTracker,
                   clock: _Clock, failed: str, why: str) -> None:
     """Continue the stream on another decode worker. Also while the router drains after SIGTERM:
     the continuation is relayed like any stream (``state.relaying``), so it finishes if it can
@@ -476,6 +426,6 @@ def _generated_ids(tracker: sse.StreamTracker, tok: ModelTokenizer) -> list[int]
     return tok.encode(tracker.text_of(0), add_special_tokens=False)
 
 
-async def _fail(resp: web.StreamResponse, message: str) -> None:
+async def _fail(resp: StreamOut, message: str) -> None:
     await _write(resp, sse.error_event(message))
     await _write(resp, sse.DONE)

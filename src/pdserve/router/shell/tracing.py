@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -33,6 +32,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from pdserve.router.policies import Decision
+from pdserve.router.shell.exchange import Reply, StreamOut
 
 log = logging.getLogger("pdserve.router")
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -170,8 +170,8 @@ class RequestTrace:
             self.handoff_start(kv)
         return kv
 
-    async def decode_call(self, run: Callable[[dict[str, str]], Awaitable[web.StreamResponse]],
-                          headers: dict[str, str], worker: Callable[[], Decision | None]) -> web.StreamResponse:
+    async def decode_call(self, run: Callable[[dict[str, str]], Awaitable[Reply | StreamOut]],
+                          headers: dict[str, str], worker: Callable[[], Decision | None]) -> Reply | StreamOut:
         """The handler's decode step (a streamed answer relayed to its end) inside a ``decode`` span."""
         span, headers = self.call("decode", headers)
         try:
