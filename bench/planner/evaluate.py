@@ -23,6 +23,9 @@ Policies (``--policies``):
 - ``planner_link``: the shipped planner with ``PolicyConfig.cold_start_link`` (issue 12, not the
   default): its drain term serves the arriving rate, the decode links carry the KV stream at the
   prefill pool's real speed, and decode gives up a link only with headroom (hysteresis);
+- ``planner_link_path``: planner_link whose latency correction expects the TTFT's fixed path
+  (``PolicyConfig.ttft_path_ms``: front ends, hand-off, first decode step, from the simulator's
+  engine numbers, ``feasibility.Hardware.ttft_path_s``) and the KV transfer on top of the prefill;
 - ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
   targets; ``--reactive-sweep`` also runs the grid and records every point;
 - ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
@@ -45,7 +48,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from baselines import ReactiveAutoscaler, smallest_static  # noqa: E402
 from bursty import BurstySpec, bursty_trace, with_history  # noqa: E402
-from feasibility import TraceFeasibility  # noqa: E402
+from feasibility import Hardware, TraceFeasibility  # noqa: E402
 from references import Setup, lower_bound  # noqa: E402
 from replays import REFERENCE, best_schedule, causal_reference, run_order, run_policy, trace_feasibility  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
@@ -196,14 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     def planner(pred: str, peak_window: float | None = None, burst: float | None = PolicyConfig.burst_budget_s,
                 fit: float | None = PolicyConfig.burst_fit_budget_s,
                 absorb: float | None = PolicyConfig.burst_absorb_fraction, offset: bool = False,
-                link: bool = False) -> PlannerAutoscaler:
+                link: bool = False, path_ms: float | None = None) -> PlannerAutoscaler:
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
                            prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
                            decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
                            target_utilization=args.target_utilization, startup_s=args.startup,
                            peak_window_s=args.peak_window if peak_window is None else peak_window,
                            burst_budget_s=burst, burst_fit_budget_s=fit, burst_absorb_fraction=absorb,
-                           correction_offset=offset, cold_start_link=link)
+                           correction_offset=offset, cold_start_link=link, ttft_path_ms=path_ms)
         return PlannerAutoscaler(PlannerPolicy(cfg, profile))
 
     # What the static search must meet 99 % of: the feasible requests of the scored window (history replayed, not scored).
@@ -268,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "planner_link":
             out, _ = run_policy(trace, s, planner("holt-winters", link=True), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True}}
+        elif name == "planner_link_path":
+            path_ms = 1000 * Hardware.of(s.sim_config(1, 1)).ttft_path_s()
+            out, _ = run_policy(trace, s, planner("holt-winters", link=True, path_ms=path_ms), (1, 1), args.warmup, feas=feas)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True,
+                                              "ttft_path_ms": round(path_ms, 3)}}
         elif name == "planner_irate":
             out, _ = run_policy(trace, s, planner("holt-winters", burst=None, fit=None), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": None}}
@@ -286,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise SystemExit(f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference "
                              "searches with N per pool), reactive, planner, planner_constant, planner_irate, planner_burst, planner_fit, "
-                             "planner_next, planner_link")
+                             "planner_next, planner_link, planner_link_path")
         r = results[name]
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
             f" in {r['sim_wall_s']} s")
@@ -427,7 +435,7 @@ def plot(path: Path, trace: Trace, s: Setup, results: dict, title: str) -> None:
     axes[0].set_title(f"{title}: load, replicas, attainment per {s.interval_s:g} s interval")
     for name, r in results.items():
         if name not in ("planner", "planner_burst", "planner_fit", "planner_next", "planner_link",
-                        "best", "reactive", "dynamo"):
+                        "planner_link_path", "best", "reactive", "dynamo"):
             continue
         pts = r["series"]["replicas"]
         xs = [p[0] / 60 for p in pts]

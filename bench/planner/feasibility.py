@@ -68,6 +68,13 @@ class Hardware:
                    decode_kv_tokens=d.engine_config.num_blocks * block, ingress_s=cfg.ingress_s,
                    handoff_s=cfg.pd_handoff_s, step_host_s=cfg.step_host_s)
 
+    def ttft_path_s(self, context: int = 1024) -> float:
+        """The TTFT beyond prefill steps and KV transfer on an idle pair (what ``alone`` adds around them
+        for a prompt of one chunk): ingress, both front ends, hand-off, the decode side's first step."""
+        first = self.decode.step_time(decode_contexts=[context + 1]) + self.step_host_s
+        return (self.ingress_s + self.prefill.profile.efficiency.frontend_latency_s + self.step_host_s
+                + self.handoff_s + self.decode.profile.efficiency.frontend_latency_s + first)
+
     def alone(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> Alone:
         refused = ""
         if input_tokens >= self.max_model_len:

@@ -1,7 +1,9 @@
 """PolicyConfig.cold_start_link's three sizing terms on hand-computed cases (issue 12, 70B TP4 Azure x4):
 decode keeps a link until the links left carry the stream with headroom (hysteresis), the decode links
-carry the KV stream at the prefill pool's real speed, and a draining pool also serves what arrives now.
-Each fails before the change (the Load / Capacity fields and the PolicyConfig flag did not exist)."""
+carry the KV stream at the prefill pool's real speed, and a draining pool also serves what arrives now;
+and ttft_path_ms, the latency correction expecting the TTFT's fixed path and the KV transfer.
+Each fails before its change (the Load / Capacity / LatencyCorrection fields and PolicyConfig flags did
+not exist)."""
 
 import pytest
 
@@ -93,3 +95,32 @@ def test_policy_holds_the_second_link_at_the_threshold(cold_start_link: bool, de
                        cold_start_link=cold_start_link)
     assert PlannerPolicy(cfg, prof).decide(_obs(2, 2, 4.8), 0).decode == decode
     assert PlannerPolicy(cfg, prof).decide(_obs(2, 1, 4.8), 0).decode == 1  # no second link on the way up
+
+
+def test_the_correction_expects_the_fixed_ttft_path_and_the_transfer():
+    # PolicyConfig.ttft_path_ms: a 1024-token prompt whose KV crosses a 6,250-token/s link (1e5 bytes
+    # per token at 5 Gbit/s) takes 163.84 ms to transfer; with a 50 ms fixed path (front ends, hand-off,
+    # first decode step) an idle pair shows the profile's prefill TTFT + 213.84 ms. Read against the
+    # prefill alone that is a slower engine (ratio at its 1.5 bound, smoothed from 1 to 1.25); with
+    # the path expected, the ratio stays 1.
+    from pdserve.planner.core.correction import LatencyCorrection
+
+    prof = queue_profile().model_copy(update={"kv_link": KvLink(kvBytesPerToken=1e5, gbps=5.0)})
+    prefill_ms = prof.expected_ttft_ms(1024.0, 1.0 * 1024 / 2)
+    seen_s = (prefill_ms + 50 + 163.84) / 1000
+    obs = Observation(timestamp=0.0, prefill=PoolState(2), decode=PoolState(1), request_rate=1.0, mean_isl=1024.0,
+                      mean_osl=200.0, ttft_mean_s=seen_s)
+    plain = LatencyCorrection((0.67, 1.5), 0.8, 300.0)
+    plain.update(obs, prof, 0.0)
+    assert prefill_ms + 213.84 > 1.5 * prefill_ms and plain.prefill == pytest.approx(1.25)
+    path = LatencyCorrection((0.67, 1.5), 0.8, 300.0, ttft_path_ms=50.0)
+    assert path.expected_path_ms(prof, 1024) == pytest.approx(213.84)
+    path.update(obs, prof, 0.0)
+    assert path.prefill == pytest.approx(1.0)
+    # Below 1 (the M/M/1 profile's queueing wait over-stated at high load) it is left unapplied.
+    path.prefill = 0.7
+    assert path.factor("prefill", 1.9, 2000.0, 0.0) == 1.0
+    plain.prefill = 0.7
+    assert plain.factor("prefill", 1.9, 2000.0, 0.0) == pytest.approx(0.7)
+    # The policy hands its setting to its correction.
+    assert PlannerPolicy(PolicyConfig(ttft_path_ms=50.0), prof)._corr.ttft_path_ms == 50.0

@@ -128,3 +128,30 @@ async def test_a_client_stalled_mid_body_gets_408_and_an_idle_one_is_closed(work
         assert await _read_all(reader) == b""
         writer.close()
         await _still_serving(served)
+
+
+async def test_small_endpoints_methods_and_versions_answer_alike(workers) -> None:
+    """The same answers from either server (each run of this test checks one against these)."""
+    async with serve_router(router_config(decode=[w.url for w in workers])) as served:
+        async def exchange(raw: bytes) -> tuple[bytes, bytes]:
+            reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+            try:
+                writer.write(raw)
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+                length = next((int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+                               if line.startswith(b"content-length:")), None)
+                if raw.startswith(b"HEAD"):
+                    return head, b""
+                body = await asyncio.wait_for(reader.readexactly(length) if length is not None else reader.read(), 20)
+                return head, body
+            finally:
+                writer.close()
+
+        head, body = await exchange(b"HEAD /health HTTP/1.1\r\nHost: r\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and body == b"", head
+        head, body = await exchange(b"GET /v1/completions HTTP/1.1\r\nHost: r\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 404") and json.loads(body)["error"]["type"] == "NotFoundError", body
+        head, body = await exchange(b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: 2\r\n\r\n{}")
+        assert head.startswith(b"HTTP/1.1 400") and json.loads(body)["error"]["param"] == "prompt", body
+        head, body = await exchange(b"GET /health HTTP/1.0\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200") and json.loads(body)["status"] == "ok", (head, body)

@@ -23,6 +23,18 @@ from tests.router.conftest import MODEL, server_args, spawn
 SHUTDOWN_TIMEOUT_S = 3.0
 
 
+def _refused_within(port: int, timeout_s: float) -> float | None:
+    """How long until a new connection to the router is refused (None: still accepted after ``timeout_s``)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        except ConnectionRefusedError:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,6 +88,9 @@ def test_sigterm_ends_a_stream_in_flight_with_an_error_event_after_the_drain(wor
                     if chunks == 5:
                         router.send_signal(signal.SIGTERM)  # the supervisor forwards it under --processes 2
                         sigterm_at = time.monotonic()
+                    if chunks == 6:  # draining: the stream goes on, a new client is refused
+                        refused_at = _refused_within(port, SHUTDOWN_TIMEOUT_S - 1.5)
+                        assert refused_at is not None, "a new connection was accepted during the drain"
         ended = time.monotonic() - sigterm_at
         assert sigterm_at, "the stream ended before it could be interrupted"
         errors = [e["error"] for e in events if e.get("error")]

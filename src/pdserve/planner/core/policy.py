@@ -125,6 +125,10 @@ class PolicyConfig:
     # it on every term for correction_hold_s (8B bursty seed 3: 8 prefill replicas for 5 minutes
     # after a burst where 5 carry the bursts).
     correction_offset: bool = False
+    # The TTFT's fixed path beyond prefill and KV transfer (front ends, hand-off, first decode step), ms,
+    # added to the profile's TTFT before the correction's ratio (None: not modelled; bench/planner
+    # ``planner_link_path`` takes it from the simulator's engine numbers; live: idle TTFT minus prefill).
+    ttft_path_ms: float | None = None
     # Cold start and KV link (off by default; bench/planner ``planner_link``, issue 12): the drain
     # term serves the arriving rate (not the forecast, which lags a ramp and reads a third of the
     # load while the rate window fills), the decode links carry the KV stream the prefill pool sends
@@ -180,7 +184,7 @@ class PlannerPolicy:
         self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
         self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s,
-                                        learn_offset=config.correction_offset)
+                                        learn_offset=config.correction_offset, ttft_path_ms=config.ttft_path_ms)
 
     @property
     def interval_s(self) -> float:
