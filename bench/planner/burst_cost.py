@@ -39,7 +39,7 @@ SCHEMA = "pdserve.planner-burst-cost/1"
 RUNS = ["8b_1gpu/bursty_seed0", "8b_1gpu/bursty_seed1", "8b_1gpu/bursty_seed2", "8b_1gpu/bursty_seed3",
         "8b_1gpu/azure_conv_x1", "8b_1gpu/azure_conv_x4", "70b_tp4/azure_conv_x4"]
 TUNED = {"8b_1gpu/bursty_seed0", "8b_1gpu/azure_conv_x1"}
-COMMITTED = HERE / "results" / "session9_partial"
+COMMITTED = HERE / "results"  # the suite's complete set (session 9's partial folder until session 10)
 
 
 def scored_from(doc: dict) -> float:

@@ -89,3 +89,21 @@ def test_same_floor_in_both_simulators_is_reported_only_where_dynamo_attains_mor
     sweep["peers"]["dynamo"]["points"][1]["attainment_after_warmup"] = 0.9
     (tmp_path / "peer_sweep" / "8b_1gpu__t.json").write_text(json.dumps(sweep))
     assert claims.same_floor(tmp_path) == ""
+
+
+def test_opt_in_variants_are_rendered_from_their_diagnosis_files(tmp_path):
+    """burst_cost.py's files (the opt-in variants against the shipped planner) reach the README's generated block;
+    other diagnosis files do not, and two decimals keep 99.97 % from reading as 100 %."""
+    import claims
+
+    (tmp_path / "diagnosis").mkdir()
+    v = {"planner": {"attainment_after_warmup": 0.96286, "gpu_hours_vs_best": 1.138},
+         "planner_link": {"attainment_after_warmup": 0.99974, "gpu_hours_vs_best": 1.178}}
+    doc = {"schema": "pdserve.planner-burst-cost/1", "variants_run": ["planner", "planner_link"],
+           "runs": [{"run": "70b_tp4/azure_conv_x4", "tuned_on": False, "variants": v}]}
+    (tmp_path / "diagnosis" / "planner_link.json").write_text(json.dumps(doc))
+    (tmp_path / "diagnosis" / "other.json").write_text(json.dumps({"schema": "x", "runs": []}))
+    out = claims.variants(tmp_path)
+    assert "`diagnosis/planner_link.json` (planner, planner_link): 70b_tp4/azure_conv_x4: planner 96.29 % at 1.14x, " \
+           "planner_link 99.97 % at 1.18x" in out
+    assert "other.json" not in out
