@@ -12,7 +12,9 @@ sys.path[:0] = [str(ROOT / "bench" / "planner"), str(ROOT / "bench")]
 import peer_sweep  # noqa: E402
 from peer_sweep import Point, at_gpu_hours, floors, frontier, mean_replicas  # noqa: E402
 
-RUN = ROOT / "bench" / "planner" / "results" / "8b_1gpu" / "bursty_seed1.json"
+# A frozen copy of the committed 8B bursty_seed1 run at ee76d4f (planner 75.9 % at 0.91 GPU-h, Dynamo 68.3 % at 0.50,
+# reactive 78.4 % at 1.10): the tests below are hand-worked on those numbers, which a regeneration changes.
+RUN = ROOT / "tests" / "bench" / "golden" / "planner_eval_bursty_seed1_ee76d4f.json"
 
 
 def test_frontier_keeps_only_points_that_buy_attainment():
