@@ -343,7 +343,7 @@ def overhead(d: dict[str, Any]) -> str:
 def burst(d: dict[str, Any]) -> str:
     parts = []
     for streams, targets in d["summary"].items():
-        for name in ("pdserve", "pdserve-2proc", "pdserve-baseline"):
+        for name in ("pdserve", "pdserve-2proc", "pdserve-lean", "pdserve-lean-2proc", "pdserve-baseline"):
             o = targets.get(name, {})
             t, c = o.get("ttft_p99_vs_best_rust"), o.get("cpu_per_token_vs_best_rust")
             if t and c:
@@ -438,7 +438,12 @@ ROWS: list[Row] = [
                            "globals and the one-read body, 5 rounds, 256 and 1,024 streams",
                            "bench/router/results/burst_ab10.json"),
                           ("cache_aware, new prompts every burst; the same session 9 A/B repeated (second run), "
-                           "5 rounds, 256 and 1,024 streams", "bench/router/results/burst_ab10_run2.json"))),
+                           "5 rounds, 256 and 1,024 streams", "bench/router/results/burst_ab10_run2.json"),
+                          ("cache_aware, new prompts every burst; session 10: the lean HTTP/1.1 front end "
+                           "(--http-server lean, opt-in) beside aiohttp's, 7 rounds, 256 and 1,024 streams",
+                           "bench/router/results/burst_lean.json"),
+                          ("cache_aware, new prompts every burst; the same session 10 comparison repeated (second "
+                           "run), 5 rounds, 256 and 1,024 streams", "bench/router/results/burst_lean_run2.json"))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",
