@@ -136,13 +136,20 @@ async def worker_metric(url: str, name: str, label: str | None = None) -> float:
 @asynccontextmanager
 async def serve_app(app: web.Application) -> AsyncIterator[tuple[str, int]]:
     """``app`` on a free loopback port for the block: yields its base URL and port."""
+    async with _app_runner(app) as (_runner, port):
+        yield f"http://127.0.0.1:{port}", port
+
+
+@asynccontextmanager
+async def _app_runner(app: web.Application) -> AsyncIterator[tuple[web.AppRunner, int]]:
+    """``app`` served on a free loopback port for the block: yields its runner and port."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}", port
+        yield runner, port
     finally:
         await runner.cleanup()
 
@@ -167,17 +174,10 @@ async def serve_router(cfg: RouterConfig) -> AsyncIterator[Served]:
             yield Served(f"http://127.0.0.1:{port}", port, server.state, lambda: len(server.connections))
         return
     app = build_app(cfg)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with _app_runner(app) as (runner, port):
         # aiohttp keeps a lost connection listed until its handler returns; its transport is gone.
         yield Served(f"http://127.0.0.1:{port}", port, app[STATE_KEY],
                      lambda: sum(c.transport is not None for c in runner.server.connections))  # type: ignore[union-attr]
-    finally:
-        await runner.cleanup()
 
 
 @asynccontextmanager
