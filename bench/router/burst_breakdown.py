@@ -3,6 +3,8 @@
     flock /tmp/pdserve-bench.lock .venv/bin/python bench/router/burst_breakdown.py --streams 256 --bursts 6 \\
         --out bench/router/results/burst_breakdown9.json
 
+``--http-server`` picks the front end whose sections are timed (lean, the router's default, or aiohttp).
+
 py-spy's samples mislead on a 2-core box (a client write wakes the load client, which takes
 the core while the router waits runnable in the write: those samples land on the write; see
 README section 6). Here the router runs with its synchronous sections wrapped: each wrapper
@@ -38,28 +40,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 HERE = Path(__file__).resolve().parent
 OUT_ENV = "PDSERVE_BREAKDOWN_OUT"
 # (label, parent label or None, module, attribute path, is a coroutine function)
-SECTIONS = (
-    ("aiohttp: request handling, pdserve's handler inside", None, "aiohttp.web_protocol", "RequestHandler._handle_request", True),
-    ("aiohttp: request bytes received and parsed", None, "aiohttp.web_protocol", "RequestHandler.data_received", False),
-    ("aiohttp: connection accepted", None, "aiohttp.web_protocol", "RequestHandler.connection_made", False),
-    ("aiohttp: connection closed", None, "aiohttp.web_protocol", "RequestHandler.connection_lost", False),
-    ("relay: an upstream read parsed and written to the client", None, "pdserve.router.shell.http1",
-     "_Conn.data_received", False),
-    ("handler: all of it", "aiohttp: request handling, pdserve's handler inside", "pdserve.router.shell.handler",
-     "CompletionHandler.__call__", True),
-    ("handler: read the body", "handler: all of it", "pdserve.router.shell.front_aiohttp", "AiohttpExchange.read_body",
-     True),
-    ("handler: JSON, validation, chat template, encode, block keys", "handler: all of it",
-     "pdserve.router.shell.handler", "CompletionHandler._prepare", False),
-    ("chat template render + encode", "handler: JSON, validation, chat template, encode, block keys",
-     "pdserve.tokenization.base", "ModelTokenizer.chat_ids", False),
-    ("block keys", "handler: JSON, validation, chat template, encode, block keys", "pdserve.router.core.kv_index",
-     "KvIndex.request_keys", False),
-    ("route: pool views + scheduler", "handler: all of it", "pdserve.router.core.scheduler", "Scheduler.plan", False),
-    ("upstream: send the request", "handler: all of it", "pdserve.router.shell.http1_pool", "Http1Pool.post", True),
-    ("relay: response head, stream setup and end", "handler: all of it", "pdserve.router.shell.relay",
-     "relay_stream", True),
-)
+# The front end's own sections, per --http-server; the handler's parent is the section that runs it.
+FRONT_SECTIONS = {
+    "aiohttp": (
+        ("aiohttp: request handling, pdserve's handler inside", None, "aiohttp.web_protocol",
+         "RequestHandler._handle_request", True),
+        ("aiohttp: request bytes received and parsed", None, "aiohttp.web_protocol", "RequestHandler.data_received",
+         False),
+        ("aiohttp: connection accepted", None, "aiohttp.web_protocol", "RequestHandler.connection_made", False),
+        ("aiohttp: connection closed", None, "aiohttp.web_protocol", "RequestHandler.connection_lost", False),
+    ),
+    "lean": (
+        ("lean: request task, pdserve's handler inside", None, "pdserve.router.shell.lean_server",
+         "Connection._serve", True),
+        ("lean: request bytes received and parsed", None, "pdserve.router.shell.lean_server",
+         "Connection.data_received", False),
+        ("lean: connection accepted", None, "pdserve.router.shell.lean_server", "Connection.connection_made", False),
+        ("lean: client's end of stream", None, "pdserve.router.shell.lean_server", "Connection.eof_received", False),
+        ("lean: connection closed", None, "pdserve.router.shell.lean_server", "Connection.connection_lost", False),
+    ),
+}
+READ_BODY = {"aiohttp": ("pdserve.router.shell.front_aiohttp", "AiohttpExchange.read_body"),
+             "lean": ("pdserve.router.shell.lean_server", "LeanExchange.read_body")}
+
+
+def sections(server: str) -> tuple[tuple[str, str | None, str, str, bool], ...]:
+    front = FRONT_SECTIONS[server]
+    task = front[0][0]
+    body_module, body_path = READ_BODY[server]
+    return (*front,
+            ("relay: an upstream read parsed and written to the client", None, "pdserve.router.shell.http1",
+             "_Conn.data_received", False),
+            ("handler: all of it", task, "pdserve.router.shell.handler", "CompletionHandler.__call__", True),
+            ("handler: read the body", "handler: all of it", body_module, body_path, True),
+            ("handler: JSON, validation, chat template, encode, block keys", "handler: all of it",
+             "pdserve.router.shell.handler", "CompletionHandler._prepare", False),
+            ("chat template render + encode", "handler: JSON, validation, chat template, encode, block keys",
+             "pdserve.tokenization.base", "ModelTokenizer.chat_ids", False),
+            ("block keys", "handler: JSON, validation, chat template, encode, block keys",
+             "pdserve.router.core.kv_index", "KvIndex.request_keys", False),
+            ("route: pool views + scheduler", "handler: all of it", "pdserve.router.core.scheduler", "Scheduler.plan",
+             False),
+            ("upstream: send the request", "handler: all of it", "pdserve.router.shell.http1_pool", "Http1Pool.post",
+             True),
+            ("relay: response head, stream setup and end", "handler: all of it", "pdserve.router.shell.relay",
+             "relay_stream", True))
 
 
 class _Yield:
@@ -74,11 +99,11 @@ class _Yield:
         return (yield self.f)
 
 
-def _install(acc: dict[str, list[int]]) -> None:
+def _install(acc: dict[str, list[int]], server: str) -> None:
     import importlib
 
     tt = time.thread_time_ns
-    for label, _parent, module, path, is_async in SECTIONS:
+    for label, _parent, module, path, is_async in sections(server):
         owner: Any = importlib.import_module(module)
         *outer, name = path.split(".")
         for part in outer:
@@ -132,7 +157,7 @@ def router_main(argv: list[str]) -> int:
     import atexit
 
     acc: dict[str, list[int]] = {}
-    _install(acc)
+    _install(acc, argv[argv.index("--http-server") + 1] if "--http-server" in argv else "aiohttp")
     out = Path(os.environ[OUT_ENV])
     atexit.register(lambda: out.write_text(json.dumps(acc)))
     # SIGUSR1: a snapshot (the sums after the warm-up burst, subtracted from the final ones).
@@ -151,6 +176,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--prompt-words", type=int, default=64)
     ap.add_argument("--client-procs", type=int, default=2)
+    ap.add_argument("--http-server", choices=sorted(FRONT_SECTIONS), default="lean",
+                    help="the router's --http-server whose sections are timed")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     from burst import MODEL, burst_once, cpu_split
@@ -170,7 +197,8 @@ def main() -> int:
                                              args=["--max-num-seqs", "4096", "--max-num-batched-tokens", "1048576"]))
         port = free_port()
         proc = start_proc(stack, [sys.executable, __file__, "--as-router", "--decode", w.url, "--tokenizer", str(tok),
-                                  "--log-level", "WARNING", "--processes", "1", "--port", str(port)],
+                                  "--log-level", "WARNING", "--processes", "1", "--http-server", args.http_server,
+                                  "--port", str(port)],
                           f"http://127.0.0.1:{port}/health", env={**os.environ, OUT_ENV: str(sums)})
         url = f"http://127.0.0.1:{port}"
         procs = max(1, min(args.client_procs, args.streams))
@@ -190,12 +218,13 @@ def main() -> int:
     measured = args.streams * (args.bursts - 1)
     total_us = ((u1 - u0) + (k1 - k0)) * 1e6 / measured
     rows = []
-    for label, parent, *_ in SECTIONS:
+    for label, parent, *_ in sections(args.http_server):
         ns, calls = (a - b for a, b in zip(acc.get(label, [0, 0]), warm.get(label, [0, 0])))
         rows.append({"section": label, "parent": parent, "us_per_request": round(ns / 1e3 / measured, 1),
                      "calls_per_request": round(calls / measured, 2)})
     top = sum(r["us_per_request"] for r in rows if r["parent"] is None)
     doc = {"bench": "router_burst_breakdown", "streams": args.streams, "max_tokens": args.max_tokens,
+           "http_server": args.http_server,
            "router_cpu_us_per_request": round(total_us, 1), "router_kernel_share": round((k1 - k0) / max((u1 - u0) + (k1 - k0), 1e-9), 3),
            "outside_sections_us_per_request": round(total_us - top, 1), "sections": rows,
            "bursts": bursts}
@@ -210,7 +239,8 @@ def markdown(doc: dict) -> str:
     lines = ["# Router CPU per request under a burst, by section (thread CPU time)\n",
              f"Command: `{m['command']}`  ",
              f"Commit {m['commit'][:10]}{' (dirty)' if m['dirty'] else ''}, {m['date']}, load average (1 min) "
-             f"{m['loadavg_before']['1m']} before, {m['loadavg_after']['1m']} after; {doc['streams']} simultaneous "
+             f"{m['loadavg_before']['1m']} before, {m['loadavg_after']['1m']} after; --http-server "
+             f"{doc.get('http_server', 'aiohttp')}; {doc['streams']} simultaneous "
              f"streaming chats, {doc['max_tokens']} tokens each, {m['runs']} measured bursts\n",
              f"Router CPU per request (utime + stime over the measured bursts): "
              f"**{doc['router_cpu_us_per_request']} µs**, kernel share {doc['router_kernel_share']}; outside every "

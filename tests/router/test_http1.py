@@ -148,6 +148,21 @@ async def test_silence_longer_than_the_read_timeout_fails_the_stream(pool) -> No
         resp.release()
 
 
+async def test_a_stream_still_talking_at_its_total_deadline_fails(pool) -> None:
+    # Chunks keep coming (never silent for the read timeout), but the whole response is over
+    # its total: the one timer watching both fails it at the deadline, with the total named.
+    trickle = [HEAD_CHUNKED] + [b"2\r\nhi\r\n"] * 2000
+    async with RawServer(lambda i, req: trickle) as srv:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        resp = await pool.post(srv.url, "/x", b"{}", {}, aiohttp.ClientTimeout(total=0.6, sock_read=0.3))
+        with pytest.raises(asyncio.TimeoutError, match="did not finish within 0.6 s"):
+            while await resp.readany():
+                pass
+        assert 0.5 < loop.time() - t0 < 2.0
+        resp.release()
+
+
 async def test_malformed_responses_and_unreachable_workers_are_retryable_errors(pool) -> None:
     async with RawServer(lambda i, req: [b"SPDY/9 200 OK\r\n\r\n"]) as srv:
         with pytest.raises(aiohttp.ClientPayloadError, match="bad status line"):

@@ -68,7 +68,8 @@ class Response:
     """One upstream response; the caller must ``release()`` it."""
 
     def __init__(
-        self, pool: Http1Pool, key: tuple[str, int], conn: _Conn, reused: bool, read_timeout: float | None
+        self, pool: Http1Pool, key: tuple[str, int], conn: _Conn, reused: bool, read_timeout: float | None,
+        deadline: float | None = None, total: float | None = None,
     ) -> None:
         self._pool, self._key, self._conn, self.reused = pool, key, conn, reused
         self._loop = asyncio.get_running_loop()
@@ -97,10 +98,13 @@ class Response:
         self._batch: list[bytes] | None = None  # payloads parsed from the current read, for the sink
         self._released = False
         self._read_timeout = read_timeout
+        # One timer watches both the read silence and the whole response's deadline
+        # (``loop.time()`` based, ``total`` seconds after the request started): one
+        # timer fewer per request than a timer each.
+        self._deadline, self._total = deadline, total
         self._last = self._loop.time()
-        self._timers: list[asyncio.TimerHandle] = []
-        if read_timeout:
-            self._timers.append(self._loop.call_later(read_timeout, self._check_silence))
+        self._timer: asyncio.TimerHandle | None = None
+        self._arm()
 
     # -- protocol side -------------------------------------------------------------
 
@@ -325,21 +329,31 @@ class Response:
         if w is not None and not w.done():
             w.set_result(None)
 
-    def _check_silence(self) -> None:
-        assert self._read_timeout is not None
-        idle = self._loop.time() - self._last
-        if idle >= self._read_timeout:
-            self._fail(TimeoutError(f"no data from {self._key[0]}:{self._key[1]} for {idle:.1f} s"))
-        else:  # re-armed only when it fires, not on every chunk
-            self._timers.append(self._loop.call_later(self._read_timeout - idle, self._check_silence))
+    def _arm(self) -> None:
+        """The timer at the earlier of the read-silence limit and the deadline, if any."""
+        at = self._last + self._read_timeout if self._read_timeout else None
+        if self._deadline is not None and (at is None or self._deadline < at):
+            at = self._deadline
+        if at is not None:
+            self._timer = self._loop.call_at(at, self._on_timer)
 
-    def _on_total_timeout(self, total: float) -> None:
-        self._fail(TimeoutError(f"{self._key[0]}:{self._key[1]} did not finish within {total:.1f} s"))
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        if self._deadline is not None and now >= self._deadline:
+            self._fail(TimeoutError(f"{self._key[0]}:{self._key[1]} did not finish within {self._total:.1f} s"))
+            return
+        if self._read_timeout:
+            idle = now - self._last
+            if idle >= self._read_timeout:
+                self._fail(TimeoutError(f"no data from {self._key[0]}:{self._key[1]} for {idle:.1f} s"))
+                return
+        self._arm()  # re-armed only when it fires, not on every chunk
 
     def _cancel_timers(self) -> None:
-        for t in self._timers:
-            t.cancel()
-        self._timers.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     # -- caller side (the aiohttp.ClientResponse subset the router uses) -------------
 

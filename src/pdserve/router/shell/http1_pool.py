@@ -95,10 +95,9 @@ class Http1Pool:
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(key, timeout.sock_connect or timeout.connect)
-            resp = Response(self, key, conn, reused, timeout.sock_read)
+            resp = Response(self, key, conn, reused, timeout.sock_read, deadline,
+                            float(timeout.total) if timeout.total else None)
             conn.resp = resp
-            if deadline is not None and timeout.total:
-                resp._timers.append(loop.call_at(deadline, resp._on_total_timeout, float(timeout.total)))
             assert conn.transport is not None
             conn.transport.write(request)
             resp.sent_at = time.perf_counter()
