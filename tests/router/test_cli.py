@@ -102,6 +102,10 @@ def test_router_process_serves_and_stops_on_sigterm() -> None:
                 time.sleep(0.1)
             r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}, timeout=60)
             assert r.status_code == 200 and "policy=least_loaded" in r.headers["x-pdserve-route"]
+            # The default front end is the lean one (--http-server lean): a header line over 8,190
+            # bytes is its JSON 431 naming the header (aiohttp's server answers a plain 400).
+            r = httpx.get(url + "/health", headers={"x-big": "a" * 9000}, timeout=60)
+            assert r.status_code == 431 and r.json()["error"]["param"] == "x-big", r.text
             os.killpg(proc.pid, signal.SIGTERM)
             assert proc.wait(60) == 0
         finally:

@@ -66,9 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream-client", choices=["http1", "aiohttp"], default="http1",
                    help="client for completions sent to workers: the router's lean HTTP/1.1 client (plain http:// "
                         "workers; https:// ones always use aiohttp) or aiohttp's")
-    p.add_argument("--http-server", choices=["aiohttp", "lean"], default="aiohttp",
-                   help="server for client requests: aiohttp's, or the router's lean HTTP/1.1 server (asyncio "
-                        "protocol + httptools; router/shell/lean_server.py), same endpoints and behaviour")
+    p.add_argument("--http-server", choices=["lean", "aiohttp"], default="lean",
+                   help="server for client requests: the router's lean HTTP/1.1 server (default; asyncio protocol + "
+                        "httptools, router/shell/lean_server.py) or aiohttp's web server, same endpoints and "
+                        "behaviour (see router/README.md for the few differences)")
     p.add_argument("--processes", type=int, default=None,
                    help="serve from N router processes sharing the port (SO_REUSEPORT); each has its own routing "
                         "state, /metrics is summed over all (see router/shell/supervisor.py). Default: one per whole CPU "

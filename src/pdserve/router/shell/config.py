@@ -39,7 +39,7 @@ class RouterConfig:
     worker_cooldown_s: float = 2.0
     debug_header: bool = True
     upstream_client: str = "http1"  # http1 (router's own lean client) | aiohttp
-    http_server: str = "aiohttp"  # aiohttp | lean (router/shell/lean_server.py)
+    http_server: str = "lean"  # lean (router/shell/lean_server.py, the default) | aiohttp
     # The served model's tokenizer, as vLLM's --tokenizer / --tokenizer-mode (pdserve.tokenization).
     tokenizer: str | None = None
     tokenizer_mode: str = "auto"
@@ -70,8 +70,8 @@ class RouterConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.upstream_client not in ("http1", "aiohttp"):
             raise ValueError(f"--upstream-client must be http1 or aiohttp, got {self.upstream_client!r}")
-        if self.http_server not in ("aiohttp", "lean"):
-            raise ValueError(f"--http-server must be aiohttp or lean, got {self.http_server!r}")
+        if self.http_server not in ("lean", "aiohttp"):
+            raise ValueError(f"--http-server must be lean or aiohttp, got {self.http_server!r}")
         if not 0.0 <= self.otlp_traces_sample_ratio <= 1.0:
             raise ValueError(f"--otlp-traces-sample-ratio must be in [0, 1], got {self.otlp_traces_sample_ratio}")
         if self.otlp_traces_endpoint:
