@@ -180,7 +180,7 @@ def main() -> int:
                     help="the router's --http-server whose sections are timed")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    from burst import MODEL, burst_once, cpu_split
+    from burst_measure import MODEL, burst_once, cpu_split
     from overhead import free_port, start_proc
     from resultmeta import Run, write_result
 

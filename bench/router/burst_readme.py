@@ -42,7 +42,7 @@ def _met(o: dict | None, bound: float) -> str:
 
 
 def _twin(o: dict) -> str:
-    """The lean front end against its aiohttp twin of the same round (burst.py LEAN_TWINS)."""
+    """The lean front end against its aiohttp twin of the same round (burst_report.py LEAN_TWINS)."""
     if "cpu_per_token_vs_aiohttp" not in o:
         return "-"
     return f"{_fmt(o.get('ttft_p99_vs_aiohttp'), 2)}, {_fmt(o.get('cpu_per_token_vs_aiohttp'), 2)}"

@@ -208,7 +208,7 @@ def main() -> int:
     ap.add_argument("--servers", nargs="+", choices=list(SERVERS), default=list(SERVERS))
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    from burst import burst_once
+    from burst_measure import burst_once
     from resultmeta import Run, write_result
 
     run = Run(runs=args.reps)

@@ -1,4 +1,4 @@
-"""burst.py's judgement: each round's pdserve number over the better Rust router of the
+"""burst.py's judgement (burst_report.py): each round's pdserve number over the better Rust router of the
 same round (TTFT p99 and CPU per token each on its own), median over rounds."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "router"))
 
-import burst  # noqa: E402
+import burst_report as burst  # noqa: E402
 
 
 def r(ttft: float, cpu: float | None = None, errors: int = 0) -> dict:
