@@ -19,6 +19,16 @@ def test_parse_load_sums_engines() -> None:
     assert parse_load("garbage\nvllm:num_requests_running oops") == {}
 
 
+def test_parse_load_reads_only_whole_gauge_lines() -> None:
+    # The gauges found by name at a line's start: first line, CRLF endings, no final newline;
+    # longer names, comments and values that are not numbers are not them.
+    page = ('vllm:num_requests_running{engine="0"} 2\r\n# HELP vllm:num_requests_running x\n'
+            'vllm:num_requests_running_total 50\nxvllm:num_requests_waiting 9\n'
+            'vllm:num_requests_waiting{engine="0"} 1\nvllm:num_requests_waiting{engine="1"} nan?\n'
+            'vllm:kv_cache_usage_perc 0.25\nvllm:num_requests_running{engine="1"} 3')
+    assert parse_load(page) == {"running": 5.0, "waiting": 1.0, "kv_usage": 0.25}
+
+
 def test_pool_membership_roles_and_health() -> None:
     pool = WorkerPool(cooldown_s=5)
     added, removed = pool.update(parse_discovery({"prefill": ["http://a:1"], "decode": ["http://b:1", "http://c:1"]}))

