@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import free_port, start_proc  # noqa: E402
+from procs import free_port, start_proc  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
 from burst_client import prompts_for  # noqa: E402

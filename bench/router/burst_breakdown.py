@@ -181,7 +181,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     from burst_measure import MODEL, burst_once, cpu_split
-    from overhead import free_port, start_proc
+    from procs import free_port, start_proc
     from resultmeta import Run, write_result
 
     from pdserve.tokenization.testing import build_bpe_tokenizer

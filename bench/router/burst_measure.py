@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import TICK, _stat, pct  # noqa: E402
+from procs import TICK, _stat, pct  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 MODEL = "mock-llama"

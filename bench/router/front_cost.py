@@ -173,7 +173,7 @@ SERVERS = {"aiohttp": serve_aiohttp, "bare": serve_bare, "lean": serve_lean}
 
 
 def _start(kind: str, gap_ms: float) -> tuple[subprocess.Popen, str]:
-    from overhead import free_port
+    from procs import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, __file__, "--as-server", kind, str(port), str(gap_ms)])

@@ -31,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import free_port, measure, start_proc  # noqa: E402
+from overhead_load import measure  # noqa: E402
+from procs import free_port, start_proc  # noqa: E402
 from resultmeta import Run, spread, write_result  # noqa: E402
 
 from pdserve.common.otlp_sink import OtlpSink  # noqa: E402
