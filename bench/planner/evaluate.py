@@ -26,6 +26,11 @@ Policies (``--policies``):
 - ``planner_link_path``: planner_link whose latency correction expects the TTFT's fixed path
   (``PolicyConfig.ttft_path_ms``: front ends, hand-off, first decode step, from the simulator's
   engine numbers, ``feasibility.Hardware.ttft_path_s``) and the KV transfer on top of the prefill;
+- ``planner_next2``: planner_link whose latency correction reads the prefill engines' own TTFT mean
+  (``PolicyConfig.correction_pool_ttft``; the simulator's window has it as the prefill pods' TTFT histogram
+  would) against a profile whose TTFT holds the engine's front end (``derive_profile(include_frontend=True)``),
+  and whose Holt-Winters level smoothing is at least ``NEXT2_MIN_LEVEL`` (``PolicyConfig.min_level_smoothing``);
+  session 11's candidate default, opt-in;
 - ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
   targets; ``--reactive-sweep`` also runs the grid and records every point;
 - ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
@@ -62,6 +67,10 @@ from pdserve.sim.metrics import Slo  # noqa: E402
 from pdserve.sim.traces import Trace, from_rows, load_trace  # noqa: E402
 
 SCHEMA = "pdserve.planner-eval/2"
+# planner_next2's Holt-Winters level smoothing bound: chosen on the forecast error (forecast against the highest arrival
+# rate of the next start-up + interval) over the arrival series of 8B Azure x2/x4, 70B Azure x1/x4, 8B bursty seeds 1/3
+# and 8B Mooncake together (0 / 0.2 / 0.3 / 0.5 / 0.7 compared; bench/planner README), not on a planner outcome.
+NEXT2_MIN_LEVEL = 0.5
 
 
 def window_of(trace: Trace, start_s: float, dur_s: float | None) -> Trace:
@@ -199,15 +208,20 @@ def main(argv: list[str] | None = None) -> int:
     def planner(pred: str, peak_window: float | None = None, burst: float | None = PolicyConfig.burst_budget_s,
                 fit: float | None = PolicyConfig.burst_fit_budget_s,
                 absorb: float | None = PolicyConfig.burst_absorb_fraction, offset: bool = False,
-                link: bool = False, path_ms: float | None = None) -> PlannerAutoscaler:
+                link: bool = False, path_ms: float | None = None, pool_ttft: bool = False,
+                min_level: float | None = None) -> PlannerAutoscaler:
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
                            prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
                            decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
                            target_utilization=args.target_utilization, startup_s=args.startup,
                            peak_window_s=args.peak_window if peak_window is None else peak_window,
                            burst_budget_s=burst, burst_fit_budget_s=fit, burst_absorb_fraction=absorb,
-                           correction_offset=offset, cold_start_link=link, ttft_path_ms=path_ms)
-        return PlannerAutoscaler(PlannerPolicy(cfg, profile))
+                           correction_offset=offset, cold_start_link=link, ttft_path_ms=path_ms,
+                           correction_pool_ttft=pool_ttft, min_level_smoothing=min_level)
+        # The prefill pods' TTFT holds the engine's front end: the profile the correction compares it with does too.
+        prof = (derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps, include_frontend=True)
+                if pool_ttft else profile)
+        return PlannerAutoscaler(PlannerPolicy(cfg, prof))
 
     # What the static search must meet 99 % of: the feasible requests of the scored window (history replayed, not scored).
     feasible = feas.scored_feasible()
@@ -276,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
             out, _ = run_policy(trace, s, planner("holt-winters", link=True, path_ms=path_ms), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True,
                                               "ttft_path_ms": round(path_ms, 3)}}
+        elif name == "planner_next2":
+            out, _ = run_policy(trace, s, planner("holt-winters", link=True, pool_ttft=True, min_level=NEXT2_MIN_LEVEL),
+                                (1, 1), args.warmup, feas=feas)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True,
+                                              "correction_pool_ttft": True, "profile_frontend": True,
+                                              "min_level_smoothing": NEXT2_MIN_LEVEL}}
         elif name == "planner_irate":
             out, _ = run_policy(trace, s, planner("holt-winters", burst=None, fit=None), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": None}}
@@ -294,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise SystemExit(f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference "
                              "searches with N per pool), reactive, planner, planner_constant, planner_irate, planner_burst, planner_fit, "
-                             "planner_next, planner_link, planner_link_path")
+                             "planner_next, planner_link, planner_link_path, planner_next2")
         r = results[name]
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
             f" in {r['sim_wall_s']} s")
@@ -435,7 +455,7 @@ def plot(path: Path, trace: Trace, s: Setup, results: dict, title: str) -> None:
     axes[0].set_title(f"{title}: load, replicas, attainment per {s.interval_s:g} s interval")
     for name, r in results.items():
         if name not in ("planner", "planner_burst", "planner_fit", "planner_next", "planner_link",
-                        "planner_link_path", "best", "reactive", "dynamo"):
+                        "planner_link_path", "planner_next2", "best", "reactive", "dynamo"):
             continue
         pts = r["series"]["replicas"]
         xs = [p[0] / 60 for p in pts]

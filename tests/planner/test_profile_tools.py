@@ -63,3 +63,19 @@ def test_profile_cli_sweeps_a_live_mock_worker(tmp_path):
 def test_profile_cli_bad_endpoint(tmp_path, capsys):
     assert main(["--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "x.json")]) == 2
     assert "127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_derived_profile_can_hold_the_engines_front_end():
+    """The prefill pods' TTFT (and a sweep against a prefill endpoint) holds the engine's front end: 22 ms on the 8B
+    H100 profile; the derived profile's TTFT holds it with include_frontend, at every point, mean and tail alike."""
+    plain = derive_profile("llama-3.1-8b-h100")
+    front = derive_profile("llama-3.1-8b-h100", include_frontend=True)
+    assert "front end included" in front.source
+    pairs = list(zip(plain.prefill.points, front.prefill.points))
+    assert len(pairs) > 50
+    for a, b in pairs:
+        assert (b.isl, b.throughput) == (a.isl, a.throughput)
+        assert b.ttft_mean_ms == pytest.approx(a.ttft_mean_ms + 22.0) and b.ttft_tail_ms == pytest.approx(a.ttft_tail_ms + 22.0)
+    assert front.expected_ttft_ms(1536, 2000.0) == pytest.approx(plain.expected_ttft_ms(1536, 2000.0) + 22.0)
+    # the 70B TP4 profile models no front end (0): the same either way
+    assert derive_profile("llama-3.1-70b-tp4-h100", include_frontend=True).prefill == derive_profile("llama-3.1-70b-tp4-h100").prefill

@@ -43,6 +43,7 @@ def test_scrape_rates_means_and_quantiles(fakes, old_names):
     assert o.request_rate == pytest.approx(2.0)  # 20 decode completions in 10 s
     assert o.mean_isl == pytest.approx(1000) and o.mean_osl == pytest.approx(200)
     assert o.ttft_mean_s == pytest.approx(0.2) and o.itl_mean_s == pytest.approx(0.03)
+    assert o.prefill_ttft_mean_s == pytest.approx(0.2) and 0.1 < o.prefill_ttft_tail_s <= 0.25
     assert 0.1 < o.ttft_tail_s <= 0.25 and 0.025 < o.itl_tail_s <= 0.05
     assert o.prefix_hit_ratio == pytest.approx(0.25)
     assert o.running == 7 and o.kv_usage == pytest.approx(0.4)
@@ -101,6 +102,13 @@ def test_promql_queries_have_fallbacks():
     assert "vllm:gpu_cache_usage_perc" in q["kv_usage"]
     assert "vllm:gpu_prefix_cache_hits_total" in q["prefix_hit_ratio"]
     assert PromQL("")._sel(None) == "{}"
+    # the prefill engines' own TTFT: the prefill role's series only, in both spellings
+    assert q["prefill_ttft_mean_s"] == (
+        '(sum(rate(vllm:time_to_first_token_seconds_sum{namespace="ns",pdserve_service="s",pdserve_role="prefill"}[30s]))'
+        ' / (sum(rate(vllm:time_to_first_token_seconds_count{namespace="ns",pdserve_service="s",pdserve_role="prefill"}[30s])) > 0))'
+        ' or (sum(rate(vllm_time_to_first_token_seconds_sum{namespace="ns",pdserve_service="s",pdserve_role="prefill"}[30s]))'
+        ' / (sum(rate(vllm_time_to_first_token_seconds_count{namespace="ns",pdserve_service="s",pdserve_role="prefill"}[30s])) > 0))')
+    assert q["prefill_ttft_tail_s"].count("pdserve_role=\"prefill\"") == 2 and "histogram_quantile(0.99" in q["prefill_ttft_tail_s"]
 
 
 def test_prometheus_down_is_an_error_observation():

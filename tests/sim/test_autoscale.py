@@ -154,3 +154,27 @@ def test_gpu_seconds_count_from_the_scored_window() -> None:
     expected = 2 * (end - 45.0) + sum(max(0.0, by_id[i]["released_at_s"] - 45.0) for i in ("P1", "D1", "D2"))
     assert res.gpu_seconds == pytest.approx(expected)
     assert res.gpu_seconds < 2 * end  # the history is not paid
+
+
+def test_window_has_the_prefill_engines_own_ttft() -> None:
+    """Disaggregated: the prefill pods' TTFT histogram observes a request from reaching the prefill engine to its one
+    token (front end + prefill steps), not the client's TTFT, which adds the HTTP hops before it, the hand-off, the
+    KV transfer and the decode side's front end and first step (what the planner's prefill profile does not model)."""
+    from pdserve.sim.instance import pool_spec
+    from pdserve.sim.traces import from_rows
+
+    cfg = SimConfig(prefill_instances=1, decode_instances=1, ingress_s=0.05, pd_handoff_s=0.01)
+    # 3 lone 1024-token prompts 2 s apart (no queue), completed before the scrape at 22.5 s (origin 1.0, phase 7.5)
+    trace = from_rows([(1.0 + 2 * i, 1024, 2, ()) for i in range(3)] + [(200.0, 64, 4, ())],
+                      format="synthetic", source="three lone prompts")
+    auto = Scripted({}, interval_s=30.0)
+    run_simulation(trace, cfg, autoscaler=auto)
+    perf = pool_spec(cfg.model_copy(update={"block_size": 16}), "prefill").perf
+    engine = perf.profile.efficiency.frontend_latency_s + perf.step_time([(1024, 0)])
+    first = auto.seen[0][1]
+    assert first.completions == 3
+    assert first.prefill_ttft_mean == pytest.approx(engine, rel=1e-9)
+    assert first.prefill_ttft_p90 == pytest.approx(engine, rel=1e-9)
+    assert first.ttft_p50 is not None and first.ttft_p50 > engine + 0.05 + 0.01  # ingress and hand-off at least
+    # 60 s later no prefill falls in the window: unknown, not 0
+    assert auto.seen[2][1].prefill_ttft_mean is None

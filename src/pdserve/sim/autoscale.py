@@ -102,6 +102,13 @@ class WindowMetrics:
     # The router's burst gauge (pdserve.common.burst), budget s -> tokens/s, highest among the
     # scrapes since the previous tick (max_over_time(pdserve_router_prompt_tokens_burst_rate[30s]))
     prompt_tokens_burst: dict[float, float] = field(default_factory=dict)
+    # The prefill engines' own TTFT (disagg; None: no prefill completed in the window or not disagg):
+    # from the request reaching a prefill engine to its one token, over the prefills that completed
+    # in the window, as the prefill pods' vllm:time_to_first_token_seconds histogram observes it
+    # (front end, queue, prefill steps; not the KV transfer, the hand-off or the decode side's first step).
+    # The mean, as the histogram's _sum / _count gives it live (a p50 reads a skewed queueing wait low).
+    prefill_ttft_mean: float | None = None
+    prefill_ttft_p90: float | None = None
 
 
 @runtime_checkable

@@ -68,6 +68,7 @@ class _Req:
     keys: list[int]
     last_token_s: float = -1.0
     prefill_start_s: float = 0.0  # disagg: start of the prefill's last step (layer-wise transfer overlap)
+    prefill_sent_s: float = 0.0  # disagg: when the request reached its prefill engine
     prefill: Instance | None = None
     decode: Instance | None = None
     route: RouteRequest | None = None
@@ -204,6 +205,7 @@ class Simulation:
         try:
             if plan.mode is _PD_MODE:
                 st.prefill = inst
+                st.prefill_sent_s = self.now
                 rec.prefill_instance = inst.instance_id
                 inst.add(rid, rec.input_tokens, 1, st.keys, self.now, hold_kv=True)
             else:
@@ -308,6 +310,7 @@ class Simulation:
             rec = st.rec
             if prefill_pool:
                 rec.prefill_done_s = now
+                self.windows.prefilled(now, now - st.prefill_sent_s)
                 inst.prefill_finished(ev.request_id)
                 pol = self.scheduler.policies.prefill
                 self.scheduler.on_prefill_done(pol, ev.request_id, now)

@@ -22,7 +22,10 @@ same view:
 * the router's burst gauge (``pdserve.common.burst``, one series per budget) is read
   at each scrape since the previous tick and the highest value kept, as
   ``max_over_time`` would; the router computes it from every request, at 1 s resolution;
-* pool gauges (running, waiting, KV usage) are read at the tick.
+* pool gauges (running, waiting, KV usage) are read at the tick;
+* disaggregated: the prefill pool's own TTFT mean and p90 come from the prefills completed in the
+  window, each from the request reaching its prefill engine to that engine's one token (the prefill
+  pods' ``vllm:time_to_first_token_seconds``; the planner's PromQL reads it with ``role="prefill"``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class WindowTracker:
         # (time, prompt tokens) per routed request; (time, isl, osl, ttft, tpot or None) per completion
         self.arrivals: deque[tuple[float, int]] = deque()
         self.done: deque[tuple[float, int, int, float, float | None]] = deque()
+        self.prefills: deque[tuple[float, float]] = deque()  # (time, the prefill engine's TTFT) per prefill done
         self.inflight = 0
         self.prefix_seen: dict[str, tuple[int, int]] = {}  # instance -> (hits, queries) at last tick
         # The router's burst meter, kept long enough to be read at the scrapes of one interval.
@@ -77,6 +81,10 @@ class WindowTracker:
         tpot = rec.tpot if rec.output_tokens > 1 else None
         self.done.append((rec.finish_s, rec.input_tokens, rec.output_tokens, rec.ttft, tpot))
         self.inflight -= 1
+
+    def prefilled(self, now: float, engine_ttft_s: float) -> None:
+        """A prefill engine answered its one token ``engine_ttft_s`` after the request reached it."""
+        self.prefills.append((now, engine_ttft_s))
 
     def last_scrape(self, now: float) -> float:
         """The newest scrape instant at or before ``now``."""
@@ -142,11 +150,14 @@ class WindowTracker:
             self.arrivals.popleft()
         while self.done and self.done[0][0] <= horizon:
             self.done.popleft()
+        while self.prefills and self.prefills[0][0] <= horizon:
+            self.prefills.popleft()
         arr = _between(self.arrivals, start, end)
         done = _between(self.done, start, end)
         n = len(done)
         ttft = sorted(d[3] for d in done)
         tpot = sorted(d[4] for d in done if d[4] is not None)
+        engine_ttft = sorted(p[1] for p in _between(self.prefills, start, end))
         sim = self.sim
         if sim.disagg:
             prefill, decode = self._pool("prefill"), self._pool("decode")
@@ -170,6 +181,8 @@ class WindowTracker:
             inflight=self.inflight,
             prompt_tokens_peak_rate=self._peak(end, interval_s),
             prompt_tokens_burst=self._burst(end, interval_s),
+            prefill_ttft_mean=sum(engine_ttft) / len(engine_ttft) if engine_ttft else None,
+            prefill_ttft_p90=percentile(engine_ttft, 90),
         )
 
 

@@ -48,6 +48,9 @@ class LatencyCorrection:
     # The fixed TTFT path known up front instead (None: not modelled): front ends, hand-off and the decode
     # side's first step, in ms; the KV transfer is added per request from the profile's link.
     ttft_path_ms: float | None = None
+    # Read the prefill ratio from the prefill engines' own TTFT (``Observation.prefill_ttft_mean_s``) where
+    # the observation has it: what the prefill profile models, without the fixed path beyond it.
+    pool_ttft: bool = False
 
     def expected_path_ms(self, profile: CapacityProfile, kv_tokens: float) -> float:
         """What a request's TTFT holds beyond its prefill on an idle pair (0 where not modelled)."""
@@ -67,12 +70,16 @@ class LatencyCorrection:
         if not (_finite(rate) and rate > 0):
             return
         ready_p, ready_d = obs.prefill.effective_ready, obs.decode.effective_ready
-        if _finite(obs.ttft_mean_s) and _finite(obs.mean_isl) and ready_p > 0:
+        # With pool_ttft a window without the engines' TTFT (no prefill completed in it) leaves the ratio as it is:
+        # the client's TTFT is another quantity, not a stand-in.
+        ttft_s = obs.prefill_ttft_mean_s if self.pool_ttft else obs.ttft_mean_s
+        if _finite(ttft_s) and _finite(obs.mean_isl) and ready_p > 0:
             load = rate * obs.mean_isl * (1 - hit) / ready_p
             exp = profile.expected_ttft_ms(obs.mean_isl, load)
             if exp and exp > 0:
-                exp += self.expected_path_ms(profile, obs.mean_isl * (1 - hit))
-                seen = obs.ttft_mean_s * 1000
+                if not self.pool_ttft:
+                    exp += self.expected_path_ms(profile, obs.mean_isl * (1 - hit))
+                seen = ttft_s * 1000
                 if self.learn_offset:
                     flat_out = profile.prefill_saturated(obs.mean_isl)
                     if flat_out and load <= self.light_utilization * flat_out:
@@ -92,7 +99,7 @@ class LatencyCorrection:
         if ratio < 1:
             # (With the fixed path modelled too: the M/M/1 profile over-states the queueing wait at high load,
             # 0.69 on 70B x4 at 450 s, and applied that shrank prefill under a rising load.)
-            return 1.0 if (self.learn_offset or self.ttft_path_ms is not None) and pool == "prefill" else ratio
+            return 1.0 if (self.learn_offset or self.ttft_path_ms is not None or self.pool_ttft) and pool == "prefill" else ratio
         # Unknown tail latency counts as near: then trust the measured ratio.
         if not _finite(tail_s) or tail_s * 1000 >= self.engage * slo_ms:
             self.engaged_at[pool] = now

@@ -39,6 +39,10 @@ class Observation:
     mean_osl: float = NAN  # generated tokens per request
     ttft_mean_s: float = NAN
     ttft_tail_s: float = NAN
+    # The prefill engines' own TTFT (disaggregated; NaN: unknown): what the prefill profile models, without
+    # the KV transfer, the hand-off and the decode side's first step that the client's TTFT also holds.
+    prefill_ttft_mean_s: float = NAN
+    prefill_ttft_tail_s: float = NAN
     itl_mean_s: float = NAN
     itl_tail_s: float = NAN
     running: float = NAN

@@ -35,13 +35,19 @@ def derive_profile(
     block_size: int = 16,
     tail_quantile: float = 0.99,
     kv_link_gbps: float | None = 100.0,
+    include_frontend: bool = False,
 ) -> CapacityProfile:
+    """``include_frontend``: the TTFTs hold the engine's front end (the perf profile's
+    ``efficiency.frontend_latency_s``: API server, tokenisation, hand-off to the engine), as a sweep against a
+    prefill endpoint measures them and as the prefill pods' TTFT histogram reports them; off: the engine's steps
+    and queue only (the planner's correction then reads a fixed 22 ms on 8B as a slower engine)."""
     from pdserve.worker.perf import PerfModel, load_profile
 
     pm_p = PerfModel(load_profile(perf_profile, tp=prefill_tp))  # None: the profile's own TP
     pm_d = PerfModel(load_profile(perf_profile, tp=decode_tp))
     max_len = pm_p.profile.model.max_position_embeddings
     tail_k = math.log(1.0 / (1.0 - tail_quantile))
+    front = pm_p.profile.efficiency.frontend_latency_s if include_frontend else 0.0
 
     pre = []
     for isl in (s for s in ISLS if s <= max_len):
@@ -58,7 +64,7 @@ def derive_profile(
             tail_wait = max(0.0, math.log(rho) + tail_k) * service / (1 - rho)
             pre.append({
                 "isl": isl, "throughputTokensPerS": rho * mu_tok,
-                "ttftMeanMs": 1000 * (alone + mean_wait), "ttftTailMs": 1000 * (alone + tail_wait),
+                "ttftMeanMs": 1000 * (front + alone + mean_wait), "ttftTailMs": 1000 * (front + alone + tail_wait),
             })
 
     kv_tokens = pm_d.num_kv_blocks(block_size) * block_size
@@ -76,7 +82,8 @@ def derive_profile(
         "version": PROFILE_VERSION,
         "model": pm_p.profile.model.name,
         "hardware": pm_p.profile.gpu.name,
-        "source": f"sim:{perf_profile} (max_num_batched_tokens={max_num_batched_tokens})",
+        "source": f"sim:{perf_profile} (max_num_batched_tokens={max_num_batched_tokens}"
+                  + (", front end included)" if include_frontend else ")"),
         "tailQuantile": tail_quantile,
         "prefill": {"tensorParallelSize": pm_p.tp, "points": pre},
         "decode": {"tensorParallelSize": pm_d.tp, "points": dec},

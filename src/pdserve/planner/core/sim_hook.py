@@ -54,6 +54,8 @@ def observation_from_window(now: float, window: WindowMetrics, current: PoolSize
         mean_osl=_f(window.mean_osl),
         ttft_mean_s=_f(window.ttft_p50),
         ttft_tail_s=_f(window.ttft_p90),
+        prefill_ttft_mean_s=_f(window.prefill_ttft_mean),
+        prefill_ttft_tail_s=_f(window.prefill_ttft_p90),
         itl_mean_s=_f(window.itl_p50),
         itl_tail_s=_f(window.itl_p90),
         running=float(window.prefill.running + window.decode.running),

@@ -60,12 +60,12 @@ class PromQL:
         parts = [p for p in (self.selector, f'{self.role_label}="{role}"' if role else "") if p]
         return "{" + ",".join(parts) + "}"
 
-    def _alts(self, names: tuple[str, ...], role: str | None, build) -> str:
-        """``build(name, selector)`` for each name and for the role, then without it.
+    def _alts(self, names: tuple[str, ...], role: str | None, build, *, fallback: bool = True) -> str:
+        """``build(name, selector)`` for each name and for the role, then without it (``fallback``).
 
         Each ``vllm:x`` name is followed by ``vllm_x``: a Prometheus 2.x that scrapes vLLM
         without the chart's metric relabeling stores that spelling (prometheus/client_python#1177)."""
-        roles = [role, None] if role else [None]
+        roles = [role, None] if role and fallback else [role]
         spelled = [*names, *(e for n in names if (e := n.replace(":", "_")) not in names)]
         return " or ".join(f"({build(n, self._sel(r))})" for n in spelled for r in roles)
 
@@ -77,14 +77,16 @@ class PromQL:
     # that served, or a pool the router bypassed) gives 0/0 = NaN, which would hide the other
     # role's answer: so each mean/ratio drops a zero denominator and each quantile drops NaN
     # (``NaN >= 0`` is false), and the next alternative answers.
-    def mean_of_hist(self, names, role) -> str:
+    def mean_of_hist(self, names, role, *, fallback: bool = True) -> str:
         w = self.window
-        return self._alts(names, role, lambda n, s: f"sum(rate({n}_sum{s}[{w}])) / (sum(rate({n}_count{s}[{w}])) > 0)")
+        return self._alts(names, role, lambda n, s: f"sum(rate({n}_sum{s}[{w}])) / (sum(rate({n}_count{s}[{w}])) > 0)",
+                          fallback=fallback)
 
-    def quantile_of_hist(self, names, role) -> str:
+    def quantile_of_hist(self, names, role, *, fallback: bool = True) -> str:
         q, w = self.quantile, self.window
         return self._alts(names, role,
-                          lambda n, s: f"histogram_quantile({q}, sum by (le) (rate({n}_bucket{s}[{w}]))) >= 0")
+                          lambda n, s: f"histogram_quantile({q}, sum by (le) (rate({n}_bucket{s}[{w}]))) >= 0",
+                          fallback=fallback)
 
     def gauge(self, names, role, agg: str = "sum") -> str:
         return self._alts(names, role, lambda n, s: f"{agg}({n}{s})")
@@ -104,6 +106,9 @@ class PromQL:
             "mean_osl": self.mean_of_hist(n.gen_hist, "decode"),
             "ttft_mean_s": self.mean_of_hist(n.ttft, "prefill"),
             "ttft_tail_s": self.quantile_of_hist(n.ttft, "prefill"),
+            # the prefill pods' own TTFT only: no fallback to the untyped (client-facing) series
+            "prefill_ttft_mean_s": self.mean_of_hist(n.ttft, "prefill", fallback=False),
+            "prefill_ttft_tail_s": self.quantile_of_hist(n.ttft, "prefill", fallback=False),
             "itl_mean_s": self.mean_of_hist(n.itl, "decode"),
             "itl_tail_s": self.quantile_of_hist(n.itl, "decode"),
             "running": self.gauge(n.running, None),

@@ -163,6 +163,9 @@ class ScrapeSource:
             mean_osl=self._pick(rates, "decode", lambda s: _mean(s, n.gen_hist)),
             ttft_mean_s=self._pick(rates, "prefill", lambda s: _mean(s, n.ttft)),
             ttft_tail_s=self._pick(rates, "prefill", lambda s: _quant(s, n.ttft, self.quantile)),
+            # the prefill pods' own TTFT only (no fallback to another role: the client's TTFT is another quantity)
+            prefill_ttft_mean_s=_mean(rates.get("prefill", {}), n.ttft),
+            prefill_ttft_tail_s=_quant(rates.get("prefill", {}), n.ttft, self.quantile),
             itl_mean_s=self._pick(rates, "decode", lambda s: _mean(s, n.itl)),
             itl_tail_s=self._pick(rates, "decode", lambda s: _quant(s, n.itl, self.quantile)),
             running=self._g(gauges, None, n.running),
