@@ -121,7 +121,10 @@ SMOKES: list[Smoke] = [
            "--out", "{out}/burst_misses.json"], ["burst_misses.json"]),
     Smoke("planner_burst_cost", "bench/planner/burst_cost.py",
           ["--runs", "8b_1gpu/bursty_seed0", "--duration", "60", "--history", "0", "--variants", "planner_next",
-           "--out", "{out}/burst_cost.json"], ["burst_cost.json"], timeout_s=180),
+           "planner_next2", "--out", "{out}/burst_cost.json"], ["burst_cost.json"], timeout_s=180),
+    Smoke("planner_forecast_error", "bench/planner/forecast_error.py",
+          ["--runs", "8b_1gpu/bursty_seed0", "--duration", "300", "--history", "0", "--bounds", "0.5",
+           "--out", "{out}/forecast_error.json"], ["forecast_error.json"], timeout_s=180),
     # The sweep's reactive half on a committed 150-request run (``--every``: also where reactive spent as much).
     Smoke("planner_peer_sweep", "bench/planner/peer_sweep.py",
           ["--run", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--every", "--trace", AZURE,

@@ -134,11 +134,8 @@ class Simulation:
         self.by_id: dict[str, Instance] = {}
         self.counter = {p: 0 for p in pools}
         self.windows = WindowTracker(self)
-        initial = (
-            {"prefill": config.prefill_instances, "decode": config.decode_instances}
-            if self.disagg
-            else {"colocated": config.instances}
-        )
+        initial = ({"prefill": config.prefill_instances, "decode": config.decode_instances} if self.disagg
+                   else {"colocated": config.instances})
         for pool, n in initial.items():
             for _ in range(n):
                 self.new_instance(pool, ready_at=0.0)
@@ -204,8 +201,7 @@ class Simulation:
         rec.cached_tokens = inst.cached_prefix_blocks(st.keys, rec.input_tokens) * self.block_size
         try:
             if plan.mode is _PD_MODE:
-                st.prefill = inst
-                st.prefill_sent_s = self.now
+                st.prefill, st.prefill_sent_s = inst, self.now
                 rec.prefill_instance = inst.instance_id
                 inst.add(rid, rec.input_tokens, 1, st.keys, self.now, hold_kv=True)
             else:

@@ -46,8 +46,7 @@ class PolicyConfig:
     predictor: str = "holt-winters"  # for the request rate, which trends
     length_predictor: str = "moving-average"  # for ISL / OSL: level series, and 3 fits per tick cost
     seasonal_periods: int | None = None
-    # Holt-Winters: the fitted level smoothing is at least this (None: the optimiser's own bound, 0;
-    # pdserve.planner.core.predictors.HoltWintersPredictor.min_level_smoothing; bench/planner ``planner_next2``).
+    # Holt-Winters' fitted level smoothing at least this (None: 0; HoltWintersPredictor; bench/planner planner_next2).
     min_level_smoothing: float | None = None
     prefill_min: int = 1
     prefill_max: int = 8
@@ -138,10 +137,8 @@ class PolicyConfig:
     # at its real (uncorrected) speed, and decode gives up a link only below target_utilization of
     # what the links left carry (hysteresis at the single-receiver threshold).
     cold_start_link: bool = False
-    # The latency correction's prefill ratio from the prefill engines' own TTFT (Observation.prefill_ttft_mean_s,
-    # the prefill pods' vllm:time_to_first_token_seconds) instead of the client's, where the source has it: the
-    # prefill profile models a prefill engine's time, and the client's TTFT adds the KV transfer, the hand-off and
-    # the decode side's first step (off by default; bench/planner ``planner_next2``).
+    # The correction's prefill ratio from the prefill engines' own TTFT (Observation.prefill_ttft_mean_s), not the
+    # client's, which adds the KV transfer, hand-off and decode's first step (off; bench/planner planner_next2).
     correction_pool_ttft: bool = False
     explode_ratio: float = 4.0
     history_len: int = 240
@@ -186,10 +183,9 @@ class PlannerPolicy:
     def __init__(self, config: PolicyConfig, profile: CapacityProfile, predictor: Predictor | None = None) -> None:
         self.config = config
         self.profile = profile
-        self.predictor = predictor or make_predictor(
-            config.predictor, seasonal_periods=config.seasonal_periods, explode_ratio=config.explode_ratio,
-            min_level_smoothing=config.min_level_smoothing,
-        )
+        self.predictor = predictor or make_predictor(config.predictor, seasonal_periods=config.seasonal_periods,
+                                                     explode_ratio=config.explode_ratio,
+                                                     min_level_smoothing=config.min_level_smoothing)
         self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
         self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s,
