@@ -68,8 +68,8 @@ from pdserve.sim.traces import Trace, from_rows, load_trace  # noqa: E402
 
 SCHEMA = "pdserve.planner-eval/2"
 # planner_next2's Holt-Winters level smoothing bound: chosen on the forecast error (forecast against the highest arrival
-# rate of the next start-up + interval) over the arrival series of 8B Azure x2/x4, 70B Azure x1/x4, 8B bursty seeds 1/3
-# and 8B Mooncake together (0 / 0.2 / 0.3 / 0.5 / 0.7 compared; bench/planner README), not on a planner outcome.
+# rate of the next start-up + interval) over the arrival series of 9 suite runs together, tuning set included (none /
+# 0.2 / 0.3 / 0.5 / 0.7 compared: forecast_error.py, results/diagnosis/forecast_error.json), not on a planner outcome.
 NEXT2_MIN_LEVEL = 0.5
 
 
