@@ -17,7 +17,7 @@ from pdserve.planner.shell.source_prometheus import PromQL
 from pdserve.planner.shell.source_scrape import ScrapeSource, parse_target
 from pdserve.sim.autoscale import PoolSizes
 
-from conftest import queue_profile
+from capacity_profiles import queue_profile
 from test_sim_hook import window
 
 # A 5 s burst at 100,000 prompt tokens/s reads 500,000 / (5 + b) at budget b.

@@ -5,7 +5,7 @@ fell below 80 % of the SLO, prefill went 6 -> 4 at the same load (the profile's 
 again), the tail climbed, and 4 minutes later requests missed: a limit cycle.
 """
 
-from conftest import queue_profile
+from capacity_profiles import queue_profile
 from test_policy import obs
 
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig

@@ -8,7 +8,7 @@ tokens/s; a 1024-token prompt takes 102.4 ms alone, plus the M/D/1 wait rho x S 
 """
 
 import pytest
-from conftest import queue_profile
+from capacity_profiles import queue_profile
 from test_policy import obs
 
 from pdserve.planner.core.correction import LatencyCorrection

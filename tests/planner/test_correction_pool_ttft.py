@@ -12,7 +12,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from conftest import queue_profile
+from capacity_profiles import queue_profile
 from test_policy import obs
 from test_sim_hook import window as sim_window
 

@@ -12,7 +12,7 @@ from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.profile import KvLink
 from pdserve.planner.core.sizing import Capacity, Load, size
 
-from conftest import queue_profile
+from capacity_profiles import queue_profile
 
 LINK = 100_000.0  # KV tokens/s one instance's link moves
 

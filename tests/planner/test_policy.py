@@ -9,7 +9,7 @@ from pdserve.planner.core.observation import Observation, PoolState
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.predictors import Forecast
 
-from conftest import queue_profile
+from capacity_profiles import queue_profile
 
 
 def obs(t, p=1, d=1, rate=10.0, isl=1024.0, osl=200.0, **kw):

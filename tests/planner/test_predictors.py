@@ -3,9 +3,12 @@ import math
 import numpy as np
 import pytest
 
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.predictors import (
     ArimaPredictor, ConstantPredictor, Forecast, HoltWintersPredictor, MovingAveragePredictor, finish, make_predictor,
 )
+
+from capacity_profiles import queue_profile
 
 
 def test_constant_and_moving_average():
@@ -110,10 +113,6 @@ def test_holt_winters_level_smoothing_bound_follows_the_latest_ticks():
 
 
 def test_the_policy_option_reaches_the_predictor():
-    from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
-
-    from conftest import queue_profile
-
     assert PolicyConfig().min_level_smoothing is None
     pol = PlannerPolicy(PolicyConfig(min_level_smoothing=0.5), queue_profile())
     assert pol.predictor.min_level_smoothing == 0.5

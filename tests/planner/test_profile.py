@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from pdserve.planner.core.profile import CapacityProfile
-from conftest import PREFILL_TOK_S, queue_profile
+from capacity_profiles import PREFILL_TOK_S, queue_profile
 
 
 def test_prefill_capacity_under_ttft(profile):

@@ -4,7 +4,7 @@ from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.sim_hook import PlannerAutoscaler, observation_from_window
 from pdserve.sim.autoscale import Autoscaler, PoolMetrics, PoolSizes, WindowMetrics
 
-from conftest import queue_profile
+from capacity_profiles import queue_profile
 
 
 def window(rate: float, *, ready=(1, 1), hit=0.2, ttft=None) -> WindowMetrics:

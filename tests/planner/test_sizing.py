@@ -9,7 +9,7 @@ from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.profile import CapacityProfile, KvLink
 from pdserve.planner.core.sizing import Capacity, Load, size
 
-from conftest import queue_profile
+from capacity_profiles import queue_profile
 
 # A link of 100 Gbit/s moves 12.5 GB/s; at 125 kB of KV per token that is 100,000 tokens/s.
 LINK = 100_000.0
