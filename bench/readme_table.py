@@ -443,7 +443,11 @@ ROWS: list[Row] = [
                            "(--http-server lean, opt-in) beside aiohttp's, 7 rounds, 256 and 1,024 streams",
                            "bench/router/results/burst_lean.json"),
                           ("cache_aware, new prompts every burst; the same session 10 comparison repeated (second "
-                           "run), 5 rounds, 256 and 1,024 streams", "bench/router/results/burst_lean_run2.json"))),
+                           "run), 5 rounds, 256 and 1,024 streams", "bench/router/results/burst_lean_run2.json"),
+                          *((f"cache_aware, new prompts every burst; session 11: the lean front end the default "
+                             f"(pdserve-lean; pdserve = --http-server aiohttp), {run}, 7 rounds, 256 and 1,024 streams",
+                             f"bench/router/results/burst_lean11{suffix}.json")
+                            for run, suffix in (("first run", ""), ("second run", "_run2"), ("third run", "_run3"))))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
     Row("Engine model vs published vLLM measurements (Llama-3-8B)", "held-out points within 30 %",
