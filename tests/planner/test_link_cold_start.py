@@ -124,3 +124,41 @@ def test_the_correction_expects_the_fixed_ttft_path_and_the_transfer():
     assert plain.factor("prefill", 1.9, 2000.0, 0.0) == pytest.approx(0.7)
     # The policy hands its setting to its correction.
     assert PlannerPolicy(PolicyConfig(ttft_path_ms=50.0), prof)._corr.ttft_path_ms == 50.0
+
+
+def _plateau(p: int, d: int) -> float:
+    # By hand, in place of link_model past the senders' plateau: 90 % of a link for up to 3 receivers, then the
+    # same 270,000 KV tokens/s shared by however many there are (8B Mooncake: 12 senders, 9..64 receivers, 187-194k).
+    return 0.9 * min(d, 3) / d
+
+
+def test_a_stream_no_pair_carries_gets_the_pair_where_the_links_stop_adding():
+    # 9,000,000 prompt tokens queued, drained over 30 s by 4 prefill replicas at 100,000 tokens/s (no start-up):
+    # prefill sends 9,000,000 / 30 + 10,000 arriving = 310,000 KV tokens/s, more than any number of receivers
+    # carries here (1: 90,000, 2: 180,000, 3 and more: 270,000). The walk grows decode (ties) to its 64-step
+    # limit, 65 receivers for what 3 carry; with link_plateau 0.05 it takes the first pair within 5 % of the best
+    # it found (270,000): (4, 3). A stream that fits is sized as before.
+    kw = dict(prefill_slo=80_000, prefill_saturated=100_000, decode_slo=1e9, link=LINK, link_usable=_plateau)
+    load = Load(rate=10, isl=1000, osl=1, prefill_queue_tokens=9_000_000, prefill_replicas=4, decode_replicas=1)
+    walked = size(load, Capacity(**kw), drain_s=30)
+    assert walked.prefill_drain == pytest.approx(3.1) and walked.decode_drain == 65
+    stopped = size(load, Capacity(**kw, link_plateau=0.05), drain_s=30)
+    assert stopped.decode_drain == 3 and stopped.decode == 3 and stopped.prefill == 4
+    assert Capacity(**kw, link_plateau=0.05).link_pair(250_000, 4, 1) == Capacity(**kw).link_pair(250_000, 4, 1) == (4, 3)
+
+
+@pytest.mark.parametrize("cold_start_link, decode", [(False, 32), (True, 3)])
+def test_policy_stops_decode_where_the_links_stop_adding(cold_start_link: bool, decode: int):
+    # 5,000 queued 1024-token prompts on 4 prefill replicas (10,000 tokens/s each): the drain's KV stream is
+    # above the 270,000 tokens/s the hand-made links carry (100,000-token/s links: 1e5 bytes/token at 80 Gbit/s).
+    # The shipped walk asks for 65 decode replicas (clamped to 32); cold_start_link stops at the plateau's 3.
+    prof = queue_profile().model_copy(update={"kv_link": KvLink(kvBytesPerToken=1e5, gbps=80.0)})
+    cfg = PolicyConfig(predictor="constant", interval_s=10, prefill_max=32, decode_max=32, ttft_slo_ms=1000,
+                       itl_slo_ms=50, correction=False, startup_s=30, cold_start_link=cold_start_link)
+    pol = PlannerPolicy(cfg, prof)
+    pol._link_usable = lambda tokens, link: _plateau  # type: ignore[method-assign]
+    obs = Observation(timestamp=0.0, prefill=PoolState(4), decode=PoolState(1), request_rate=10.0, mean_isl=1024.0,
+                      mean_osl=200.0, waiting=5000.0, prefill_waiting=5000.0, decode_waiting=0.0)
+    dec = pol.decide(obs, 0)
+    assert dec.explanation["demand"]["terms"]["decode_drain"] == (3 if cold_start_link else 65)
+    assert dec.decode == decode

@@ -31,7 +31,7 @@ from pdserve.planner.core.observation import Observation
 from pdserve.planner.core.observation import finite as _finite
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
 from pdserve.planner.core.profile import CapacityProfile
-from pdserve.planner.core.sizing import Capacity, Load, absorbed, size
+from pdserve.planner.core.sizing import LINK_PLATEAU, Capacity, Load, absorbed, size
 
 
 @dataclass
@@ -131,11 +131,11 @@ class PolicyConfig:
     # added to the profile's TTFT before the correction's ratio (None: not modelled; bench/planner
     # ``planner_link_path`` takes it from the simulator's engine numbers; live: idle TTFT minus prefill).
     ttft_path_ms: float | None = None
-    # Cold start and KV link (off by default; bench/planner ``planner_link``, issue 12): the drain
-    # term serves the arriving rate (not the forecast, which lags a ramp and reads a third of the
-    # load while the rate window fills), the decode links carry the KV stream the prefill pool sends
-    # at its real (uncorrected) speed, and decode gives up a link only below target_utilization of
-    # what the links left carry (hysteresis at the single-receiver threshold).
+    # Cold start and KV link (off by default; bench/planner ``planner_link``, issue 12): the drain term serves the
+    # arriving rate (not the forecast, which lags a ramp and reads a third of the load while the rate window fills),
+    # the decode links carry the KV stream the prefill pool sends at its real (uncorrected) speed, decode gives up a
+    # link only below target_utilization of what the links left carry (hysteresis at the single-receiver threshold),
+    # and a stream no pair carries gets the pair where the links stop adding throughput (sizing.LINK_PLATEAU).
     cold_start_link: bool = False
     # The correction's prefill ratio from the prefill engines' own TTFT (Observation.prefill_ttft_mean_s), not the
     # client's, which adds the KV transfer, hand-off and decode's first step (off; bench/planner planner_next2).
@@ -302,7 +302,7 @@ class PlannerPolicy:
             link=link, link_utilization=cfg.target_utilization,
             link_usable=self._link_usable(isl * (1 - s.hit), link) if link and cfg.link_contention else None,
             prefill_sends=(prof.prefill_saturated(isl) or cap_p) if cfg.cold_start_link else None,
-        )
+            link_plateau=LINK_PLATEAU if cfg.cold_start_link else None)
         q_p, q_d = self._queue_tokens(obs, isl) if cfg.drain_backlog else (0.0, 0.0)
         tokens_now = obs.router_prompt_tokens_rate if cfg.floor_on_observed and _finite(obs.router_prompt_tokens_rate) else 0.0
         arriving = tokens_now

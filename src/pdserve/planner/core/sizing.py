@@ -91,6 +91,12 @@ class Capacity:
     # ``prefill_saturated`` (None: the same). The latency correction derates the pool's speed for
     # *sizing*; the KV stream a draining pool pushes at the decode links is its real speed.
     prefill_sends: float | None = None
+    # A KV stream no pair reachable by ``link_pair`` carries within the wait budget: the first pair of
+    # the walk within this fraction of the walk's highest throughput (None: the walk's last pair, its step
+    # limit). Past the senders' plateau more receivers carry no more (link_model: 12 senders, 9..64
+    # receivers, 184-194k tokens/s, the probe's own spread), so walking on to the limit bought decode
+    # replicas for throughput the link model does not show (bench/planner, 8B Mooncake: 65 -> 16).
+    link_plateau: float | None = None
 
     def link_throughput(self, p: int, d: int) -> float:
         """KV tokens/s ``p`` prefill and ``d`` decode instances move within the wait budget."""
@@ -105,17 +111,22 @@ class Capacity:
     def link_pair(self, demand: float, p: int, d: int, *, limit: int = 64) -> tuple[int, int]:
         """The fewest instances from (p, d) up whose links carry ``demand`` KV tokens/s: grow
         the side that adds more throughput (ties: decode). ``limit`` steps at most (the
-        planner's bounds clamp the result anyway)."""
+        planner's bounds clamp the result anyway); where no pair on the way carries it, with
+        ``link_plateau`` the first one near the best the walk found."""
         p, d = max(p, 1), max(d, 1)
+        walk = [(self.link_throughput(p, d), p, d)]
         for _ in range(limit):
-            have = self.link_throughput(p, d)
-            if have >= demand:
-                break
+            if walk[-1][0] >= demand:
+                return p, d
             if self.link_throughput(p + 1, d) > self.link_throughput(p, d + 1):
                 p += 1
             else:
                 d += 1
-        return p, d
+            walk.append((self.link_throughput(p, d), p, d))
+        if walk[-1][0] >= demand or self.link_plateau is None:
+            return p, d
+        top = max(have for have, _, _ in walk)
+        return next((p, d) for have, p, d in walk if have >= (1 - self.link_plateau) * top)
 
 
 @dataclass(frozen=True)
@@ -221,6 +232,13 @@ def absorbed(burst_tokens: float, duration_s: float, steady_tokens: float, budge
     if excess <= 0:
         return True
     return math.isfinite(duration_s) and excess * max(duration_s, 0.0) <= steady_tokens * budget_s
+
+
+# Capacity.link_plateau where the policy sets it (PolicyConfig.cold_start_link): the link model's spread
+# along a plateau (12 senders, 9..64 receivers at Mooncake's 0.13 s transfers: 187-194k tokens/s, 3.7 %;
+# its bisection alone is 0.36 % of a link per receiver) is within it, one more receiver's share below it
+# is not, so the walk stops where the links stop adding throughput, not one noisy step later.
+LINK_PLATEAU = 0.05
 
 
 def _ceil(x: float) -> int:
