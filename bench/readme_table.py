@@ -444,9 +444,10 @@ ROWS: list[Row] = [
                            "bench/router/results/burst_lean.json"),
                           ("cache_aware, new prompts every burst; the same session 10 comparison repeated (second "
                            "run), 5 rounds, 256 and 1,024 streams", "bench/router/results/burst_lean_run2.json"),
-                          *((f"cache_aware, new prompts every burst; session 11: the lean front end the default "
-                             f"(pdserve-lean; pdserve = --http-server aiohttp), {run}, 7 rounds, 256 and 1,024 streams",
-                             f"bench/router/results/burst_lean11{suffix}.json")
+                          *((f"cache_aware, new prompts every burst; session {n}: the lean front end the default "
+                             f"(pdserve-lean; pdserve = --http-server aiohttp){quiet}, {run}, 7 rounds, 256 and 1,024 "
+                             "streams", f"bench/router/results/burst_lean{n}{suffix}.json")
+                            for n, quiet in ((11, ""), (12, ", quiet machine"))
                             for run, suffix in (("first run", ""), ("second run", "_run2"), ("third run", "_run3"))))),
     Row("Router CPU with OpenTelemetry tracing (off = default; off-baseline = the router without the hooks)",
         "off within noise of off-baseline", "bench/router/results/tracing_cost.json", tracing_cost),
