@@ -14,6 +14,7 @@ from pdserve.planner.core.profile import CapacityProfile
 
 from capacity_profiles import queue_profile
 
+
 @pytest.fixture
 def profile() -> CapacityProfile:
     return queue_profile()

@@ -118,11 +118,10 @@ class Capacity:
         for _ in range(limit):
             if walk[-1][0] >= demand:
                 return p, d
-            if self.link_throughput(p + 1, d) > self.link_throughput(p, d + 1):
-                p += 1
-            else:
-                d += 1
-            walk.append((self.link_throughput(p, d), p, d))
+            # the two candidates' throughputs are the walk's next entry: no third evaluation of the chosen one
+            more_p, more_d = self.link_throughput(p + 1, d), self.link_throughput(p, d + 1)
+            walk.append((more_p, p + 1, d) if more_p > more_d else (more_d, p, d + 1))
+            _, p, d = walk[-1]
         if walk[-1][0] >= demand or self.link_plateau is None:
             return p, d
         top = max(have for have, _, _ in walk)
