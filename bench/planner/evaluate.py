@@ -31,6 +31,9 @@ Policies (``--policies``):
   would) against a profile whose TTFT holds the engine's front end (``derive_profile(include_frontend=True)``),
   and whose Holt-Winters level smoothing is at least ``NEXT2_MIN_LEVEL`` (``PolicyConfig.min_level_smoothing``);
   session 11's candidate default, opt-in;
+- ``planner_young`` / ``planner_next4``: the planner / planner_next2 with ``PolicyConfig.arriving_young = "seen"``
+  (issue 12, session 13, opt-in): while the rate window is young, counted from the first arrival, the drain's
+  arriving rate is the window's tokens over the traffic seen, not the router's burst gauge;
 - ``reactive``: HPA-style thresholds (``baselines.ReactiveAutoscaler``) at the given
   targets; ``--reactive-sweep`` also runs the grid and records every point;
 - ``static``: the smallest fixed (P, D) that meets 99 % over the whole window (search);
@@ -209,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                 fit: float | None = PolicyConfig.burst_fit_budget_s,
                 absorb: float | None = PolicyConfig.burst_absorb_fraction, offset: bool = False,
                 link: bool = False, path_ms: float | None = None, pool_ttft: bool = False,
-                min_level: float | None = None) -> PlannerAutoscaler:
+                min_level: float | None = None, young: str = PolicyConfig.arriving_young) -> PlannerAutoscaler:
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
                            prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
                            decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
@@ -217,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                            peak_window_s=args.peak_window if peak_window is None else peak_window,
                            burst_budget_s=burst, burst_fit_budget_s=fit, burst_absorb_fraction=absorb,
                            correction_offset=offset, cold_start_link=link, ttft_path_ms=path_ms,
-                           correction_pool_ttft=pool_ttft, min_level_smoothing=min_level)
+                           correction_pool_ttft=pool_ttft, min_level_smoothing=min_level, arriving_young=young)
         # The prefill pods' TTFT holds the engine's front end: the profile the correction compares it with does too.
         prof = (derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps, include_frontend=True)
                 if pool_ttft else profile)
@@ -290,12 +293,16 @@ def main(argv: list[str] | None = None) -> int:
             out, _ = run_policy(trace, s, planner("holt-winters", link=True, path_ms=path_ms), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True,
                                               "ttft_path_ms": round(path_ms, 3)}}
-        elif name == "planner_next2":
-            out, _ = run_policy(trace, s, planner("holt-winters", link=True, pool_ttft=True, min_level=NEXT2_MIN_LEVEL),
-                                (1, 1), args.warmup, feas=feas)
+        elif name in ("planner_next2", "planner_next4"):
+            young = "seen" if name == "planner_next4" else PolicyConfig.arriving_young
+            out, _ = run_policy(trace, s, planner("holt-winters", link=True, pool_ttft=True, min_level=NEXT2_MIN_LEVEL,
+                                                  young=young), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True,
                                               "correction_pool_ttft": True, "profile_frontend": True,
-                                              "min_level_smoothing": NEXT2_MIN_LEVEL}}
+                                              "min_level_smoothing": NEXT2_MIN_LEVEL, "arriving_young": young}}
+        elif name == "planner_young":
+            out, _ = run_policy(trace, s, planner("holt-winters", young="seen"), (1, 1), args.warmup, feas=feas)
+            results[name] = out | {"params": {"peak_window_s": args.peak_window, "arriving_young": "seen"}}
         elif name == "planner_irate":
             out, _ = run_policy(trace, s, planner("holt-winters", burst=None, fit=None), (1, 1), args.warmup, feas=feas)
             results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": None}}
@@ -314,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise SystemExit(f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference "
                              "searches with N per pool), reactive, planner, planner_constant, planner_irate, planner_burst, planner_fit, "
-                             "planner_next, planner_link, planner_link_path, planner_next2")
+                             "planner_next, planner_link, planner_link_path, planner_next2, planner_young, planner_next4")
         r = results[name]
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
             f" in {r['sim_wall_s']} s")
@@ -455,7 +462,8 @@ def plot(path: Path, trace: Trace, s: Setup, results: dict, title: str) -> None:
     axes[0].set_title(f"{title}: load, replicas, attainment per {s.interval_s:g} s interval")
     for name, r in results.items():
         if name not in ("planner", "planner_burst", "planner_fit", "planner_next", "planner_link",
-                        "planner_link_path", "planner_next2", "best", "reactive", "dynamo"):
+                        "planner_link_path", "planner_next2", "planner_young", "planner_next4", "best", "reactive",
+                        "dynamo"):
             continue
         pts = r["series"]["replicas"]
         xs = [p[0] / 60 for p in pts]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdserve.common.burst import BUDGETS_S
+from pdserve.planner.core.arriving import YOUNG_RULES, TrafficStart, arrival_rate, arriving_tokens
 from pdserve.planner.core import decision as D
 from pdserve.planner.core.budget import fit_budget, gpus
 from pdserve.planner.core.burst_fit import burst_shape
@@ -82,6 +83,9 @@ class PolicyConfig:
     # window reaches back before the first request and its mean reads low (the very first
     # tick of a loaded service sees about a third of its load).
     arriving_signal: str = "rate"
+    # While the window is young (pdserve.planner.core.arriving): "peak", the burst gauge stands in, young from the
+    # first busy tick (as shipped); "seen": young from the first arrival, the window's tokens over the traffic seen.
+    arriving_young: str = "peak"
     # Keep capacity for the highest short-window prompt-token rate seen this long (0: off):
     # bursts shorter than the start-up delay can only be absorbed by replicas already up.
     # 900 s was chosen on the tuning set (bench/planner: 0 / 300 / 900 s on bursty seed 0).
@@ -161,6 +165,8 @@ class PolicyConfig:
             if self.burst_fit_budget_s not in BUDGETS_S or self.burst_fit_budget_s <= self.burst_budget_s:
                 return (f"burst fit budget {self.burst_fit_budget_s:g} s must be one the router exports and "
                         f"above the burst budget {self.burst_budget_s:g} s")
+        if self.arriving_young not in YOUNG_RULES:
+            return f"arriving_young {self.arriving_young!r} not one of {', '.join(YOUNG_RULES)}"
         if not (0 < self.target_utilization <= 1):
             return f"target utilization {self.target_utilization} not in (0, 1]"
         return None
@@ -175,7 +181,7 @@ class _State:
     recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
     peaks: deque = field(default_factory=deque)  # (time, short-window prompt tokens/s, burst duration s)
     last_busy: float | None = None  # last time requests were seen
-    first_seen: float | None = None  # first time requests were seen (the rate window fills from here)
+    start: TrafficStart = field(default_factory=TrafficStart)  # when the traffic began (the rate window fills)
     pending_since: dict[str, float] = field(default_factory=dict)
 
 
@@ -216,8 +222,7 @@ class PlannerPolicy:
                                                    obs.router_inflight, obs.router_prompt_tokens_rate))
         if busy or s.last_busy is None:  # the first interval counts as busy: no instant scale-to-zero
             s.last_busy = now
-        if busy and s.first_seen is None:
-            s.first_seen = now
+        s.start.observe(now, busy, cfg.interval_s)
         if cfg.scale_to_zero and cur == (0, 0):
             if busy:
                 p, d = max(cfg.prefill_min, 1), max(cfg.decode_min, 1)
@@ -232,7 +237,7 @@ class PlannerPolicy:
         if obs.request_rate > 0:
             self._push(s.isl, obs.mean_isl)
             self._push(s.osl, obs.mean_osl)
-        seen = self._arrival_rate(obs)
+        seen = arrival_rate(obs, s.isl[-1] if s.isl else None)
         if seen is None:
             return self._hold(cur, now, D.HOLD_MISSING, "prompt tokens arrive but no request has completed yet "
                               "(no ISL to turn them into a request rate)", expl)
@@ -305,11 +310,9 @@ class PlannerPolicy:
             link_plateau=LINK_PLATEAU if cfg.cold_start_link else None)
         q_p, q_d = self._queue_tokens(obs, isl) if cfg.drain_backlog else (0.0, 0.0)
         tokens_now = obs.router_prompt_tokens_rate if cfg.floor_on_observed and _finite(obs.router_prompt_tokens_rate) else 0.0
-        arriving = tokens_now
         window = obs.window_s if _finite(obs.window_s) else max(cfg.interval_s, 60.0)  # the live PromQL range
-        young = s.first_seen is None or now - s.first_seen < window
-        if (cfg.arriving_signal == "peak" or young) and _finite(obs.router_prompt_tokens_peak):
-            arriving = max(arriving, obs.router_prompt_tokens_peak)
+        arriving = arriving_tokens(tokens_now, obs.router_prompt_tokens_peak, window, now, s.start,
+                                   signal=cfg.arriving_signal, young=cfg.arriving_young)
         load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
                     decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now,
                     peak_prompt_tokens=self._peak(obs, now, steady=self._steady_prefill(rate * isl, tokens_now, capacity)),
@@ -332,6 +335,7 @@ class PlannerPolicy:
         }
         expl["demand"] = {
             "requestRate": rate, "prefixHitRatio": s.hit, "prefillQueueTokens": q_p, "decodeQueueTokens": q_d,
+            "arrivingPromptTokensPerS": load.arriving_prompt_tokens,
             "prefillTokensPerS": load.prompt_tokens, "decodeTokensPerS": load.rate * osl,
             "prefillReplicas": want[0], "decodeReplicas": want[1],
             "terms": terms.to_dict(),
@@ -382,22 +386,6 @@ class PlannerPolicy:
             return max((p for _, p, _ in peaks), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
         return max((p for _, p, dur in peaks if not absorbed(p, dur, steady, budget)), default=0.0)
-
-    def _arrival_rate(self, obs: Observation) -> float | None:
-        """Requests/s arriving now. Completions lag arrivals by a whole request (and keep
-        coming while a burst's queue drains, long after it stopped arriving); the router's
-        prompt-token counter does not, so where it exists it is the load, turned into a
-        rate with the latest known ISL (so rate x ISL is the token rate it measured).
-        None: tokens arrive but no ISL is known yet."""
-        tokens = obs.router_prompt_tokens_rate
-        if not _finite(tokens):
-            return obs.request_rate
-        if tokens <= 0:
-            return 0.0
-        isl = obs.mean_isl if _finite(obs.mean_isl) and obs.mean_isl > 0 else (self._s.isl[-1] if self._s.isl else None)
-        if isl is None:
-            return None
-        return tokens / isl
 
     @staticmethod
     def _queue_tokens(obs: Observation, isl: float) -> tuple[float, float]:
