@@ -121,7 +121,7 @@ SMOKES: list[Smoke] = [
            "--out", "{out}/burst_misses.json"], ["burst_misses.json"]),
     Smoke("planner_burst_cost", "bench/planner/burst_cost.py",
           ["--runs", "8b_1gpu/bursty_seed0", "--duration", "60", "--history", "0", "--variants", "planner_next",
-           "planner_next2", "--out", "{out}/burst_cost.json"], ["burst_cost.json"], timeout_s=180),
+           "planner_next2", "planner_young", "planner_next4", "--out", "{out}/burst_cost.json"], ["burst_cost.json"], timeout_s=180),
     Smoke("planner_forecast_error", "bench/planner/forecast_error.py",
           ["--runs", "8b_1gpu/bursty_seed0", "--duration", "300", "--history", "0", "--bounds", "0.5",
            "--out", "{out}/forecast_error.json"], ["forecast_error.json"], timeout_s=180),

@@ -85,6 +85,8 @@ class PolicyConfig:
     arriving_signal: str = "rate"
     # While the window is young (pdserve.planner.core.arriving): "peak", the burst gauge stands in, young from the
     # first busy tick (as shipped); "seen": young from the first arrival, the window's tokens over the traffic seen.
+    # Opt-in (bench/planner diagnosis/planner_next4.json): the shipped planner the same on 11 of 12 runs, Mooncake
+    # -9 % GPU-h for -0.5 points; with planner_next2, 70B Azure x4 loses 3.3 points (a cold-start ramp the gauge read ahead).
     arriving_young: str = "peak"
     # Keep capacity for the highest short-window prompt-token rate seen this long (0: off):
     # bursts shorter than the start-up delay can only be absorbed by replicas already up.
