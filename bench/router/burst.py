@@ -100,6 +100,8 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true",
                     help="sample the pdserve router with py-spy (on PATH or next to this Python) over its measured "
                          "bursts and add where its CPU goes to the result (the `profile` key)")
+    ap.add_argument("--profile-target", default="pdserve-lean",
+                    help="with --profile: the single-process pdserve target to sample (the default router is the lean one)")
     ap.add_argument("--profile-dir", type=Path, default=None,
                     help="with --profile: keep py-spy's raw folded stacks here (default: a temporary folder)")
     ap.add_argument("--out", type=Path, default=None)
@@ -176,7 +178,8 @@ def main() -> int:
                 k = rnd % len(names)
                 for name in names[k:] + names[:k]:
                     url, pid = urls[name]
-                    spy = profile_start(pid, profile_dir, f"{streams}-{rnd}") if profile_dir and name == "pdserve" else None
+                    sampled = profile_dir is not None and name == args.profile_target
+                    spy = profile_start(pid, profile_dir, f"{streams}-{rnd}") if sampled else None
                     r = burst_once(url, streams, procs, args, pid, load_cpus)
                     if spy is not None:
                         profile_stop(spy)
@@ -188,7 +191,7 @@ def main() -> int:
             rounds[str(streams)] = rs
         prompt_tokens = len(load_tokenizer(str(tok)).chat_ids(
             [{"role": "user", "content": prompts_for(1, 0, args.prompt_words)[0]}]))
-        profile = profile_summary(profile_dir) if profile_dir else None
+        profile = profile_summary(profile_dir, args.profile_target) if profile_dir else None
     summary = {s: summarise(rs) for s, rs in rounds.items()}
     doc = {"bench": "router_burst",
            "setup": (f"one mock worker (--mock-speedup {args.speedup:g}), aggregated (no P/D split), chat requests "

@@ -31,6 +31,11 @@ PROFILE_RULES = (
 )
 
 
+# The frames that run the event loop (aiohttp's ``run_app``, the lean server's ``run``): a
+# sample whose innermost frame is one of them was in uvloop's C code.
+LOOP_RUNNERS = ("run_app ", "run (pdserve/router/shell/lean_server.py")
+
+
 def profile_start(pid: int | None, folder: Path, tag: str) -> subprocess.Popen | None:
     spy = Path(sys.executable).parent / "py-spy"
     exe = str(spy) if spy.exists() else "py-spy"
@@ -49,7 +54,7 @@ def profile_stop(proc: subprocess.Popen) -> None:
     proc.wait(30)
 
 
-def profile_summary(folder: Path) -> dict:
+def profile_summary(folder: Path, target: str = "pdserve-lean") -> dict:
     """Share of samples per PROFILE_RULES category, and the 15 hottest leaf frames."""
     cats: dict[str, int] = {}
     leaves: dict[str, int] = {}
@@ -63,14 +68,14 @@ def profile_summary(folder: Path) -> dict:
             count = int(n)
             total += count
             leaves[frames[-1]] = leaves.get(frames[-1], 0) + count
-            if frames[-1].startswith("run_app "):  # no Python frame above the loop's C code
+            if frames[-1].startswith(LOOP_RUNNERS):  # no Python frame above the loop's C code
                 cat = "event loop and sockets (uvloop C)"
             else:
                 cat = next((name for fr in reversed(frames) for name, keys in PROFILE_RULES
                             if any(k in fr for k in keys)), "other")
             cats[cat] = cats.get(cat, 0) + count
     share = lambda c: round(100 * c / max(total, 1), 1)  # noqa: E731
-    return {"tool": "py-spy record --rate 250 --nonblocking, pdserve's router over its measured bursts",
+    return {"tool": f"py-spy record --rate 250 --nonblocking, {target}'s router over its measured bursts",
             "samples": total,
             "categories_pct": {k: share(v) for k, v in sorted(cats.items(), key=lambda kv: -kv[1])},
             "top_leaf_frames_pct": {k: share(v) for k, v in sorted(leaves.items(), key=lambda kv: -kv[1])[:15]}}

@@ -1,4 +1,6 @@
 import json
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdserve.router.shell import sse
 
@@ -90,3 +92,27 @@ def test_tracker_keeps_generated_token_ids_only_when_every_chunk_has_them() -> N
         t.feed(chunk(kind, " world"))  # one chunk without ids: the ids are no longer complete
         assert t.ids_of(0) is None
     assert sse.StreamTracker("completions").ids_of(0) == []
+
+
+_TEXTS = ["", "x", "data: [DONE]", '"text":"', '"content":"', '"finish_reason":"', "\n\n", "é", "tok"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(["completions", "chat"]),
+       texts=st.lists(st.sampled_from(_TEXTS), min_size=0, max_size=8),
+       finish=st.booleans(), done=st.booleans(), pings=st.booleans(),
+       cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12))
+def test_passthrough_tracker_is_independent_of_how_reads_cut_the_stream(kind: str, texts: list[str], finish: bool,
+                                                                        done: bool, pings: bool,
+                                                                        cuts: list[int]) -> None:
+    # Whole-event reads take the scan-the-read-alone path, reads cut mid-event the tail path:
+    # any mix of the two counts what one read of the whole stream counts.
+    body = b"".join((b": ping\n\n" if pings else b"") + chunk(kind, t) for t in texts)
+    stream = body + (chunk(kind, "", "stop") if finish else b"") + (sse.DONE if done else b"")
+    one = sse.PassThroughTracker(kind)
+    expect = one.feed(stream) if stream else 0
+    assert expect == sum(1 for t in texts if t)
+    bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    t = sse.PassThroughTracker(kind)
+    n = sum(t.feed(stream[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a)
+    assert (n, t.done, t.finished) == (expect, one.done, one.finished) == (expect, done, finish)
