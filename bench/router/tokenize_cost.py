@@ -87,6 +87,35 @@ def conversation_cost(tok, runs: int, parse_request, turns: int = 8, conversatio
             "ratio_cached_to_cold": spread([a / b for a, b in zip(cached, cold)])}
 
 
+def burst_prompt_cost(tok, runs: int, parse_request, streams: int = 256, words: int = 64) -> dict:
+    """The burst benchmark's chat requests (``burst_client.prompts_for``) through the router's
+    front door, µs per request: a batch of new prompts (numbered on, as every burst's are),
+    then the same batch again. The piece cache holds each whole user message, so a repeat
+    skips the BPE: a loop over the same prompts measures the cache, not a burst's cost."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from burst_client import prompts_for
+
+    def bodies(offset: int) -> list[bytes]:
+        return [json.dumps({"model": "mock-llama", "max_tokens": 32, "ignore_eos": True, "stream": True,
+                            "messages": [{"role": "user", "content": p}]}).encode()
+                for p in prompts_for(streams, offset, words)]
+
+    def each(batch: list[bytes]) -> float:
+        t0 = time.perf_counter()
+        for body in batch:
+            parse_request(body, "chat", tok)
+        return (time.perf_counter() - t0) / len(batch) * 1e6
+
+    each(bodies(0))  # warm: the template, the shared filler's words
+    fresh, repeated = [], []
+    for r in range(runs):
+        batch = bodies((r + 1) * streams)
+        fresh.append(each(batch))
+        repeated.append(each(batch))
+    return {"streams": streams, "prompt_words": words, "fresh_us": spread(fresh), "repeated_us": spread(repeated),
+            "ratio_fresh_to_repeated": spread([a / b for a, b in zip(fresh, repeated)])}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("bench/router/results/tokenize_cost.json"))
@@ -144,10 +173,13 @@ def main(argv: list[str] | None = None) -> int:
 
     conversation = conversation_cost(toks["auto_bpe"], args.runs, parse_request)
     print("conversation", conversation, flush=True)
+    burst_prompts = burst_prompt_cost(toks["auto_bpe"], args.runs, parse_request)
+    print("burst prompts", burst_prompts, flush=True)
     doc = {"startup": {"import_transformers_s": round(import_s, 3),
                        "load_s": {k: round(v, 3) for k, v in load_s.items()}},
            "per_request": rows,
            "conversation": conversation,
+           "burst_prompts": burst_prompts,
            "notes": "ms per call, median over runs; each run averages >= 0.2 s of calls; memo-free block keys"}
     write_result(args.out, doc, run)
     print(f"wrote {args.out}")

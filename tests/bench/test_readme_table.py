@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import readme_router  # noqa: E402
 import readme_table  # noqa: E402
 import resultmeta  # noqa: E402
 
@@ -28,8 +29,8 @@ def _copy_tree(tmp: Path) -> Path:
     for rel in readme_table.TARGETS:
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp / rel).write_text((ROOT / rel).read_text())
-    for src in {row.source for row in readme_table.ROWS} | set(readme_table.ROUTING_FILES) | {readme_table.REUSE_FILE} \
-            | set(readme_table.GAP_FILES):
+    for src in {row.source for row in readme_table.ROWS} | set(readme_router.ROUTING_FILES) | {readme_router.REUSE_FILE} \
+            | set(readme_router.GAP_FILES):
         dst = tmp / src
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / src, dst)
@@ -88,7 +89,7 @@ def test_spread_reports_median_range_and_relative_spread() -> None:
 
 def test_routing_rows_put_dynamo_beside_pdserve_on_every_window(tmp_path: Path) -> None:
     root = _copy_tree(tmp_path)
-    for rel in readme_table.ROUTING_FILES:
+    for rel in readme_router.ROUTING_FILES:
         doc = json.loads((ROOT / rel).read_text())
         assert doc["meta"]["command"].startswith("python bench/router/routing_quality.py")
         assert {"round_robin", "kv_router"} <= set(doc["dynamo"]), rel
@@ -100,7 +101,7 @@ def test_routing_rows_put_dynamo_beside_pdserve_on_every_window(tmp_path: Path) 
                for r in doc["results"].values()]
         assert doc["bound"]["hit_ratio"] >= max(top), rel
     # A changed Dynamo number shows up as a stale bench/router/README.md.
-    src = root / readme_table.ROUTING_FILES[0]
+    src = root / readme_router.ROUTING_FILES[0]
     doc = json.loads(src.read_text())
     doc["dynamo"]["kv_router"]["prefix_hit_ratio"]["median"] = 0.999
     src.write_text(json.dumps(doc))
@@ -121,11 +122,11 @@ def test_readme_routing_rows_cover_every_window_with_its_verdict() -> None:
     """The done-when of issue 15 is per window (P/D and held-out ones included): the README
     must show each window, whether it was tuned on, and the verdict computed from its file."""
     rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| Routing beside")]
-    assert len(rows) == len(readme_table.ROUTING_FILES)
-    for rel, row in zip(readme_table.ROUTING_FILES, rows):
+    assert len(rows) == len(readme_router.ROUTING_FILES)
+    for rel, row in zip(readme_router.ROUTING_FILES, rows):
         d = json.loads((ROOT / rel).read_text())
-        assert f"{d['layout']}, {d['trace']} {d['window']} ({readme_table.ROUTING_ROLE[rel]})" in row
-        assert readme_table.verdict(d) in row
+        assert f"{d['layout']}, {d['trace']} {d['window']} ({readme_router.ROUTING_ROLE[rel]})" in row
+        assert readme_router.verdict(d) in row
 
 
 def test_routing_verdict_names_each_miss() -> None:
@@ -133,22 +134,22 @@ def test_routing_verdict_names_each_miss() -> None:
         dyn = {"kv_router": {"prefix_hit_ratio": resultmeta.spread(dyn_hits)}} if dyn_hits else {}
         return {"results": {"kv_aware": {"prefix_hit_ratio": hit, "max_mean_requests": mm}}, "dynamo": dyn}
 
-    assert readme_table.verdict(doc(0.074, 1.05, [0.070, 0.074, 0.080])) == "target met"
-    assert readme_table.verdict(doc(0.073, 1.05, [0.070, 0.074, 0.080])) == (
+    assert readme_router.verdict(doc(0.074, 1.05, [0.070, 0.074, 0.080])) == "target met"
+    assert readme_router.verdict(doc(0.073, 1.05, [0.070, 0.074, 0.080])) == (
         "target missed: hit ratio below Dynamo's median")
-    assert readme_table.verdict(doc(0.2, 1.11, [0.1])) == "target missed: max/mean > 1.1"
-    assert readme_table.verdict(doc(0.2, 1.0, [])) == "no Dynamo run"
+    assert readme_router.verdict(doc(0.2, 1.11, [0.1])) == "target missed: max/mean > 1.1"
+    assert readme_router.verdict(doc(0.2, 1.0, [])) == "no Dynamo run"
     # A P/D window's row also judges kv_aware with decode-side reuse, which Dynamo's replay does not model.
     d = doc(0.073, 1.02, [0.070, 0.074, 0.080])
-    d["results"][readme_table.DECODE_REUSE] = {"prefix_hit_ratio": 0.081, "max_mean_requests": 1.03}
-    assert readme_table.verdict(d, readme_table.DECODE_REUSE) == "target met"
+    d["results"][readme_router.DECODE_REUSE] = {"prefix_hit_ratio": 0.081, "max_mean_requests": 1.03}
+    assert readme_router.verdict(d, readme_router.DECODE_REUSE) == "target met"
 
 
 def test_routing_rows_state_how_sure_the_verdict_is() -> None:
-    far = readme_table._rank_test({"n": 5, "values": [1, 2, 3, 4, 5]}, {"n": 5, "values": [6, 7, 8, 9, 10]})
-    near = readme_table._rank_test({"n": 4, "values": [1, 3, 5, 7]}, {"n": 4, "values": [2, 4, 6, 8]})
+    far = readme_router._rank_test({"n": 5, "values": [1, 2, 3, 4, 5]}, {"n": 5, "values": [6, 7, 8, 9, 10]})
+    near = readme_router._rank_test({"n": 4, "values": [1, 3, 5, 7]}, {"n": 4, "values": [2, 4, 6, 8]})
     assert "p = 0.0079, 5 vs 5" in far and "p = 0.69, 4 vs 4" in near
-    assert readme_table._rank_test(0.1, {"n": 5, "values": [1, 2]}) == ""  # one deterministic run: no test
+    assert readme_router._rank_test(0.1, {"n": 5, "values": [1, 2]}) == ""  # one deterministic run: no test
     held_out = next(line for line in (ROOT / "README.md").read_text().splitlines()
                     if "4P4D, conversation_trace.jsonl minutes 20-30" in line)
     assert "Mann-Whitney p = " in held_out
