@@ -235,7 +235,7 @@ BURST_FILES: list[tuple[str, str]] = [  # (how the run was set up, result file),
                           *((f"cache_aware, new prompts every burst; session {n}: the lean front end the default "
                              f"(pdserve-lean; pdserve = --http-server aiohttp){quiet}, {run}, 7 rounds, 256 and 1,024 "
                              "streams", f"bench/router/results/burst_lean{n}{suffix}.json")
-                            for n, quiet in ((11, ""), (12, ", quiet machine"))
+                            for n, quiet in ((11, ""), (12, ", quiet machine"), (13, ", quiet machine, relay read changes"))
                             for run, suffix in (("first run", ""), ("second run", "_run2"), ("third run", "_run3"))),
 ]
 
