@@ -140,11 +140,6 @@ class Response:
                 end = i + 2 + size
                 if end + 2 > n or data[end : end + 2] != b"\r\n":
                     break
-                if end + 2 == n and not pos:
-                    # The commonest read of a token stream, exactly one whole chunk: on as it
-                    # came, without the list and the joins below.
-                    self._push(data[i + 2 : end], data)
-                    return
                 payloads.append(data[i + 2 : end])
                 pos = end + 2
             if pos == n:

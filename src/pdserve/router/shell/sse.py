@@ -156,14 +156,8 @@ class PassThroughTracker:
         self.kind = kind
         self.keep = keep
         self._raw: list[bytes] = []
-        # The stream's last bytes: ``_tail`` followed by ``_last`` (the latest read, kept by
-        # reference and cut only when asked, not sliced on every read).
+        # Starts as if after an event boundary, so a stream that is only [DONE] is seen.
         self._tail = b"\0" * (self._TAIL - 2) + b"\n\n"
-        self._last: bytes | None = None
-        # The bytes so far end an event ("\n\n"): no marker can be cut across the next read
-        # (none holds a newline), so the next read is scanned alone. Starts as if after an
-        # event boundary, so a stream that is only [DONE] is seen.
-        self._boundary = True
         self.finished = False
         self.chunks = 0
         self._full: StreamTracker | None = None
@@ -177,41 +171,19 @@ class PassThroughTracker:
         """Consume one read; returns how many content-bearing events it completed."""
         if self.keep:
             self._raw.append(data)
-        if self._boundary:
-            # The common case (a read holds whole events): scans of the read itself, no copy.
-            content = data.count(self._has)
-            if content:
-                content -= data.count(self._empty)
-            if not self.finished and self._fin in data:
-                self.finished = True
-            if len(data) >= self._TAIL:
-                self._last = data
-            else:
-                self._tail = (self.tail() + data)[-self._TAIL :]
-                self._last = None
-        else:
-            w = self.tail() + data
-            content = w.count(self._has, self._has_from) - w.count(self._empty, self._empty_from)
-            if not self.finished and w.find(self._fin, self._fin_from) >= 0:
-                self.finished = True
-            self._tail = w[-self._TAIL :]
-            self._last = None
-        self._boundary = data.endswith(b"\n\n")
+        w = self._tail + data
+        content = w.count(self._has, self._has_from) - w.count(self._empty, self._empty_from)
+        if not self.finished and w.find(self._fin, self._fin_from) >= 0:
+            self.finished = True
+        self._tail = w[-self._TAIL :]
         self.chunks += content
         return content
-
-    def tail(self) -> bytes:
-        """The stream's last ``_TAIL`` bytes (fewer only if the stream is that short, padded)."""
-        last = self._last
-        if last is None:
-            return self._tail
-        return last[-self._TAIL :]
 
     @property
     def done(self) -> bool:
         """The stream so far ends with a complete ``data: [DONE]`` event (checked on the
         last bytes only, when asked: once per stream)."""
-        tail = self.tail()
+        tail = self._tail
         if not tail.endswith(b"\n\n"):
             return False
         last = tail[:-2].rsplit(b"\n\n", 1)
