@@ -152,15 +152,20 @@ class Stream(asyncio.Protocol):
         self.finish(f"connection closed before [DONE]: {exc!r}")
 
 
-def build_request(url: str, kind: str, model: str, prompt: str, max_tokens: int) -> tuple[str, int, bytes]:
-    u = urlsplit(url)
-    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+def request_body(kind: str, model: str, prompt: str, max_tokens: int) -> bytes:
+    """One stream's JSON body (``tokenize_cost.py`` times the router's front door on the same bytes)."""
     body: dict = {"model": model, "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
     if kind == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
-    raw = json.dumps(body).encode()
+    return json.dumps(body).encode()
+
+
+def build_request(url: str, kind: str, model: str, prompt: str, max_tokens: int) -> tuple[str, int, bytes]:
+    u = urlsplit(url)
+    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    raw = request_body(kind, model, prompt, max_tokens)
     head = (f"POST {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nContent-Type: application/json\r\n"
             f"Accept: text/event-stream\r\nContent-Length: {len(raw)}\r\n\r\n").encode()
     return u.hostname or "127.0.0.1", u.port or 80, head + raw

@@ -54,8 +54,9 @@ def profile_stop(proc: subprocess.Popen) -> None:
     proc.wait(30)
 
 
-def profile_summary(folder: Path, target: str = "pdserve-lean") -> dict:
-    """Share of samples per PROFILE_RULES category, and the 15 hottest leaf frames."""
+def profile_summary(folder: Path, target: str) -> dict:
+    """Share of samples per PROFILE_RULES category, and the 15 hottest leaf frames (``target``: the
+    router sampled, as ``burst.py --profile-target`` names it)."""
     cats: dict[str, int] = {}
     leaves: dict[str, int] = {}
     total = 0

@@ -93,12 +93,10 @@ def burst_prompt_cost(tok, runs: int, parse_request, streams: int = 256, words: 
     then the same batch again. The piece cache holds each whole user message, so a repeat
     skips the BPE: a loop over the same prompts measures the cache, not a burst's cost."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from burst_client import prompts_for
+    from burst_client import prompts_for, request_body
 
     def bodies(offset: int) -> list[bytes]:
-        return [json.dumps({"model": "mock-llama", "max_tokens": 32, "ignore_eos": True, "stream": True,
-                            "messages": [{"role": "user", "content": p}]}).encode()
-                for p in prompts_for(streams, offset, words)]
+        return [request_body("chat", "mock-llama", p, 32) for p in prompts_for(streams, offset, words)]
 
     def each(batch: list[bytes]) -> float:
         t0 = time.perf_counter()
