@@ -34,6 +34,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from resultmeta import Run, write_result  # noqa: E402
 from suite import SETUPS, history_args, traces  # noqa: E402
+from variants import NAMES  # noqa: E402
 
 SCHEMA = "pdserve.planner-burst-cost/1"
 RUNS = ["8b_1gpu/bursty_seed0", "8b_1gpu/bursty_seed1", "8b_1gpu/bursty_seed2", "8b_1gpu/bursty_seed3",
@@ -106,7 +107,8 @@ def main() -> int:
     ap.add_argument("--reference", nargs="*", default=[], metavar="SETUP/TRACE=FILE",
                     help="an evaluate.py file with 'best' for a run the committed folder lacks")
     ap.add_argument("--runs", nargs="*", default=RUNS)
-    ap.add_argument("--variants", nargs="*", default=["planner", "planner_next"])
+    ap.add_argument("--variants", nargs="*", choices=NAMES, default=["planner", "planner_next"],
+                    help="evaluate.py's planner variants (bench/planner/variants.py)")
     ap.add_argument("--duration", type=float, help="replay this many seconds instead of the suite's (smoke runs)")
     ap.add_argument("--history", type=float, help="seconds of history instead of the suite's (0: none; smoke runs)")
     ap.add_argument("--out", type=Path, required=True)

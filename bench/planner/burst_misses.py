@@ -37,7 +37,10 @@ from pdserve.planner.core.sim_hook import PlannerAutoscaler  # noqa: E402
 from pdserve.sim.metrics import Slo  # noqa: E402
 from pdserve.sim.simulator import run_simulation  # noqa: E402
 
-# The variants as evaluate.py configures them (burst budgets in s).
+# The variants as evaluate.py configured them when this script was written (burst budgets in s), set here over
+# today's PolicyConfig defaults: so 'planner' here is evaluate.py's planner_irate, not the shipped planner, and
+# planner_fit runs the absorb gate (0.5), which evaluate.py's planner_fit does only with --burst-absorb-fraction.
+# Not read from bench/planner/variants.py (which would change what these names run here: a refactor left them).
 # The last two are planner_fit's development variants: without the latency correction (does
 # it inflate the reserve?), and ticking every 10 s (does reacting sooner catch more bursts?).
 VARIANTS: dict[str, dict[str, float | bool | None]] = {

@@ -56,10 +56,11 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from baselines import ReactiveAutoscaler, smallest_static  # noqa: E402
 from bursty import BurstySpec, bursty_trace, with_history  # noqa: E402
-from feasibility import Hardware, TraceFeasibility  # noqa: E402
+from feasibility import TraceFeasibility  # noqa: E402
 from references import Setup, lower_bound  # noqa: E402
 from replays import REFERENCE, best_schedule, causal_reference, run_order, run_policy, trace_feasibility  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
+from variants import BY_NAME, PLOTTED, Flags, Variant, unknown_policy  # noqa: E402
 
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
 from pdserve.planner.core.profile_model import derive_profile  # noqa: E402
@@ -70,10 +71,6 @@ from pdserve.sim.metrics import Slo  # noqa: E402
 from pdserve.sim.traces import Trace, from_rows, load_trace  # noqa: E402
 
 SCHEMA = "pdserve.planner-eval/2"
-# planner_next2's Holt-Winters level smoothing bound: chosen on the forecast error (forecast against the highest arrival
-# rate of the next start-up + interval) over the arrival series of 9 suite runs together, tuning set included (none /
-# 0.2 / 0.3 / 0.5 / 0.7 compared: forecast_error.py, results/diagnosis/forecast_error.json), not on a planner outcome.
-NEXT2_MIN_LEVEL = 0.5
 
 
 def window_of(trace: Trace, start_s: float, dur_s: float | None) -> Trace:
@@ -208,23 +205,23 @@ def main(argv: list[str] | None = None) -> int:
                           "attainment_feasible_after_warmup": r["attainment_after_warmup"]}
     log = lambda m: print(f"[{trace_id} {args.model_profile}] {m}", flush=True)  # noqa: E731
 
-    def planner(pred: str, peak_window: float | None = None, burst: float | None = PolicyConfig.burst_budget_s,
-                fit: float | None = PolicyConfig.burst_fit_budget_s,
-                absorb: float | None = PolicyConfig.burst_absorb_fraction, offset: bool = False,
-                link: bool = False, path_ms: float | None = None, pool_ttft: bool = False,
-                min_level: float | None = None, young: str = PolicyConfig.arriving_young) -> PlannerAutoscaler:
-        cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval, predictor=pred,
-                           prefill_max=args.max_replicas, decode_max=args.max_replicas, prefill_tp=s.tp_p,
-                           decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
+    def replay(v: Variant, f: Flags) -> dict:
+        """The planner variant ``v`` at the flags ``f``, replayed end to end."""
+        k = v.knobs(f)
+        cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval,
+                           predictor=k.predictor, prefill_max=args.max_replicas, decode_max=args.max_replicas,
+                           prefill_tp=s.tp_p, decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
                            target_utilization=args.target_utilization, startup_s=args.startup,
-                           peak_window_s=args.peak_window if peak_window is None else peak_window,
-                           burst_budget_s=burst, burst_fit_budget_s=fit, burst_absorb_fraction=absorb,
-                           correction_offset=offset, cold_start_link=link, ttft_path_ms=path_ms,
-                           correction_pool_ttft=pool_ttft, min_level_smoothing=min_level, arriving_young=young)
-        # The prefill pods' TTFT holds the engine's front end: the profile the correction compares it with does too.
+                           peak_window_s=f.peak_window_s, burst_budget_s=k.burst_budget_s,
+                           burst_fit_budget_s=k.burst_fit_budget_s, burst_absorb_fraction=k.burst_absorb_fraction,
+                           correction_offset=k.correction_offset, cold_start_link=k.cold_start_link,
+                           ttft_path_ms=k.ttft_path_ms, correction_pool_ttft=k.correction_pool_ttft,
+                           min_level_smoothing=k.min_level_smoothing, arriving_young=k.arriving_young)
         prof = (derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps, include_frontend=True)
-                if pool_ttft else profile)
-        return PlannerAutoscaler(PlannerPolicy(cfg, prof))
+                if k.profile_frontend else profile)
+        return run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
+
+    flags = Flags.of(args, s)
 
     # What the static search must meet 99 % of: the feasible requests of the scored window (history replayed, not scored).
     feasible = feas.scored_feasible()
@@ -259,69 +256,20 @@ def main(argv: list[str] | None = None) -> int:
                     results["reactive"] = out | {"params": {"prefill_target": pt, "decode_kv_target": kt}}
             if args.reactive_sweep:
                 results["reactive"]["sweep"] = sweep
-        elif name in ("planner", "planner_constant"):
-            pred = "holt-winters" if name == "planner" else "constant"
-            out, _ = run_policy(trace, s, planner(pred), (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window,
-                                              "burst_budget_s": PolicyConfig.burst_budget_s,
-                                              "burst_fit_budget_s": PolicyConfig.burst_fit_budget_s,
-                                              "burst_absorb_fraction": PolicyConfig.burst_absorb_fraction}}
-            if name == "planner" and args.planner_sweep:
+        elif name in BY_NAME:
+            v = BY_NAME[name]
+            out = replay(v, flags)
+            results[name] = out | {"params": v.params(flags)}
+            if v.sweep and getattr(args, v.sweep.option):
+                here = getattr(flags, v.sweep.over)
                 sweep = []
-                for pw in args.planner_sweep:
-                    o = out if pw == args.peak_window else run_policy(trace, s, planner("holt-winters", pw), (1, 1),
-                                                                     args.warmup, feas=feas)[0]
-                    sweep.append({"peak_window_s": pw, "attainment": o["attainment"],
-                                  "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
-                results[name]["sweep"] = sweep
-        elif name == "planner_fit":
-            b1 = args.burst_budget or 2.0
-            absorb = args.burst_absorb_fraction if args.burst_absorb_fraction >= 0 else None
-            out, _ = run_policy(trace, s, planner("holt-winters", burst=b1, fit=args.burst_fit_budget, absorb=absorb),
-                                (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": b1,
-                                              "burst_fit_budget_s": args.burst_fit_budget,
-                                              "burst_absorb_fraction": absorb}}
-        elif name == "planner_next":
-            out, _ = run_policy(trace, s, planner("holt-winters", offset=True), (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window, "correction_offset": True}}
-        elif name == "planner_link":
-            out, _ = run_policy(trace, s, planner("holt-winters", link=True), (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True}}
-        elif name == "planner_link_path":
-            path_ms = 1000 * Hardware.of(s.sim_config(1, 1)).ttft_path_s()
-            out, _ = run_policy(trace, s, planner("holt-winters", link=True, path_ms=path_ms), (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True,
-                                              "ttft_path_ms": round(path_ms, 3)}}
-        elif name in ("planner_next2", "planner_next4"):
-            young = "seen" if name == "planner_next4" else PolicyConfig.arriving_young
-            out, _ = run_policy(trace, s, planner("holt-winters", link=True, pool_ttft=True, min_level=NEXT2_MIN_LEVEL,
-                                                  young=young), (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window, "cold_start_link": True,
-                                              "correction_pool_ttft": True, "profile_frontend": True,
-                                              "min_level_smoothing": NEXT2_MIN_LEVEL, "arriving_young": young}}
-        elif name == "planner_young":
-            out, _ = run_policy(trace, s, planner("holt-winters", young="seen"), (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window, "arriving_young": "seen"}}
-        elif name == "planner_irate":
-            out, _ = run_policy(trace, s, planner("holt-winters", burst=None, fit=None), (1, 1), args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": None}}
-        elif name == "planner_burst":
-            out, _ = run_policy(trace, s, planner("holt-winters", burst=args.burst_budget, fit=None), (1, 1),
-                                args.warmup, feas=feas)
-            results[name] = out | {"params": {"peak_window_s": args.peak_window, "burst_budget_s": args.burst_budget}}
-            if args.burst_sweep:
-                sweep = []
-                for b in args.burst_sweep:
-                    o = out if b == args.burst_budget else run_policy(trace, s, planner("holt-winters", burst=b, fit=None),
-                                                                     (1, 1), args.warmup, feas=feas)[0]
-                    sweep.append({"burst_budget_s": b, "attainment": o["attainment"],
+                for x in getattr(args, v.sweep.option):
+                    o = out if x == here else replay(v, v.sweep.at(flags, x))
+                    sweep.append({v.sweep.over: x, "attainment": o["attainment"],
                                   "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
                 results[name]["sweep"] = sweep
         else:
-            raise SystemExit(f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference "
-                             "searches with N per pool), reactive, planner, planner_constant, planner_irate, planner_burst, planner_fit, "
-                             "planner_next, planner_link, planner_link_path, planner_next2, planner_young, planner_next4")
+            raise SystemExit(unknown_policy(name))
         r = results[name]
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
             f" in {r['sim_wall_s']} s")
@@ -461,9 +409,7 @@ def plot(path: Path, trace: Trace, s: Setup, results: dict, title: str) -> None:
     axes[0].set_ylabel("prompt ktok/s")
     axes[0].set_title(f"{title}: load, replicas, attainment per {s.interval_s:g} s interval")
     for name, r in results.items():
-        if name not in ("planner", "planner_burst", "planner_fit", "planner_next", "planner_link",
-                        "planner_link_path", "planner_next2", "planner_young", "planner_next4", "best", "reactive",
-                        "dynamo"):
+        if name not in PLOTTED:
             continue
         pts = r["series"]["replicas"]
         xs = [p[0] / 60 for p in pts]

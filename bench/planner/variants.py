@@ -1,0 +1,143 @@
+"""The planner variants ``evaluate.py`` runs (``--policies``), in one table: what each one sets in
+``PolicyConfig``, what its result records as ``params``, which sweep it takes and whether the plot
+draws it. ``evaluate.py``'s docstring says what each variant is for; the dispatch, its "unknown
+policy" message and the plot read this table, and so do the scripts that pass variant names on
+(``burst_cost.py --variants``).
+
+A variant's knobs are a function of the run's flags (``Flags``): some variants take their burst
+budgets from the command line, one its TTFT path from the setup's engine numbers. Its ``params``
+are read from the same knobs, so what a result says it ran is what it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from feasibility import Hardware
+from references import Setup
+
+from pdserve.planner.core.policy import PolicyConfig
+
+# planner_next2's Holt-Winters level smoothing bound: chosen on the forecast error (forecast against the highest arrival
+# rate of the next start-up + interval) over the arrival series of 9 suite runs together, tuning set included (none /
+# 0.2 / 0.3 / 0.5 / 0.7 compared: forecast_error.py, results/diagnosis/forecast_error.json), not on a planner outcome.
+NEXT2_MIN_LEVEL = 0.5
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What a variant's knobs may read: evaluate.py's flags and the run's setup."""
+
+    setup: Setup
+    peak_window_s: float
+    burst_budget_s: float
+    burst_fit_budget_s: float
+    burst_absorb_fraction: float
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, setup: Setup) -> Flags:
+        return cls(setup, args.peak_window, args.burst_budget, args.burst_fit_budget, args.burst_absorb_fraction)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The ``PolicyConfig`` fields a variant chooses (the rest come from evaluate.py's flags), and
+    which profile its latency correction compares with. The defaults are the shipped planner's,
+    except the opt-in switches, which are off."""
+
+    predictor: str = "holt-winters"
+    burst_budget_s: float | None = PolicyConfig.burst_budget_s
+    burst_fit_budget_s: float | None = PolicyConfig.burst_fit_budget_s
+    burst_absorb_fraction: float | None = PolicyConfig.burst_absorb_fraction
+    correction_offset: bool = False
+    cold_start_link: bool = False
+    ttft_path_ms: float | None = None
+    correction_pool_ttft: bool = False
+    min_level_smoothing: float | None = None
+    arriving_young: str = PolicyConfig.arriving_young
+    # The prefill pods' TTFT holds the engine's front end: a correction that reads it compares it with
+    # a profile that does too (derive_profile(include_frontend=True)).
+    profile_frontend: bool = False
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """``--<option>``: also run the variant with ``Flags.<over>`` at each of these values (tuning runs);
+    each point is recorded under the key ``over``."""
+
+    option: str  # the argparse dest, e.g. "planner_sweep"
+    over: str  # a Flags field, e.g. "peak_window_s"
+
+    def at(self, flags: Flags, value: float) -> Flags:
+        change: dict[str, Any] = {self.over: value}
+        return replace(flags, **change)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    knobs: Callable[[Flags], Knobs]
+    # The Knobs its result's params record, after peak_window_s, in this order.
+    records: tuple[str, ...]
+    sweep: Sweep | None = None
+    plotted: bool = True
+
+    def params(self, flags: Flags) -> dict[str, object]:
+        k = self.knobs(flags)
+        out: dict[str, object] = {"peak_window_s": flags.peak_window_s}
+        for name in self.records:
+            v = getattr(k, name)
+            # The path comes from the engine numbers to many digits; the record keeps it to the microsecond.
+            out[name] = round(v, 3) if name == "ttft_path_ms" and v is not None else v
+        return out
+
+
+def _fit(f: Flags) -> Knobs:
+    # planner_fit: the fitted burst rate at two budgets (2 s where --burst-budget is 0), the absorb gate only
+    # where --burst-absorb-fraction is given (the session-7 rule: a reserve for every fitted burst).
+    return Knobs(burst_budget_s=f.burst_budget_s or 2.0, burst_fit_budget_s=f.burst_fit_budget_s,
+                 burst_absorb_fraction=f.burst_absorb_fraction if f.burst_absorb_fraction >= 0 else None)
+
+
+def _path_ms(f: Flags) -> float:
+    return 1000 * Hardware.of(f.setup.sim_config(1, 1)).ttft_path_s()
+
+
+def _next2(young: str) -> Callable[[Flags], Knobs]:
+    return lambda f: Knobs(cold_start_link=True, correction_pool_ttft=True, profile_frontend=True,
+                           min_level_smoothing=NEXT2_MIN_LEVEL, arriving_young=young)
+
+
+_BURST = ("burst_budget_s", "burst_fit_budget_s", "burst_absorb_fraction")
+_NEXT2 = ("cold_start_link", "correction_pool_ttft", "profile_frontend", "min_level_smoothing", "arriving_young")
+
+# In the order the "unknown policy" message names them (the order they were added in).
+VARIANTS: tuple[Variant, ...] = (
+    Variant("planner", lambda f: Knobs(), _BURST, Sweep("planner_sweep", "peak_window_s")),
+    Variant("planner_constant", lambda f: Knobs(predictor="constant"), _BURST, plotted=False),
+    Variant("planner_irate", lambda f: Knobs(burst_budget_s=None, burst_fit_budget_s=None), ("burst_budget_s",),
+            plotted=False),
+    Variant("planner_burst", lambda f: Knobs(burst_budget_s=f.burst_budget_s, burst_fit_budget_s=None),
+            ("burst_budget_s",), Sweep("burst_sweep", "burst_budget_s")),
+    Variant("planner_fit", _fit, _BURST),
+    Variant("planner_next", lambda f: Knobs(correction_offset=True), ("correction_offset",)),
+    Variant("planner_link", lambda f: Knobs(cold_start_link=True), ("cold_start_link",)),
+    Variant("planner_link_path", lambda f: Knobs(cold_start_link=True, ttft_path_ms=_path_ms(f)),
+            ("cold_start_link", "ttft_path_ms")),
+    Variant("planner_next2", _next2(PolicyConfig.arriving_young), _NEXT2),
+    Variant("planner_young", lambda f: Knobs(arriving_young="seen"), ("arriving_young",)),
+    Variant("planner_next4", _next2("seen"), _NEXT2),
+)
+BY_NAME = {v.name: v for v in VARIANTS}
+NAMES = tuple(BY_NAME)
+# What the plot draws besides the planner variants it marks.
+PLOTTED_OTHERS = ("best", "reactive", "dynamo")
+PLOTTED = frozenset({v.name for v in VARIANTS if v.plotted} | set(PLOTTED_OTHERS))
+
+
+def unknown_policy(name: str) -> str:
+    return (f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference searches with N per "
+            f"pool), causal, reactive, {', '.join(NAMES)}")
