@@ -6,8 +6,12 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 K8S_BIN := .cache/k8s/bin
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`: the machine's CPUs, at most 4 (each worker can start a
+# vLLM conformance process of ~1-2 GB); the conftest.py at the root groups the tests that must
+# share a process. PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= $(shell $(PY_SYS) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 
-.PHONY: test lint unit conformance conformance-env load-env venv system-deps k8s-bins demo crds dashboard bench bench-smoke disk-usage clean help
+.PHONY: test setup lint unit conformance conformance-env load-env venv system-deps k8s-bins demo crds dashboard bench bench-smoke disk-usage clean help
 
 help:
 	@echo "make demo   - run the whole loop locally on mock workers (no cluster)"
@@ -23,6 +27,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+# Everything `make test` needs. The first four side by side (the Go build is CPU-bound, the
+# others mostly download: cold, they overlap minutes of it); conformance-env after them, so
+# its ~8 GB peak and the Go build's temporary caches (~4.7 GB) are not on disk at once.
+setup:
+	$(MAKE) --no-print-directory -j4 venv system-deps k8s-bins load-env
+	$(MAKE) --no-print-directory conformance-env
 
 # Debian packages the integration tests use (a real Prometheus server).
 system-deps:
@@ -49,8 +60,10 @@ lint:
 	$(VENV)/bin/ruff check src tests e2e bench conformance tools
 	$(VENV)/bin/mypy
 
-test: venv lint system-deps k8s-bins conformance-env load-env
-	PDSERVE_CONFORMANCE_REQUIRED=1 PDSERVE_LOAD_REQUIRED=1 PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra $(PYTEST_ARGS) tests e2e
+test: setup
+	@$(MAKE) --no-print-directory lint
+	PDSERVE_CONFORMANCE_REQUIRED=1 PDSERVE_LOAD_REQUIRED=1 PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(PY) -m pytest -ra \
+	  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests e2e
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(MAKE) --no-print-directory bench-smoke
 	@$(MAKE) --no-print-directory disk-usage
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -34,8 +35,11 @@ def counts() -> Iterator[Counts]:
     yield c
     if c.data:
         COUNTS_FILE.parent.mkdir(parents=True, exist_ok=True)
-        text = COUNTS_FILE.read_text() if COUNTS_FILE.exists() else ""
-        old = json.loads(text) if text.strip() else {}
-        for check, per in c.data.items():
-            old.setdefault(check, {}).update(per)
-        COUNTS_FILE.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
+        # Each pytest-xdist worker has its own session: they merge into the file one at a time.
+        with open(COUNTS_FILE.with_name(COUNTS_FILE.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            text = COUNTS_FILE.read_text() if COUNTS_FILE.exists() else ""
+            old = json.loads(text) if text.strip() else {}
+            for check, per in c.data.items():
+                old.setdefault(check, {}).update(per)
+            COUNTS_FILE.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")

@@ -93,3 +93,15 @@ def test_bad_input_exits_2_naming_the_problem(tmp_path: Path, content: str, args
     r = pdserve("sim", "--trace", str(p), "--out", str(tmp_path / "o"), "--quiet", "--no-sweep", *args)
     assert r.returncode == 2
     assert message in " ".join(r.stderr.split())
+
+
+def test_an_error_names_a_long_path_whole_on_one_line(tmp_path: Path) -> None:
+    # stderr is a pipe here: rich used to fold lines at 80 columns, mid-word, so a long path
+    # (a CI worker's temporary folder) came out cut in two and could not be copied.
+    folder = tmp_path / ("deep-" * 16)
+    folder.mkdir()
+    p = folder / "trace.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": -3, "output_length": 1}\n')
+    r = pdserve("sim", "--trace", str(p), "--out", str(tmp_path / "o"), "--quiet", "--no-sweep")
+    assert r.returncode == 2
+    assert f"{p}:1: field 'input_length': negative value -3" in r.stderr.splitlines()[0]

@@ -120,7 +120,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    err = Console(stderr=True)
+    # soft_wrap: an error names a path or a value whole, on one line (rich folds long words at
+    # 80 columns when stderr is not a terminal, which cut a trace's path in two).
+    err = Console(stderr=True, soft_wrap=True)
     try:
         trace = load_trace(args.trace, synthetic_rate=args.synthetic_rate, arrival_process=args.arrival,
                            arrival_cv=args.arrival_cv, seed=args.seed)
