@@ -1,39 +1,32 @@
-"""Suite-wide scheduling for ``make test``'s parallel run (pytest-xdist, ``--dist loadgroup``).
+"""Suite-wide scheduling for ``make test``, which runs the suite in two passes:
 
-Most of the suite waits (on servers starting, a control plane reconciling, a subprocess), so
-two workers finish it in a little over half the time of one. What may not be split between
-workers, each test gets as its xdist group:
+1. every test but the control-plane ones in parallel (pytest-xdist, ``--dist loadgroup``,
+   ``-m "not controlplane"``): most of the suite waits (on servers starting, a subprocess),
+   so two workers finish it in a little over half the time of one;
+2. the control-plane tests (``-m controlplane``) in one process, alone, as before.
 
-- every test that uses a local control plane (``kube_cluster``, also when it asks for it at
-  run time, as e2e does: those carry the ``controlplane`` mark): one group, so one worker
-  starts one cluster. Two clusters side by side would also be two PodRunners giving kwok's
-  pods the same loopback addresses and ports (a first parallel run failed on exactly that);
-- every other test: its module, so a module's fixtures (routers, workers, Prometheus) start
-  once, as in a serial run. (The conformance tier's session fixture, which every worker has,
-  merges its counts into one file under a lock.)
+Why the control-plane tests do not run beside the rest: kwok gives their pods loopback
+addresses (127.64.<node>.x) on which the PodRunner starts each pod's process on its real
+ports (8000, 8080, 5557). Run beside other tests, two parallel tries failed on "address
+already in use" there (a second cluster the first time, something else binding those ports
+the second), and those ports are the pods' contract, so they cannot be made free ones.
 
-The control-plane group is the longest, so it is moved to the front (a stable sort: the order
-within it, and among the rest, is the collection order) and starts at once instead of last.
-Without xdist the marks do nothing and only that order changes.
+Each test is marked here: ``controlplane`` also on every test that uses ``kube_cluster``
+(so the second pass cannot miss one that forgot the mark), and, for the first pass, an
+xdist group of its module, so a module's fixtures (routers, workers, Prometheus) start once,
+as in a serial run.
 """
 
 from __future__ import annotations
 
 import pytest
 
-CONTROLPLANE = "controlplane"
 
-
-def xdist_group(item: pytest.Item) -> str:
-    if "kube_cluster" in getattr(item, "fixturenames", ()) or item.get_closest_marker("controlplane"):
-        return CONTROLPLANE
-    return item.nodeid.split("::", 1)[0]
-
-
-# tryfirst: xdist's own hook reads the marks (it appends the group to each test's id).
+# tryfirst: before the mark plugin deselects by -m, and before xdist reads the groups (it appends
+# the group to each test's id).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    groups = {id(item): xdist_group(item) for item in items}
-    items.sort(key=lambda item: groups[id(item)] != CONTROLPLANE)
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
+        if "kube_cluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("controlplane"):
+            item.add_marker(pytest.mark.controlplane)
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

@@ -1,4 +1,5 @@
-"""The root conftest.py's grouping for `make test`'s parallel run (pytest-xdist --dist loadgroup)."""
+"""The root conftest.py's marks for `make test`'s two passes (pytest-xdist --dist loadgroup, then
+the control-plane tests alone)."""
 
 from __future__ import annotations
 
@@ -21,33 +22,27 @@ def _root_conftest() -> Any:
 
 class FakeItem:
     def __init__(self, nodeid: str, fixturenames: tuple[str, ...] = (), marks: tuple[str, ...] = ()) -> None:
-        self.nodeid, self.fixturenames, self._marks = nodeid, fixturenames, marks
-        self.added: list[pytest.MarkDecorator] = []
+        self.nodeid, self.fixturenames = nodeid, fixturenames
+        self.marks = list(marks)
 
     def get_closest_marker(self, name: str) -> object | None:
-        return name if name in self._marks else None
+        return name if name in self.marks else None
 
     def add_marker(self, mark: pytest.MarkDecorator) -> None:
-        self.added.append(mark)
+        self.marks.append(mark.name if mark.name != "xdist_group" else f"xdist_group:{mark.args[0]}")
 
 
-def test_every_control_plane_test_shares_one_group_and_goes_first() -> None:
-    conftest = _root_conftest()
+def test_a_cluster_user_is_a_controlplane_test_and_each_module_is_one_group() -> None:
     items = [
         FakeItem("tests/sim/test_a.py::test_one"),
         FakeItem("tests/operator/test_op.py::test_x", fixturenames=("admin", "kube_cluster")),
-        FakeItem("tests/sim/test_a.py::test_two"),
-        # asks for the cluster at run time (request.getfixturevalue), marked instead
         FakeItem("e2e/test_mock_disagg.py::test_y", marks=("controlplane",)),
         FakeItem("tests/router/test_b.py::test_three[lean]"),
     ]
-    conftest.pytest_collection_modifyitems(items)
-    groups = [(it.nodeid, it.added[0].args[0]) for it in items]
-    assert groups == [
-        ("tests/operator/test_op.py::test_x", "controlplane"),
-        ("e2e/test_mock_disagg.py::test_y", "controlplane"),
-        ("tests/sim/test_a.py::test_one", "tests/sim/test_a.py"),
-        ("tests/sim/test_a.py::test_two", "tests/sim/test_a.py"),
-        ("tests/router/test_b.py::test_three[lean]", "tests/router/test_b.py"),
+    _root_conftest().pytest_collection_modifyitems(items)
+    assert [(it.nodeid, it.marks) for it in items] == [
+        ("tests/sim/test_a.py::test_one", ["xdist_group:tests/sim/test_a.py"]),
+        ("tests/operator/test_op.py::test_x", ["controlplane", "xdist_group:tests/operator/test_op.py"]),
+        ("e2e/test_mock_disagg.py::test_y", ["controlplane", "xdist_group:e2e/test_mock_disagg.py"]),
+        ("tests/router/test_b.py::test_three[lean]", ["xdist_group:tests/router/test_b.py"]),
     ]
-    assert all(it.added[0].name == "xdist_group" for it in items)
