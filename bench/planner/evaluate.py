@@ -60,7 +60,7 @@ from feasibility import TraceFeasibility  # noqa: E402
 from references import Setup, lower_bound  # noqa: E402
 from replays import REFERENCE, best_schedule, causal_reference, run_order, run_policy, trace_feasibility  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
-from variants import BY_NAME, PLOTTED, Flags, Variant, unknown_policy  # noqa: E402
+from variants import BY_NAME, PLOTTED, Flags, Knobs, unknown_policy  # noqa: E402
 
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
 from pdserve.planner.core.profile_model import derive_profile  # noqa: E402
@@ -205,9 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                           "attainment_feasible_after_warmup": r["attainment_after_warmup"]}
     log = lambda m: print(f"[{trace_id} {args.model_profile}] {m}", flush=True)  # noqa: E731
 
-    def replay(v: Variant, f: Flags) -> dict:
-        """The planner variant ``v`` at the flags ``f``, replayed end to end."""
-        k = v.knobs(f)
+    def replay(k: Knobs, f: Flags) -> dict:
+        """A planner with the knobs ``k`` at the flags ``f``, replayed end to end."""
         cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval,
                            predictor=k.predictor, prefill_max=args.max_replicas, decode_max=args.max_replicas,
                            prefill_tp=s.tp_p, decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
@@ -258,13 +257,15 @@ def main(argv: list[str] | None = None) -> int:
                 results["reactive"]["sweep"] = sweep
         elif name in BY_NAME:
             v = BY_NAME[name]
-            out = replay(v, flags)
-            results[name] = out | {"params": v.params(flags)}
+            knobs = v.knobs(flags)
+            out = replay(knobs, flags)
+            results[name] = out | {"params": v.params(flags, knobs)}
             if v.sweep and getattr(args, v.sweep.option):
                 here = getattr(flags, v.sweep.over)
                 sweep = []
                 for x in getattr(args, v.sweep.option):
-                    o = out if x == here else replay(v, v.sweep.at(flags, x))
+                    at = v.sweep.at(flags, x)
+                    o = out if x == here else replay(v.knobs(at), at)
                     sweep.append({v.sweep.over: x, "attainment": o["attainment"],
                                   "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
                 results[name]["sweep"] = sweep

@@ -85,8 +85,8 @@ class Variant:
     sweep: Sweep | None = None
     plotted: bool = True
 
-    def params(self, flags: Flags) -> dict[str, object]:
-        k = self.knobs(flags)
+    def params(self, flags: Flags, k: Knobs) -> dict[str, object]:
+        """What a result records: ``k``, the knobs the replay was built with (``self.knobs(flags)``)."""
         out: dict[str, object] = {"peak_window_s": flags.peak_window_s}
         for name in self.records:
             v = getattr(k, name)
