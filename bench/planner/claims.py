@@ -254,7 +254,7 @@ def same_floor(results: Path) -> str:
 
 
 def variants(results: Path) -> str:
-    """The opt-in planner variants measured against the shipped planner (``burst_cost.py`` diagnosis files,
+    """The planner variants measured against the planner shipped at each file's commit (``burst_cost.py`` diagnosis files,
     planner-only replays of the suite's runs, GPU-hours against the committed best schedule)."""
     out = []
     for f in sorted((results / "diagnosis").glob("*.json")):
@@ -269,8 +269,9 @@ def variants(results: Path) -> str:
         out.append(f"`diagnosis/{f.name}` ({', '.join(d['variants_run'])}): " + "; ".join(per))
     if not out:
         return ""
-    return ("* **Opt-in planner variants** (not the shipped default; attainment after warm-up, GPU-hours vs the best "
-            "schedule): " + ". ".join(out) + ".")
+    return ("* **Planner variants against the planner shipped when each file was run** (attainment after warm-up, "
+            "GPU-hours vs the best schedule; every file here predates session 15, whose default is planner_next2's "
+            "parts, so their `planner` is the one before): " + ". ".join(out) + ".")
 
 
 def render(runs: Runs, results: Path) -> str:

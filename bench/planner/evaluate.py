@@ -7,6 +7,10 @@ Policies (``--policies``):
 - ``planner``: ``pdserve.planner.PlannerPolicy`` at its shipped defaults through the simulator
   hook (Holt-Winters), seeing only what Prometheus would (``pdserve.sim.windows``); since session 9
   its burst reserve is the fitted burst arrival rate with the absorb gate (``planner_fit``'s rule);
+  since session 15 planner_next2's parts are its defaults (cold start and link, the prefill pool's TTFT
+  against a front-end profile, Holt-Winters level >= 0.5). The development variants below, bar
+  planner_fit and planner_next2/4, change the planner *before* session 15 (``variants._pre15``), as
+  their diagnosis files ran them;
 - ``planner_constant``: the same with the last-value predictor (ablation);
 - ``planner_irate``: the planner as shipped before session 9, its burst reserve the 15 s scrape
   ``irate()`` peak (``--burst-budget none``);
@@ -30,7 +34,7 @@ Policies (``--policies``):
   (``PolicyConfig.correction_pool_ttft``; the simulator's window has it as the prefill pods' TTFT histogram
   would) against a profile whose TTFT holds the engine's front end (``derive_profile(include_frontend=True)``),
   and whose Holt-Winters level smoothing is at least ``NEXT2_MIN_LEVEL`` (``PolicyConfig.min_level_smoothing``);
-  session 11's candidate default, opt-in;
+  session 11's candidate, the shipped defaults since session 15 (so planner and planner_next2 run the same);
 - ``planner_young`` / ``planner_next4``: the planner / planner_next2 with ``PolicyConfig.arriving_young = "seen"``
   (issue 12, session 13, opt-in): while the rate window is young, counted from the first arrival, the drain's
   arriving rate is the window's tokens over the traffic seen, not the router's burst gauge;

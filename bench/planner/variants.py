@@ -45,22 +45,22 @@ class Flags:
 @dataclass(frozen=True)
 class Knobs:
     """The ``PolicyConfig`` fields a variant chooses (the rest come from evaluate.py's flags), and
-    which profile its latency correction compares with. The defaults are the shipped planner's,
-    except the opt-in switches, which are off."""
+    which profile its latency correction compares with. The defaults are the shipped planner's; the
+    switches still opt-in are off."""
 
     predictor: str = "holt-winters"
     burst_budget_s: float | None = PolicyConfig.burst_budget_s
     burst_fit_budget_s: float | None = PolicyConfig.burst_fit_budget_s
     burst_absorb_fraction: float | None = PolicyConfig.burst_absorb_fraction
-    correction_offset: bool = False
-    cold_start_link: bool = False
-    ttft_path_ms: float | None = None
-    correction_pool_ttft: bool = False
-    min_level_smoothing: float | None = None
+    correction_offset: bool = PolicyConfig.correction_offset
+    cold_start_link: bool = PolicyConfig.cold_start_link
+    ttft_path_ms: float | None = PolicyConfig.ttft_path_ms
+    correction_pool_ttft: bool = PolicyConfig.correction_pool_ttft
+    min_level_smoothing: float | None = PolicyConfig.min_level_smoothing
     arriving_young: str = PolicyConfig.arriving_young
     # The prefill pods' TTFT holds the engine's front end: a correction that reads it compares it with
-    # a profile that does too (derive_profile(include_frontend=True)).
-    profile_frontend: bool = False
+    # a profile that does too (derive_profile(include_frontend=True)), as the live planner derives its own.
+    profile_frontend: bool = PolicyConfig.correction_pool_ttft
 
 
 @dataclass(frozen=True)
@@ -111,24 +111,39 @@ def _next2(young: str) -> Callable[[Flags], Knobs]:
                            min_level_smoothing=NEXT2_MIN_LEVEL, arriving_young=young)
 
 
+def _pre15(**change: Any) -> Knobs:
+    """The shipped planner before session 15 made planner_next2's parts its defaults, with ``change``: the
+    development variants measured against that planner keep meaning what their diagnosis files ran."""
+    return replace(Knobs(cold_start_link=False, correction_pool_ttft=False, profile_frontend=False,
+                         min_level_smoothing=None), **change)
+
+
 _BURST = ("burst_budget_s", "burst_fit_budget_s", "burst_absorb_fraction")
 _NEXT2 = ("cold_start_link", "correction_pool_ttft", "profile_frontend", "min_level_smoothing", "arriving_young")
 
+
+def _rec(*own: str) -> tuple[str, ...]:
+    """A variant's own knobs, then planner_next2's parts (defaults since session 15), which every result records."""
+    return own + tuple(k for k in _NEXT2 if k not in own)
+
+
 # In the order the "unknown policy" message names them (the order they were added in).
 VARIANTS: tuple[Variant, ...] = (
-    Variant("planner", lambda f: Knobs(), _BURST, Sweep("planner_sweep", "peak_window_s")),
-    Variant("planner_constant", lambda f: Knobs(predictor="constant"), _BURST, plotted=False),
-    Variant("planner_irate", lambda f: Knobs(burst_budget_s=None, burst_fit_budget_s=None), ("burst_budget_s",),
+    Variant("planner", lambda f: Knobs(), _rec(*_BURST), Sweep("planner_sweep", "peak_window_s")),
+    Variant("planner_constant", lambda f: Knobs(predictor="constant"), _rec(*_BURST), plotted=False),
+    # The development variants below (bar planner_fit and planner_next2/4) are changes to the planner before
+    # session 15 (_pre15), as their diagnosis files ran them.
+    Variant("planner_irate", lambda f: _pre15(burst_budget_s=None, burst_fit_budget_s=None), _rec("burst_budget_s"),
             plotted=False),
-    Variant("planner_burst", lambda f: Knobs(burst_budget_s=f.burst_budget_s, burst_fit_budget_s=None),
-            ("burst_budget_s",), Sweep("burst_sweep", "burst_budget_s")),
-    Variant("planner_fit", _fit, _BURST),
-    Variant("planner_next", lambda f: Knobs(correction_offset=True), ("correction_offset",)),
-    Variant("planner_link", lambda f: Knobs(cold_start_link=True), ("cold_start_link",)),
-    Variant("planner_link_path", lambda f: Knobs(cold_start_link=True, ttft_path_ms=_path_ms(f)),
-            ("cold_start_link", "ttft_path_ms")),
+    Variant("planner_burst", lambda f: _pre15(burst_budget_s=f.burst_budget_s, burst_fit_budget_s=None),
+            _rec("burst_budget_s"), Sweep("burst_sweep", "burst_budget_s")),
+    Variant("planner_fit", _fit, _rec(*_BURST)),
+    Variant("planner_next", lambda f: _pre15(correction_offset=True), _rec("correction_offset")),
+    Variant("planner_link", lambda f: _pre15(cold_start_link=True), _rec("cold_start_link")),
+    Variant("planner_link_path", lambda f: _pre15(cold_start_link=True, ttft_path_ms=_path_ms(f)),
+            _rec("cold_start_link", "ttft_path_ms")),
     Variant("planner_next2", _next2(PolicyConfig.arriving_young), _NEXT2),
-    Variant("planner_young", lambda f: Knobs(arriving_young="seen"), ("arriving_young",)),
+    Variant("planner_young", lambda f: _pre15(arriving_young="seen"), _rec("arriving_young")),
     Variant("planner_next4", _next2("seen"), _NEXT2),
 )
 BY_NAME = {v.name: v for v in VARIANTS}

@@ -57,15 +57,24 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
     assert list(results) == ["reactive", *ALL]
     pw = PolicyConfig.peak_window_s
     shipped = {"burst_budget_s": 2.0, "burst_fit_budget_s": 4.0, "burst_absorb_fraction": 0.5}
-    # Written out by hand, in the order the result files have recorded them since each variant came in.
+    # Written out by hand: each variant's own knobs, then planner_next2's parts, shipped since session 15 (PRE15: off,
+    # as the planner before session 15 had them, for the development variants measured against that planner).
+    young = {"arriving_young": "peak"}
+    shipped_next2 = {**NEXT2, **young}
+    pre15 = {"cold_start_link": False, "correction_pool_ttft": False, "profile_frontend": False,
+             "min_level_smoothing": None, **young}
+    path = results["planner_link_path"]["params"].get("ttft_path_ms")
     expected = {
-        "planner": shipped, "planner_constant": shipped, "planner_irate": {"burst_budget_s": None},
-        "planner_burst": {"burst_budget_s": 0.0},
-        "planner_fit": {"burst_budget_s": 2.0, "burst_fit_budget_s": 4.0, "burst_absorb_fraction": None},
-        "planner_next": {"correction_offset": True}, "planner_link": {"cold_start_link": True},
-        "planner_link_path": {"cold_start_link": True, "ttft_path_ms": results["planner_link_path"]["params"].get(
-            "ttft_path_ms")},
-        "planner_next2": {**NEXT2, "arriving_young": "peak"}, "planner_young": {"arriving_young": "seen"},
+        "planner": shipped | shipped_next2, "planner_constant": shipped | shipped_next2,
+        "planner_irate": {"burst_budget_s": None, **pre15}, "planner_burst": {"burst_budget_s": 0.0, **pre15},
+        "planner_fit": {"burst_budget_s": 2.0, "burst_fit_budget_s": 4.0, "burst_absorb_fraction": None,
+                        **shipped_next2},
+        "planner_next": {"correction_offset": True, **pre15},
+        "planner_link": {**pre15, "cold_start_link": True},
+        "planner_link_path": {"cold_start_link": True, "ttft_path_ms": path, **{k: v for k, v in pre15.items()
+                                                                               if k != "cold_start_link"}},
+        "planner_next2": shipped_next2, "planner_young": {"arriving_young": "seen", **{
+            k: v for k, v in pre15.items() if k != "arriving_young"}},
         "planner_next4": {**NEXT2, "arriving_young": "seen"}}
     for name in ALL:
         assert list(results[name]["params"].items()) == [("peak_window_s", pw), *expected[name].items()], name
@@ -73,8 +82,8 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
     # Each replay was built with what its params say, the shipped planner's settings elsewhere, and the
     # settings its params leave out (by hand).
     unrecorded = {"planner_irate": {"burst_fit_budget_s": None}, "planner_burst": {"burst_fit_budget_s": None}}
-    base = {**shipped, "correction_offset": False, "cold_start_link": False, "ttft_path_ms": None,
-            "correction_pool_ttft": False, "min_level_smoothing": None, "arriving_young": "peak",
+    base = {**shipped, "correction_offset": False, "cold_start_link": True, "ttft_path_ms": None,
+            "correction_pool_ttft": True, "min_level_smoothing": 0.5, "arriving_young": "peak",
             "predictor": "holt-winters", "peak_window_s": pw}
     for name in ALL:
         cfg, frontend = cfgs[name]
@@ -86,7 +95,8 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
         want = base | params | unrecorded.get(name, {}) | ({"predictor": "constant"} if name == "planner_constant" else {})
         assert {k: getattr(cfg, k) for k in base} == want, name
     assert FRONT != derive_profile("llama-3.1-8b-h100", kv_link_gbps=100.0)
-    assert [n for n in ALL if cfgs[n][1] is True] == ["planner_next2", "planner_next4"]
+    assert [n for n in ALL if cfgs[n][1] is True] == ["planner", "planner_constant", "planner_fit", "planner_next2",
+                                                      "planner_next4"]
     # The plot draws the references and the variants, not the ablations.
     assert legend == ["reactive", *(n for n in ALL if n not in ("planner_constant", "planner_irate"))]
 
@@ -95,12 +105,16 @@ def test_burst_flags_and_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     results, cfgs, _ = run(tmp_path, monkeypatch, ["planner_fit", "planner_burst", "planner"], "--burst-budget", "1",
                            "--burst-fit-budget", "3", "--burst-absorb-fraction", "0.25", "--peak-window", "120",
                            "--burst-sweep", "1", "0", "--planner-sweep", "60")
+    next2 = {**NEXT2, "arriving_young": "peak"}
+    pre15 = {"cold_start_link": False, "correction_pool_ttft": False, "profile_frontend": False,
+             "min_level_smoothing": None, "arriving_young": "peak"}
     assert list(results["planner_fit"]["params"].items()) == [
-        ("peak_window_s", 120.0), ("burst_budget_s", 1.0), ("burst_fit_budget_s", 3.0), ("burst_absorb_fraction", 0.25)]
-    assert results["planner_burst"]["params"] == {"peak_window_s": 120.0, "burst_budget_s": 1.0}
+        ("peak_window_s", 120.0), ("burst_budget_s", 1.0), ("burst_fit_budget_s", 3.0), ("burst_absorb_fraction", 0.25),
+        *next2.items()]
+    assert results["planner_burst"]["params"] == {"peak_window_s": 120.0, "burst_budget_s": 1.0, **pre15}
     # The shipped planner keeps its own burst settings whatever the burst flags say.
     assert results["planner"]["params"] == {"peak_window_s": 120.0, "burst_budget_s": 2.0, "burst_fit_budget_s": 4.0,
-                                            "burst_absorb_fraction": 0.5}
+                                            "burst_absorb_fraction": 0.5, **next2}
     assert [p["burst_budget_s"] for p in results["planner_burst"]["sweep"]] == [1.0, 0.0]
     assert list(results["planner_burst"]["sweep"][0]) == ["burst_budget_s", "attainment", "attainment_after_warmup",
                                                           "gpu_hours"]
@@ -109,7 +123,7 @@ def test_burst_flags_and_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     # Without --burst-budget / --burst-absorb-fraction: planner_fit's 2 s and no absorb gate (the session-7 rule).
     results, _, _ = run(tmp_path, monkeypatch, ["planner_fit"])
     assert results["planner_fit"]["params"] == {"peak_window_s": 900.0, "burst_budget_s": 2.0,
-                                                "burst_fit_budget_s": 4.0, "burst_absorb_fraction": None}
+                                                "burst_fit_budget_s": 4.0, "burst_absorb_fraction": None, **next2}
 
 
 def test_one_table_names_them() -> None:

@@ -83,6 +83,8 @@ def make(**kw) -> PlannerPolicy:
 
 def test_the_policy_option_is_opt_in_and_sizes_from_the_profile_once_the_offset_is_known():
     assert PolicyConfig().correction_offset is False
+    # The client's TTFT, as before session 15 (the shipped correction reads the prefill pool's, which holds no
+    # such fixed path: test_correction_pool_ttft).
 
     def run(pol: PlannerPolicy):
         d = None
@@ -91,5 +93,5 @@ def test_the_policy_option_is_opt_in_and_sizes_from_the_profile_once_the_offset_
                                ttft_tail_s=0.9, itl_mean_s=0.011, itl_tail_s=0.012), t)
         return d.explanation["capacity"]["prefillCorrection"]
 
-    assert run(make()) > 1.45  # the fixed 60 ms read as a 1.5x slower engine
-    assert run(make(correction_offset=True)) == 1.0
+    assert run(make(correction_pool_ttft=False)) > 1.45  # the fixed 60 ms read as a 1.5x slower engine
+    assert run(make(correction_pool_ttft=False, correction_offset=True)) == 1.0

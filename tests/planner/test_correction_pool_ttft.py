@@ -77,8 +77,9 @@ def test_the_simulator_hook_passes_the_prefill_engines_ttft():
     assert (o.prefill_ttft_mean_s, o.prefill_ttft_tail_s, o.ttft_mean_s) == (0.12, 0.3, 0.5)
 
 
-def test_the_policy_option_is_opt_in():
-    assert PolicyConfig().correction_pool_ttft is False
+def test_the_policy_option_is_on_by_default():
+    # Shipped since session 15 (bench/planner planner_next2, results/diagnosis/planner_next3.json).
+    assert PolicyConfig().correction_pool_ttft is True
 
     def run(**kw):
         pol = PlannerPolicy(PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32,
@@ -91,5 +92,21 @@ def test_the_policy_option_is_opt_in():
                                itl_tail_s=0.012), t)
         return d.explanation["capacity"]["prefillCorrection"]
 
-    assert run() > 1.45  # the client's 80 ms path read as a 1.5x slower engine
-    assert run(correction_pool_ttft=True) == 1.0
+    assert run(correction_pool_ttft=False) > 1.45  # the client's 80 ms path read as a 1.5x slower engine
+    assert run() == 1.0
+
+
+def test_the_hosted_planner_derives_a_profile_that_holds_the_front_end():
+    """The correction compares the prefill pods' TTFT, front end included, with the profile: the operator's
+    planner derives its profile likewise (and without it where the correction reads the client's TTFT)."""
+    from pdserve.planner.core.profile_model import derive_profile
+    from pdserve.planner.core.spec_config import HostedSettings, load_profile_for
+
+    def hosted(cfg: PolicyConfig):
+        return load_profile_for(HostedSettings(cfg, "http://127.0.0.1:9090", True, "llama-3.1-8b-h100", None), "ns")
+
+    front = derive_profile("llama-3.1-8b-h100", prefill_tp=1, decode_tp=1, include_frontend=True)
+    bare = derive_profile("llama-3.1-8b-h100", prefill_tp=1, decode_tp=1)
+    assert front.prefill != bare.prefill
+    assert hosted(PolicyConfig()).prefill == front.prefill
+    assert hosted(PolicyConfig(correction_pool_ttft=False)).prefill == bare.prefill

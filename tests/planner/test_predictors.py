@@ -113,6 +113,6 @@ def test_holt_winters_level_smoothing_bound_follows_the_latest_ticks():
 
 
 def test_the_policy_option_reaches_the_predictor():
-    assert PolicyConfig().min_level_smoothing is None
-    pol = PlannerPolicy(PolicyConfig(min_level_smoothing=0.5), queue_profile())
-    assert pol.predictor.min_level_smoothing == 0.5
+    assert PolicyConfig().min_level_smoothing == 0.5  # since session 15 (bench/planner planner_next2)
+    assert PlannerPolicy(PolicyConfig(), queue_profile()).predictor.min_level_smoothing == 0.5
+    assert PlannerPolicy(PolicyConfig(min_level_smoothing=None), queue_profile()).predictor.min_level_smoothing is None

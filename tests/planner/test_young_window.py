@@ -72,8 +72,9 @@ def test_the_policy_drains_for_the_traffic_seen_not_the_gauge(young: str, arrivi
     # Gauge: at start-up 10,240 + (40,960 - 9,500) x 60 = 1,897,840 tokens queued; drained in 30 s on top of
     # the 3,072 served: 66,333 / 9,500 = 6.98 -> 7 prefill replicas.
     # Seen: 3,072 x 60 / 30 = 6,144 arrive, less than the one replica moves: no queue at start-up, 1 replica.
+    # Without cold_start_link (shipped since session 15), whose drain serves the arriving rate on top.
     cfg = PolicyConfig(predictor="constant", interval_s=30, startup_s=60, correction=False, peak_window_s=0,
-                       prefill_max=32, decode_max=32, arriving_young=young)
+                       prefill_max=32, decode_max=32, arriving_young=young, cold_start_link=False)
     policy = PlannerPolicy(cfg, queue_profile())
     d = policy.decide(_obs(30.0, 3_072.0, 40_960.0, 10.0), 30.0)
     demand = d.explanation["demand"]

@@ -47,8 +47,9 @@ class PolicyConfig:
     predictor: str = "holt-winters"  # for the request rate, which trends
     length_predictor: str = "moving-average"  # for ISL / OSL: level series, and 3 fits per tick cost
     seasonal_periods: int | None = None
-    # Holt-Winters' fitted level smoothing at least this (None: 0; HoltWintersPredictor; bench/planner planner_next2).
-    min_level_smoothing: float | None = None
+    # Holt-Winters' fitted level smoothing at least this (None: 0; HoltWintersPredictor). 0.5 since session 15 (was
+    # bench/planner's planner_next2): chosen on forecast error, not on a planner outcome (diagnosis/forecast_error.json).
+    min_level_smoothing: float | None = 0.5
     prefill_min: int = 1
     prefill_max: int = 8
     decode_min: int = 1
@@ -137,15 +138,18 @@ class PolicyConfig:
     # added to the profile's TTFT before the correction's ratio (None: not modelled; bench/planner
     # ``planner_link_path`` takes it from the simulator's engine numbers; live: idle TTFT minus prefill).
     ttft_path_ms: float | None = None
-    # Cold start and KV link (off by default; bench/planner ``planner_link``, issue 12): the drain term serves the
+    # Cold start and KV link (on since session 15, with correction_pool_ttft and min_level_smoothing: bench/planner's
+    # planner_next2, results/diagnosis/planner_next3.json; issue 12): the drain term serves the
     # arriving rate (not the forecast, which lags a ramp and reads a third of the load while the rate window fills),
     # the decode links carry the KV stream the prefill pool sends at its real (uncorrected) speed, decode gives up a
     # link only below target_utilization of what the links left carry (hysteresis at the single-receiver threshold),
     # and a stream no pair carries gets the pair where the links stop adding throughput (sizing.LINK_PLATEAU).
-    cold_start_link: bool = False
+    cold_start_link: bool = True
     # The correction's prefill ratio from the prefill engines' own TTFT (Observation.prefill_ttft_mean_s), not the
-    # client's, which adds the KV transfer, hand-off and decode's first step (off; bench/planner planner_next2).
-    correction_pool_ttft: bool = False
+    # client's, which adds the KV transfer, hand-off and decode's first step. The profile it compares with must hold
+    # the engine's front end as the pods' histogram does: a measured one does, a derived one is derived so
+    # (include_frontend=correction_pool_ttft in spec_config.load_profile_for and the planner CLI).
+    correction_pool_ttft: bool = True
     explode_ratio: float = 4.0
     history_len: int = 240
 

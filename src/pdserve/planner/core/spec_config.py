@@ -75,5 +75,6 @@ def load_profile_for(settings: HostedSettings, namespace: str, core_api: Any = N
         return CapacityProfile.model_validate(json.loads(raw))
     from pdserve.planner.core.profile_model import derive_profile
 
+    # The correction compares the prefill pods' TTFT, front end included, with this profile: derive it likewise.
     return derive_profile(settings.perf_profile, prefill_tp=settings.config.prefill_tp,
-                          decode_tp=settings.config.decode_tp)
+                          decode_tp=settings.config.decode_tp, include_frontend=settings.config.correction_pool_ttft)

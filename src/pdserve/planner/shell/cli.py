@@ -170,7 +170,9 @@ async def _run_local(args, stopped, log) -> int:
     if args.profile:
         profile = CapacityProfile.load(args.profile)
     else:
-        profile = derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp)
+        # Front end included where the correction reads the prefill pods' TTFT, which holds it (PolicyConfig).
+        profile = derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
+                                 include_frontend=PolicyConfig.correction_pool_ttft)
         speedup = args.mock_speedup or _worker_speedup(args.worker_arg)
         if speedup != 1.0:
             profile = profile.time_scaled(speedup)
