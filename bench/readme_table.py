@@ -40,8 +40,8 @@ def planner(d: dict[str, Any]) -> str:
     commits = d.get("commits", [])
     at = ("" if not commits else f"; all at {commits[0][:7]}{'+dirty' if d.get('any_dirty') else ''}"
           if len(commits) == 1 else f"; from {len(commits)} commits")
-    parts = [f"{met}/{len(runs)} runs meet every target ({len(held)} held out{at}); attainment after warm-up, "
-             "GPU-hours as a multiple of the best schedule found's"]
+    parts = [f"{met}/{len(runs)} runs meet every target ({len(held)} held out{at}){unreached(runs)}; attainment "
+             "after warm-up, GPU-hours as a multiple of the best schedule found's"]
     for label, prefix in (("Azure conv", "azure"), ("bursty", "bursty"), ("Mooncake conv", "mooncake")):
         rs = [r for r in runs if r["trace"].startswith(prefix)]
         if not rs:
@@ -76,6 +76,23 @@ def planner(d: dict[str, Any]) -> str:
         parts.append("requests infeasible even alone on idle replicas: " + ", ".join(
             f"{r['trace']} ({r['setup']}) {100 * (1 - r['feasible_fraction_after_warmup']):.1f} %" for r in infeasible))
     return "; ".join(parts)
+
+
+def unreached(runs: list[dict[str, Any]]) -> str:
+    """Of the runs that miss, those where the references miss too (suite.reference_reach)."""
+    miss = [r for r in runs if not r.get("target_met") and "reference" in r]
+    if not miss:
+        return ""
+    name = lambda r: f"{r['setup']}/{r['trace']}"  # noqa: E731
+    best = [name(r) for r in miss if not r["reference"]["best_attains"]]
+    causal = [name(r) for r in miss if r["reference"]["best_attains"] and r["reference"]["causal_within_budget"] is False]
+    out = []
+    if best:
+        out.append(f"the best schedule found itself under 99 % on {len(best)} ({', '.join(best)})")
+    if causal:
+        out.append(f"the onset-oracle causal reference itself over 1.15x or under 99 % on {len(causal)} "
+                   f"({', '.join(causal)})")
+    return f"; of the {len(miss)} that miss, " + " and ".join(out) if out else ""
 
 
 def distserve(d: dict[str, Any]) -> str:
