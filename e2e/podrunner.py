@@ -27,6 +27,8 @@ from typing import Any
 
 from pdserve.common.procs import stop_group
 
+from portholders import explain_bind_failure
+
 PDSERVE_SUBCOMMANDS = {"worker", "router", "operator", "planner"}
 # Roles whose processes serve on the pod IP (rather than only calling the API server).
 BINDS_HOST = {"worker", "router"}
@@ -205,7 +207,11 @@ class PodRunner:
                     self._terminate(key)
                 elif (rc := self.running[key].proc.poll()) is not None:
                     r = self.running.pop(key)
-                    self.exited.append((r.run, rc, _tail(r.log)))
+                    tail = _tail(r.log)
+                    # A bind failure names who holds the address, while that process still runs.
+                    if why := explain_bind_failure(tail):
+                        tail += f"\n[podrunner] {why}"
+                    self.exited.append((r.run, rc, tail))
                     self._exited_at[key] = time.monotonic()
             # kwok may give a new pod the IP of a deleted one whose process still drains: on a
             # node each pod has its own network namespace, here they would collide on the port.
