@@ -63,7 +63,7 @@ lint:
 
 test: setup
 	@$(MAKE) --no-print-directory lint
-	$(TEST_ENV) $(PY) -m pytest -ra -n $(PYTEST_WORKERS) --dist loadgroup -m "not controlplane" $(PYTEST_ARGS) tests e2e
+	$(TEST_ENV) $(PY) -m pytest -ra -n $(PYTEST_WORKERS) --dist load -m "not controlplane" $(PYTEST_ARGS) tests e2e
 	$(TEST_ENV) $(PY) -m pytest -ra -m controlplane $(PYTEST_ARGS) tests e2e
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(MAKE) --no-print-directory bench-smoke
 	@$(MAKE) --no-print-directory disk-usage

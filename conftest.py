@@ -1,20 +1,22 @@
-"""Suite-wide scheduling for ``make test``, which runs the suite in two passes:
+"""Suite-wide marks for ``make test``, which runs the suite in two passes:
 
-1. every test but the control-plane ones in parallel (pytest-xdist, ``--dist loadgroup``,
+1. every test but the control-plane ones in parallel (pytest-xdist, ``--dist load``,
    ``-m "not controlplane"``): most of the suite waits (on servers starting, a subprocess),
    so two workers finish it in a little over half the time of one;
-2. the control-plane tests (``-m controlplane``) in one process, alone, as before.
+2. the control-plane tests (``-m controlplane``) in one process, alone.
 
 Why the control-plane tests do not run beside the rest: kwok gives their pods loopback
 addresses (127.64.<node>.x) on which the PodRunner starts each pod's process on its real
-ports (8000, 8080, 5557). Run beside other tests, two parallel tries failed on "address
-already in use" there (a second cluster the first time, something else binding those ports
-the second), and those ports are the pods' contract, so they cannot be made free ones.
+ports (8000, 8080, 5557), so two clusters at once (one per worker: ``kube_cluster`` is
+session-scoped) collide there. Keeping them on one worker would need xdist's groups, and
+those do nothing here: pytest-xdist 3.8's ``loadgroup`` tags a test's group onto
+``Item._nodeid``, which pytest 9.2's ``nodeid`` no longer reads (it reads ``_id``), so the
+controller sees untagged ids and spreads a group's tests over the workers. That is what
+made session 14's one-pass tries fail (``e2e/portholders.py`` named the holder in a rerun,
+session 15: the other worker's cluster's pod processes on the same addresses).
 
-Each test is marked here: ``controlplane`` also on every test that uses ``kube_cluster``
-(so the second pass cannot miss one that forgot the mark), and, for the first pass, an
-xdist group of its module, so a module's fixtures (routers, workers, Prometheus) start once,
-as in a serial run.
+``controlplane`` is also put on every test that uses ``kube_cluster``, so the second pass
+cannot miss one that forgot the mark.
 """
 
 from __future__ import annotations
@@ -22,11 +24,9 @@ from __future__ import annotations
 import pytest
 
 
-# tryfirst: before the mark plugin deselects by -m, and before xdist reads the groups (it appends
-# the group to each test's id).
+# tryfirst: before the mark plugin deselects by -m.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "kube_cluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("controlplane"):
             item.add_marker(pytest.mark.controlplane)
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
