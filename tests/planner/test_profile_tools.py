@@ -38,6 +38,21 @@ def test_profile_cli_sim(tmp_path, capsys):
     assert "unknown performance profile 'nope'" in capsys.readouterr().err
 
 
+def test_profile_cli_sim_holds_the_front_end_as_a_measured_profile_does(tmp_path):
+    # A sweep against an endpoint measures TTFT with the engine's front end, and the planner's
+    # default correction compares the prefill pods' TTFT (which holds it) with the profile.
+    out = tmp_path / "p.json"
+    assert main(["--sim", "--model-profile", "llama-3.1-8b-h100", "--out", str(out)]) == 0
+    with_front = derive_profile("llama-3.1-8b-h100", include_frontend=True)
+    assert CapacityProfile.load(out).model_dump() == with_front.model_dump()
+    assert main(["--sim", "--model-profile", "llama-3.1-8b-h100", "--no-frontend", "--out", str(out)]) == 0
+    engine_only = CapacityProfile.load(out)
+    assert engine_only.model_dump() == derive_profile("llama-3.1-8b-h100").model_dump()
+    # 22 ms on this profile (efficiency.frontend_latency_s)
+    assert with_front.prefill.points[0].ttft_mean_ms - engine_only.prefill.points[0].ttft_mean_ms == \
+        pytest.approx(22.0)
+
+
 @pytest.mark.slow
 def test_profile_cli_sweeps_a_live_mock_worker(tmp_path):
     from pdserve.worker.testing import start_worker

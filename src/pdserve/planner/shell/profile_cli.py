@@ -23,6 +23,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--mock-speedup", type=float, default=1.0,
                    help="--sim: express the profile in the wall time of a mock worker run with this speed-up")
+    p.add_argument("--frontend", action=argparse.BooleanOptionalAction, default=True,
+                   help="--sim: the TTFTs hold the engine's front end (API server, tokenisation, hand-off), as a "
+                        "sweep against an endpoint measures them and as the planner's latency correction reads the "
+                        "prefill pods' TTFT (default); --no-frontend: the engine's steps and queue only")
     p.add_argument("--model", help="--endpoint: model name (default: first of /v1/models)")
     p.add_argument("--isl", type=int, nargs="+", default=[128, 512, 2048], help="--endpoint: prompt lengths")
     p.add_argument("--context", type=int, nargs="+", default=[128, 512, 2048], help="--endpoint: decode contexts")
@@ -36,8 +40,9 @@ def main(argv: list[str]) -> int:
         if args.sim:
             from pdserve.planner.core.profile_model import derive_profile
 
+            # A derived profile stands in for a measured one, which holds the front end.
             prof = derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
-                                  max_num_batched_tokens=args.max_num_batched_tokens)
+                                  max_num_batched_tokens=args.max_num_batched_tokens, include_frontend=args.frontend)
             if args.mock_speedup != 1.0:
                 prof = prof.time_scaled(args.mock_speedup)
         else:
