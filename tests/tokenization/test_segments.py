@@ -118,3 +118,44 @@ def test_pieces_that_are_not_independent_keep_the_plain_encode(tmp_path: Path) -
     plain = _trained(tmp_path, pre_tokenizers.ByteLevel(add_prefix_space=False), [AddedToken("<x>", special=True)])
     enc = SegmentEncoder.plan(plain)
     assert enc is not None and enc.encode(text) == plain.encode(text, add_special_tokens=False).ids
+
+
+def _leftmost_longest_split(words: set[str], text: str) -> list[str]:
+    """What the backend does with added tokens: scan left to right, at each position take the
+    longest word starting there (written without regexes, as the reference)."""
+    out, piece, i = [], "", 0
+    while i < len(text):
+        hit = max((w for w in words if text.startswith(w, i)), key=len, default=None)
+        if hit is None:
+            piece += text[i]
+            i += 1
+        else:
+            out += [piece, hit]
+            piece, i = "", i + len(hit)
+    return out + [piece]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sets(st.text(alphabet="<|ab>", min_size=1, max_size=5), min_size=1, max_size=12),
+       st.text(alphabet="<|ab>xy", max_size=40))
+def test_the_trie_of_added_tokens_cuts_where_the_backend_does(words: set[str], text: str) -> None:
+    # Few letters, so the words share prefixes and one is often a prefix of another.
+    from pdserve.tokenization.segments import literal_trie
+
+    assert re.compile("(" + literal_trie(words) + ")").split(text) == _leftmost_longest_split(words, text)
+
+
+def test_a_vocabulary_with_hundreds_of_added_tokens_encodes_as_the_backend(tmp_path: Path) -> None:
+    # Llama 3's shape: 256 added tokens sharing the '<|' prefix, reserved ones included.
+    from tokenizers import AddedToken
+
+    t = load_tokenizer(str(build_bpe_tokenizer(tmp_path)))
+    assert isinstance(t, HfTokenizer)
+    backend = t.hf._tokenizer
+    backend.add_special_tokens([AddedToken(f"<|reserved_special_token_{i}|>", special=True, normalized=False)
+                                for i in range(250)])
+    plan = SegmentEncoder.plan(backend)
+    assert plan is not None
+    text = ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi <|reserved_special_token_12|>"
+            "<|reserved_special_token_1|> <|reserved_special_token_1<|eot_id|>")
+    assert plan.encode(text) == backend.encode(text, add_special_tokens=False).ids
