@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 K8S_BIN := .cache/k8s/bin
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test`'s first pass (every test but the control-plane ones; the
-# second pass runs those alone, in one process: see the root conftest.py): the machine's CPUs,
+# second pass runs those beside it, in one process: tools/test_passes.sh, the root conftest.py): the machine's CPUs,
 # at most 4 (each worker can start a vLLM conformance process of ~1-2 GB). 0: one process.
 PYTEST_WORKERS ?= $(shell $(PY_SYS) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 TEST_ENV = PDSERVE_CONFORMANCE_REQUIRED=1 PDSERVE_LOAD_REQUIRED=1 PDSERVE_K8S_BIN=$(abspath $(K8S_BIN))
@@ -63,8 +63,7 @@ lint:
 
 test: setup
 	@$(MAKE) --no-print-directory lint
-	$(TEST_ENV) $(PY) -m pytest -ra -n $(PYTEST_WORKERS) --dist load -m "not controlplane" $(PYTEST_ARGS) tests e2e
-	$(TEST_ENV) $(PY) -m pytest -ra -m controlplane $(PYTEST_ARGS) tests e2e
+	$(TEST_ENV) bash tools/test_passes.sh $(PY) $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	PDSERVE_K8S_BIN=$(abspath $(K8S_BIN)) $(MAKE) --no-print-directory bench-smoke
 	@$(MAKE) --no-print-directory disk-usage
 

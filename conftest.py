@@ -3,9 +3,11 @@
 1. every test but the control-plane ones in parallel (pytest-xdist, ``--dist load``,
    ``-m "not controlplane"``): most of the suite waits (on servers starting, a subprocess),
    so two workers finish it in a little over half the time of one;
-2. the control-plane tests (``-m controlplane``) in one process, alone.
+2. the control-plane tests (``-m controlplane``) in one process, beside the first
+   (``tools/test_passes.sh``: they mostly wait on the control plane; 991 s for both on the
+   2-CPU dev box against 1,272 s one after the other, session 16).
 
-Why the control-plane tests do not run beside the rest: kwok gives their pods loopback
+Why the control-plane tests are not spread over the xdist workers with the rest: kwok gives their pods loopback
 addresses (127.64.<node>.x) on which the PodRunner starts each pod's process on its real
 ports (8000, 8080, 5557), so two clusters at once (one per worker: ``kube_cluster`` is
 session-scoped) collide there. Keeping them on one worker would need xdist's groups, and

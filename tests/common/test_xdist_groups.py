@@ -1,9 +1,11 @@
-"""The root conftest.py's marks for `make test`'s two passes (pytest-xdist --dist load, then
-the control-plane tests alone)."""
+"""The root conftest.py's marks for `make test`'s two passes (pytest-xdist --dist load, and
+the control-plane tests in one process beside it: tools/test_passes.sh)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,35 @@ def test_a_cluster_user_is_a_controlplane_test_and_nothing_else_is_marked() -> N
 
 def test_the_first_pass_does_not_rely_on_xdist_groups() -> None:
     """make test's parallel pass names a distribution that needs no group marks."""
-    makefile = (ROOT / "Makefile").read_text()
-    line = next(x for x in makefile.splitlines() if '-m "not controlplane"' in x and " -n " in x)
+    script = (ROOT / "tools" / "test_passes.sh").read_text()
+    line = next(x for x in script.splitlines() if "-m \"not controlplane\"" in x and " -n " in x)
     assert "--dist load " in line and "loadgroup" not in line
+    assert "tools/test_passes.sh" in (ROOT / "Makefile").read_text()
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# stands in for python -m pytest: says which pass it is, exits as the test asks
+case "$*" in
+  *"not controlplane"*) echo "pass-one ran: $*"; exit "${ONE_RC}" ;;
+  *controlplane*) echo "pass-two ran: $*"; exit "${TWO_RC}" ;;
+esac
+exit 99
+"""
+
+
+@pytest.mark.parametrize("one_rc, two_rc, ok", [(0, 0, True), (1, 0, False), (0, 1, False), (5, 0, False),
+                                                (0, 5, False)])
+def test_both_passes_run_and_either_failing_fails_make_test(tmp_path: Path, one_rc: int, two_rc: int,
+                                                             ok: bool) -> None:
+    """Pass 2 runs beside pass 1 (tools/test_passes.sh): both run, pass 2's output is printed,
+    and a failure of either, pytest's exit 5 ("no tests ran") included, fails the script."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    proc = subprocess.run(["bash", str(ROOT / "tools" / "test_passes.sh"), str(fake), "2", "-k", "x"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "ONE_RC": str(one_rc), "TWO_RC": str(two_rc), "TMPDIR": str(tmp_path)})
+    assert (proc.returncode == 0) is ok, proc.stdout + proc.stderr
+    assert "pass-one ran: -m pytest -ra -n 2 --dist load -m not controlplane -k x tests e2e" in proc.stdout
+    assert "pass-two ran: -m pytest -ra -m controlplane -k x tests e2e" in proc.stdout
+    assert list(tmp_path.glob("pdserve-controlplane-tests.*")) == []  # its log is removed
