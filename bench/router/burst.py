@@ -26,7 +26,7 @@ vLLM does, the Rust routers do not tokenize). Targets, each its own process:
 
 Modules: this one runs the targets and the rounds; ``burst_measure.py`` one burst and its
 numbers; ``burst_report.py`` the ratios, verdicts, table and plot; ``burst_profile.py``
-``--profile``'s py-spy sampling.
+``--profile``'s py-spy sampling; ``burst_syscalls.py`` ``--syscalls``' system call counts.
 
 Each burst: ``--client-procs`` load processes (``burst_client.py``, one connection per
 stream, so the load generator is not one saturated event loop) open N streams at one
@@ -57,6 +57,7 @@ from resultmeta import Run, write_result  # noqa: E402
 from burst_client import prompts_for  # noqa: E402
 from burst_measure import MODEL, burst_once  # noqa: E402
 from burst_profile import profile_start, profile_stop, profile_summary  # noqa: E402
+from burst_syscalls import check_perf, per_token, syscalls_start, syscalls_stop  # noqa: E402
 from burst_report import LEAN_TWINS, RUST, markdown, plot, summarise, verdicts  # noqa: E402
 
 from pdserve.tokenization import load_tokenizer  # noqa: E402
@@ -104,6 +105,10 @@ def main() -> int:
                     help="with --profile: the single-process pdserve target to sample (the default router is the lean one)")
     ap.add_argument("--profile-dir", type=Path, default=None,
                     help="with --profile: keep py-spy's raw folded stacks here (default: a temporary folder)")
+    ap.add_argument("--syscalls", action="store_true",
+                    help="count every router's system calls over each measured burst with perf's syscall "
+                         "tracepoints (burst_syscalls.py; needs perf and the right to trace) and add them per "
+                         "streamed token to each round (`router_syscalls_per_token`)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--replot", type=Path, default=None, help="only redraw --plot and the .md from a results JSON")
@@ -125,7 +130,10 @@ def main() -> int:
         router_cpus, load_cpus = args.pin.split(":")
         os.sched_setaffinity(0, {int(c) for c in load_cpus.split(",")})
     errors: dict[str, str] = {}
+    if args.syscalls:
+        check_perf()
     with ExitStack() as stack:
+        perf_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-perf-")))
         profile_dir = None
         if args.profile:
             profile_dir = args.profile_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-prof-")))
@@ -180,9 +188,14 @@ def main() -> int:
                     url, pid = urls[name]
                     sampled = profile_dir is not None and name == args.profile_target
                     spy = profile_start(pid, profile_dir, f"{streams}-{rnd}") if sampled else None
+                    counting = args.syscalls and pid is not None
+                    perf_out = perf_dir / f"{name}-{streams}-{rnd}.csv"
+                    perf = syscalls_start(pid, perf_out) if counting else None
                     r = burst_once(url, streams, procs, args, pid, load_cpus)
                     if spy is not None:
                         profile_stop(spy)
+                    if perf is not None:
+                        r["router_syscalls_per_token"] = per_token(syscalls_stop(perf, perf_out), r["tokens"])
                     rs[name].append(r)
                     print(f"{streams} streams, round {rnd + 1}/{args.rounds}, {name}: TTFT p50 {r['ttft_p50_ms']} "
                           f"p99 {r['ttft_p99_ms']} ms, TPOT p50 {r['tpot_p50_ms']} ms, longest ITL p99 "

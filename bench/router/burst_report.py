@@ -34,6 +34,9 @@ def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
             vals = [r[key] for r in rs if r.get(key) is not None]
             if vals:
                 o[key] = median_range(vals)
+        calls = [r["router_syscalls_per_token"] for r in rs if r.get("router_syscalls_per_token")]
+        if calls:  # burst.py --syscalls
+            o["router_syscalls_per_token"] = {g: median_range([c[g] for c in calls]) for g in calls[0]}
         o["errors"] = sum(r["errors"] for r in rs)
         o["streams_ok"] = sum(r["ok"] for r in rs)
         if name not in RUST and all(k in rounds for k in RUST):
@@ -116,6 +119,16 @@ def markdown(doc: dict) -> str:
                          f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {fmt(o.get('router_kernel_share'), 2)} "
                          f"| {fmt(o.get('tpot_p50_ms'), 1)} | {fmt(o.get('itl_max_p99_ms'), 0)} "
                          f"| {fmt(o.get('router_switches_per_token'), 2)} | {o['errors']} |")
+    counted = [(streams, name, o["router_syscalls_per_token"]) for streams, targets in doc["summary"].items()
+               for name, o in targets.items() if o.get("router_syscalls_per_token")]
+    if counted:
+        groups = list(counted[0][2])
+        lines += ["", "System calls per streamed token over each measured burst (`--syscalls`: perf stat on the "
+                  "syscall tracepoints, the router's process tree; reads: read/readv/recvfrom/recvmsg, writes: "
+                  "write/writev/sendto/sendmsg):", "",
+                  "| streams | target | " + " | ".join(groups) + " |", "|---:|---|" + "---:|" * len(groups),
+                  *[f"| {streams} | {name} | " + " | ".join(fmt(c.get(g), 2) for g in groups) + " |"
+                    for streams, name, c in counted]]
     prof = doc.get("profile")
     if prof:
         lines += ["", f"Where pdserve's router CPU went ({prof['tool']}; {prof['samples']} samples):", "",

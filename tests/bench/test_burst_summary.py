@@ -52,3 +52,29 @@ def test_the_ab_is_per_round_against_the_baseline() -> None:
     assert s["pdserve"]["ttft_p99_vs_baseline"] == {"median": 1.0, "min": 0.5, "max": 1.5, "rounds": 3}
     assert s["pdserve"]["cpu_per_token_vs_baseline"] == {"median": 1.0, "min": 0.5, "max": 1.5, "rounds": 3}
     assert "cpu_per_token_vs_baseline" not in s["pdserve-baseline"]
+
+
+def test_syscall_counts_are_read_from_perf_and_reported_per_token() -> None:
+    import burst_syscalls
+
+    # perf stat -x , as it writes them (one event not counted: left out, not read as 0)
+    text = ("# started on Thu Dec  3 16:00:19 2026\n\n"
+            "5120,,raw_syscalls:sys_enter,715400,100.00,,\n"
+            "1024,,syscalls:sys_enter_read,715400,100.00,,\n"
+            "512,,syscalls:sys_enter_recvfrom,715400,100.00,,\n"
+            "2048,,syscalls:sys_enter_writev,715400,100.00,,\n"
+            "<not counted>,,syscalls:sys_enter_futex,0,100.00,,\n")
+    counts = burst_syscalls.parse_counts(text)
+    assert counts == {"all": 5120, "read": 1024, "recvfrom": 512, "writev": 2048}
+    per = burst_syscalls.per_token(counts, tokens=1024)
+    assert per == {"reads": 1.5, "writes": 2.0, "epoll waits": 0.0, "futex": 0.0, "all": 5.0}
+    rounds = {"direct": [r(100), r(100)],
+              "pdserve": [{**r(200, 10), "router_syscalls_per_token": per},
+                          {**r(200, 10), "router_syscalls_per_token": {**per, "writes": 1.0}}]}
+    s = burst.summarise(rounds)
+    assert s["pdserve"]["router_syscalls_per_token"]["writes"] == {"median": 1.5, "min": 1.0, "max": 2.0, "rounds": 2}
+    assert "router_syscalls_per_token" not in s["direct"]
+    md = burst.markdown({"summary": {"256": s}, "meta": {"command": "c", "commit": "x", "dirty": False, "date": "d", "cpus": 2,
+                                                          "loadavg_before": {"1m": 0}, "loadavg_after": {"1m": 0}},
+                         "setup": "s", "prompt_tokens": 1, "peers": {}, "verdicts": {}})
+    assert "| 256 | pdserve | 1.50 [1.50..1.50] | 1.50 [1.00..2.00] | 0.00 [0.00..0.00] |" in md
