@@ -9,7 +9,8 @@ One row per result file, stream level and pdserve target: the per-round ratios t
 Rust router of the same round (median [min..max]), whether the median meets the issue's
 bound, the A/B against ``pdserve-baseline`` when the run had one, the lean front end against
 its aiohttp twin (``pdserve-lean`` / ``pdserve``, ``pdserve-lean-2proc`` / ``pdserve-2proc``), and the stream-latency
-columns (TPOT, each stream's longest wait between reads, context switches per token).
+columns (TPOT, each stream's longest wait between reads, context switches per token); and, for
+runs made with ``--syscalls``, every router's system calls per streamed token.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _twin(o: dict) -> str:
 
 def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
     lines = [BEGIN, "",
-             "| result file (commit, load 1 min before / after, rounds) | streams | target | TTFT p99 / best Rust "
+             "| result file (commit, load 1 min before / after, rounds; perf-traced: made with --syscalls) | streams | target | TTFT p99 / best Rust "
              "| <= 1.2x | CPU/token / best Rust | <= 1.3x | CPU/token / pdserve-baseline "
              "| lean / its aiohttp twin: TTFT p99, CPU/token | TPOT p50 ms "
              "| longest ITL p99 ms | context switches / token | errors |",
@@ -59,9 +60,12 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
         doc = json.loads(path.read_text())
         m = doc["meta"]
         rel = path.resolve().relative_to(root) if path.resolve().is_relative_to(root) else path
+        # --syscalls runs had perf's tracepoints on every system call: kernel work per call, so more
+        # for the routers that make more calls (the Rust ones): their CPU ratios are marked.
+        traced = " --syscalls" in m.get("command", "")
         where = (f"[{path.name}]({Path(*rel.parts[2:]) if rel.parts[:2] == ('bench', 'router') else rel}) "
                  f"({m['commit'][:7]}{', dirty' if m['dirty'] else ''}, {m['loadavg_before']['1m']} / "
-                 f"{m['loadavg_after']['1m']}, {m['runs']})")
+                 f"{m['loadavg_after']['1m']}, {m['runs']}{', perf-traced' if traced else ''})")
         for streams, targets in doc["summary"].items():
             for name, o in targets.items():
                 if not name.startswith("pdserve") or name == "pdserve-baseline":
@@ -83,6 +87,16 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
                                  f"| {_fmt(o.get('router_cpu_us_per_token'), 1)} | {_fmt(o.get('tpot_p50_ms'), 1)} "
                                  f"| {_fmt(o.get('itl_max_p99_ms'), 0)} "
                                  f"| {_fmt(o.get('router_switches_per_token'), 2)} |")
+    counted = [(path.name, streams, name, o["router_syscalls_per_token"]) for path in paths
+               for streams, targets in json.loads(path.read_text())["summary"].items()
+               for name, o in targets.items() if o.get("router_syscalls_per_token")]
+    if counted:  # runs with burst.py --syscalls
+        groups = list(counted[0][3])
+        lines += ["", "System calls per streamed token in the runs that counted them (`burst.py --syscalls`; reads: "
+                  "read/readv/recvfrom/recvmsg, writes: write/writev/sendto/sendmsg):", "",
+                  "| result file | streams | target | " + " | ".join(groups) + " |", "|---|---:|---|" + "---:|" * len(groups),
+                  *[f"| {file} | {streams} | {name} | " + " | ".join(_fmt(c.get(g), 2) for g in groups) + " |"
+                    for file, streams, name, c in counted]]
     return "\n".join([*lines, "", END])
 
 

@@ -29,3 +29,23 @@ def test_a_changed_number_is_stale() -> None:
     cells[3] = "0.01 [0.01..0.01]"  # the TTFT ratio cell
     tampered = text.replace(row, " | ".join(cells), 1)
     assert burst_readme.rewrite(tampered, burst_readme.block(files)) != tampered
+
+
+def test_runs_that_counted_system_calls_get_their_table(tmp_path: Path) -> None:
+    import json
+
+    calls = {g: {"median": 1.0, "min": 0.5, "max": 2.0, "rounds": 3}
+             for g in ("reads", "writes", "epoll waits", "futex", "all")}
+    doc = {"meta": {"commit": "abcdef0123", "dirty": False, "loadavg_before": {"1m": 0.1},
+                    "loadavg_after": {"1m": 0.2}, "runs": 3},
+           "summary": {"256": {"pdserve-lean": {"errors": 0, "router_syscalls_per_token": calls},
+                               "sglang-router": {"errors": 0, "router_syscalls_per_token": calls}}}}
+    path = tmp_path / "burst_x.json"
+    path.write_text(json.dumps(doc))
+    out = burst_readme.block([path], root=tmp_path)
+    assert "| reads | writes | epoll waits | futex | all |" in out
+    assert "| burst_x.json | 256 | sglang-router | 1.00 [0.50..2.00] | 1.00 [0.50..2.00] |" in out
+    del doc["summary"]["256"]["pdserve-lean"]["router_syscalls_per_token"]
+    del doc["summary"]["256"]["sglang-router"]["router_syscalls_per_token"]
+    path.write_text(json.dumps(doc))
+    assert "System calls per streamed token" not in burst_readme.block([path], root=tmp_path)
