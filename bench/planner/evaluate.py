@@ -108,10 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=float, help="attainment also reported for arrivals after this, s (default 120; "
                     "with --history 0: the warm-up is the history)")
     ap.add_argument("--history", type=float, default=0.0,
-                    help="bursty: first replay this many seconds of the same generator (its own seed stream, "
-                         "bursty.with_history), as a planner in service has seen traffic before; every policy and "
-                         "reference replays it, and attainment after warm-up, the references' targets and GPU-hours "
-                         "count the scored window only")
+                    help="first replay this many seconds before the scored window, as a planner in service has "
+                         "seen traffic before: bursty, the same generator's own seed stream (bursty.with_history); "
+                         "a trace file, its own arrivals before --start. Every policy and reference replays it, "
+                         "and attainment after warm-up, the references' targets and GPU-hours count the scored "
+                         "window only")
     ap.add_argument("--target-utilization", type=float, default=PolicyConfig.target_utilization)
     ap.add_argument("--stabilization", type=float, default=PolicyConfig.scale_down_stabilization_s,
                     help="planner and reactive scale-down stabilisation, s (default: the shipped one)")
@@ -153,10 +154,21 @@ def load_run(args: argparse.Namespace) -> tuple[Trace, str, Setup, TraceFeasibil
     see exactly this run."""
     n_hist = 0
     if args.trace is not None:
-        if args.history:
-            raise SystemExit("--history is for --bursty (a trace file's history is the window before --start)")
         full = load_trace(args.trace).scaled(args.rate_scale)
         trace_id = args.trace_id or f"{args.trace.stem}_x{args.rate_scale:g}"
+        if args.history:
+            # The trace's own arrivals before --start, replayed and not scored: a window in the middle of the
+            # trace is met by a planner in service, with its pools sized and its metric windows full.
+            if args.history > args.start:
+                raise SystemExit(f"--history {args.history:g} s reaches before the trace's start "
+                                 f"(--start {args.start:g} s)")
+            lo = args.start - args.history
+            a0 = next((r.arrival_s for r in full.requests if r.arrival_s >= lo), args.start)
+            full = window_of(full, lo, None)  # its times count from its first arrival, a0
+            n_hist = sum(r.arrival_s + a0 < args.start for r in full.requests)
+            if not n_hist or n_hist == len(full.requests):
+                raise SystemExit(f"--history {args.history:g} s before --start {args.start:g} s holds no request, "
+                                 "or nothing follows it")
     elif args.history:
         full, n_hist = with_history(args.bursty, args.history, BurstySpec())
         full = full.scaled(args.rate_scale)
@@ -294,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         "trace": {"id": trace_id, "source": trace.source, "sha256": trace.sha256, "rate_scale": args.rate_scale,
                   "window_s": [args.start, args.start + (args.duration or trace.duration_s)],
                   **({"history": {"seconds": args.history, "requests": n_hist, "scored_from_s": round(hist_end, 3),
-                                  "what": "the same generator's own seed stream replayed first (bursty.with_history); "
-                                          "attainment after warm-up, the references' 99 % targets, GPU-hours and "
+                                  "what": ("the trace's own arrivals before the window replayed first"
+                                           if args.trace is not None else
+                                           "the same generator's own seed stream replayed first (bursty.with_history)")
+                                          + "; attainment after warm-up, the references' 99 % targets, GPU-hours and "
                                           "the lower bound count only the window after it"}} if n_hist else {}),
                   "requests": len(trace.requests), "tuned_on": args.tuned_on,
                   "mean_rate": len(trace.requests) / max(trace.duration_s, 1e-9),

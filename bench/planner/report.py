@@ -164,8 +164,42 @@ def achievable(results: Path) -> str:
     return "\n".join(out)
 
 
+HELDOUT_DIR = "heldout"  # windows of the traces that no run above replays (session 16), outside the suite
+TARGET_ATTAINMENT, TARGET_VS_BEST = 0.99, 1.15
+
+
+def heldout(results: Path) -> str:
+    """``results/heldout/<setup>/<trace>.json``: evaluate.py on windows no suite run replays (a later part of
+    the hour, a rate the setup was not run at), one row each, with the done-when target read on each."""
+    files = sorted((results / HELDOUT_DIR).glob("*/*.json"))
+    if not files:
+        return ""
+    out = ["#### Held-out windows (`results/heldout/`: parts of the traces no run above replays)", "",
+           "| run | window (s, after rate scaling) | requests scored | planner: after warm-up, vs best | best found: after "
+           "warm-up | reactive: after warm-up, vs best | Dynamo: after warm-up, vs best | >= 99 % at <= 1.15x "
+           "| commit, load |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for f in files:
+        d = json.loads(f.read_text())
+        res, tr, m = d["results"], d["trace"], d["meta"]
+        best = res["best"]["gpu_hours"]
+
+        cell = {name: f"{_pct(r['attainment_after_warmup'])}, {r['gpu_hours'] / best:.2f}x" for name, r in res.items()}
+        p = res["planner"]
+        met = p["attainment_after_warmup"] >= TARGET_ATTAINMENT and p["gpu_hours"] / best <= TARGET_VS_BEST
+        hist = tr.get("history") or {}
+        after = f", after {hist['seconds']:g} s replayed" if hist else ""
+        out.append(f"| [{f.parent.name}/{tr['id']}]({f.relative_to(results.parent)}) | {tr['window_s'][0]:.0f}-"
+                   f"{tr['window_s'][1]:.0f} at {tr['rate_scale']:g}x{after} | {tr['requests'] - hist.get('requests', 0)} "
+                   f"| {cell['planner']} | "
+                   f"{_pct(res['best']['attainment_after_warmup'])} | {cell.get('reactive', '-')} | {cell.get('dynamo', '-')} | "
+                   f"{'met' if met else '**missed**'} | {m['commit'][:8]}, {m['loadavg_before']['1m']:.1f} |")
+    return "\n".join(out + [""])
+
+
 def render(results: Path) -> str:
     out = ["#### What is achievable (references)", "", achievable(results), ""]
+    held = heldout(results)
+    out += [held] if held else []
     rep = dynamo_repeats(results)
     out += [rep] if rep else []
     eq = peers_at_planner_gpu_hours(results)

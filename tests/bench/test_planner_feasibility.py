@@ -133,3 +133,24 @@ def test_replayed_history_is_not_scored():
     assert h.scored_feasible() == [False, False, False, True, True]
     assert h.score(hits)["attainment_feasible"] == pytest.approx(1 / 2)
     assert h.score(hits)["attainment_feasible_after_warmup"] == pytest.approx(1 / 2)
+
+
+def test_a_trace_files_history_is_its_own_arrivals_before_the_window(tmp_path):
+    """evaluate.py --trace F --start S --history H: the arrivals in [S - H, S) are replayed first and not
+    scored (warm-up and GPU-hours from the first arrival at or after S), as for the bursty family."""
+    import evaluate
+
+    csv = tmp_path / "t.csv"
+    # Azure's format, one request a second from 18:00:00.5 (the trace counts from its first arrival)
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   + "".join(f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.5000000,100,10\n" for i in range(100)))
+    base = ["--trace", str(csv), "--start", "50", "--duration", "10", "--out", str(tmp_path / "o.json")]
+    args = evaluate.build_parser().parse_args([*base, "--history", "20"])
+    trace, _, s, feas, n_hist, hist_end = evaluate.load_run(args)
+    assert (len(trace.requests), n_hist) == (30, 20)  # 30..49 replayed, 50..59 scored
+    assert hist_end == pytest.approx(20.0) and args.warmup == pytest.approx(20.0)
+    assert s.gpu_seconds_from_s == pytest.approx(20.0) and feas.scored_from_s == pytest.approx(20.0)
+    plain = evaluate.build_parser().parse_args(base)
+    assert len(evaluate.load_run(plain)[0].requests) == 10 and plain.warmup == 120.0
+    with pytest.raises(SystemExit, match="reaches before the trace's start"):
+        evaluate.load_run(evaluate.build_parser().parse_args([*base, "--history", "60"]))

@@ -107,3 +107,29 @@ def test_opt_in_variants_are_rendered_from_their_diagnosis_files(tmp_path):
     assert "`diagnosis/planner_link.json` (planner, planner_link): 70b_tp4/azure_conv_x4: planner 96.29 % at 1.14x, " \
            "planner_link 99.97 % at 1.18x" in out
     assert "other.json" not in out
+
+
+def test_held_out_windows_are_a_table_of_their_own_with_the_target_read(tmp_path):
+    """results/heldout/<setup>/<trace>.json (windows no suite run replays): one row each, the target read on the
+    planner's numbers, and not counted among the runs (nor summarised by the suite)."""
+    import suite
+    from resultmeta import Run
+
+    src = ROOT / "bench" / "planner" / "results" / "8b_1gpu" / "azure_conv_x1.json"
+    d = json.loads(src.read_text())
+    best = d["results"]["best"]["gpu_hours"]
+    d["trace"] |= {"id": "azure_conv_x1_from1800", "window_s": [1800.0, 2400.0]}
+    met = d["results"] | {"planner": d["results"]["planner"] | {"attainment_after_warmup": 0.995,
+                                                                "gpu_hours": 1.1 * best}}
+    missed = d["results"] | {"planner": d["results"]["planner"] | {"attainment_after_warmup": 0.995,
+                                                                   "gpu_hours": 1.2 * best}}
+    (tmp_path / "heldout" / "8b_1gpu").mkdir(parents=True)
+    (tmp_path / "heldout" / "8b_1gpu" / "a.json").write_text(json.dumps(d | {"results": met}))
+    (tmp_path / "heldout" / "8b_1gpu" / "b.json").write_text(json.dumps(d | {"results": missed}))
+    block = report.render(tmp_path)
+    rows = [r for r in block.splitlines() if r.startswith("| [8b_1gpu/azure_conv_x1_from1800]")]
+    assert len(rows) == 2 and "| 1800-2400 at 1x |" in rows[0]
+    assert "| 99.5 %, 1.10x |" in rows[0] and rows[0].count("| met |") == 1
+    assert "| 99.5 %, 1.20x |" in rows[1] and "| **missed** |" in rows[1]
+    assert block.count("Feasible alone: ") == 0  # not runs of the suite
+    assert suite.summarise(tmp_path, Run(["suite.py"]))["runs"] == []
