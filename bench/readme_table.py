@@ -71,11 +71,37 @@ def planner(d: dict[str, Any]) -> str:
         gh = [x["gpu_hours_spread"] / min(x["gpu_hours"]) for x in rep]
         parts.append(f"Dynamo's replay is not deterministic: replayed twice on {len(rep)} runs, attainment differs by "
                      f"{min(att):.1f}..{max(att):.1f} points and GPU-hours by {100 * min(gh):.0f}..{100 * max(gh):.0f} %")
+    held_out = heldout_windows(REPO / "bench" / "planner" / "results" / "heldout")
+    if held_out:
+        parts.append(held_out)
     infeasible = [r for r in runs if (r.get("feasible_fraction_after_warmup") or 1.0) < 1.0]
     if infeasible:
         parts.append("requests infeasible even alone on idle replicas: " + ", ".join(
             f"{r['trace']} ({r['setup']}) {100 * (1 - r['feasible_fraction_after_warmup']):.1f} %" for r in infeasible))
     return "; ".join(parts)
+
+
+def heldout_windows(folder: Path) -> str:
+    """bench/planner/results/heldout/ (report.py's "Held-out windows"): windows of the traces no suite run
+    replays, each after the window before it replayed; how many meet >= 99 % at <= 1.15x the best schedule."""
+    import json
+
+    files = sorted(folder.glob("*/*.json"))
+    if not files:
+        return ""
+    rows, history = [], set()
+    for f in files:
+        doc = json.loads(f.read_text())
+        res = doc["results"]
+        history.add(f"{(doc['trace'].get('history') or {}).get('seconds', 0):g} s")
+        p, best = res["planner"], res["best"]["gpu_hours"]
+        rows.append((f"{f.parent.name}/{f.stem}", p["attainment_after_warmup"], p["gpu_hours"] / best))
+    met = [r for r in rows if r[1] >= 0.99 and r[2] <= 1.15]
+    missed = ", ".join(f"{n} {100 * a:.1f} % at {x:.2f}x" for n, a, x in rows if (n, a, x) not in met)
+    return (f"held-out windows (parts of the traces no run above replays, after {' / '.join(sorted(history))} "
+            f"of the trace replayed; "
+            f"bench/planner/results/heldout/): {len(met)}/{len(rows)} meet >= 99 % at <= 1.15x"
+            + (f"; missed: {missed}" if missed else ""))
 
 
 def unreached(runs: list[dict[str, Any]]) -> str:
