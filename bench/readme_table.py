@@ -71,7 +71,7 @@ def planner(d: dict[str, Any]) -> str:
         gh = [x["gpu_hours_spread"] / min(x["gpu_hours"]) for x in rep]
         parts.append(f"Dynamo's replay is not deterministic: replayed twice on {len(rep)} runs, attainment differs by "
                      f"{min(att):.1f}..{max(att):.1f} points and GPU-hours by {100 * min(gh):.0f}..{100 * max(gh):.0f} %")
-    held_out = heldout_windows(REPO / "bench" / "planner" / "results" / "heldout")
+    held_out = heldout_windows(d.get("heldout", []))
     if held_out:
         parts.append(held_out)
     infeasible = [r for r in runs if (r.get("feasible_fraction_after_warmup") or 1.0) < 1.0]
@@ -81,26 +81,17 @@ def planner(d: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def heldout_windows(folder: Path) -> str:
-    """bench/planner/results/heldout/ (report.py's "Held-out windows"): windows of the traces no suite run
-    replays, each after the window before it replayed; how many meet >= 99 % at <= 1.15x the best schedule."""
-    import json
-
-    files = sorted(folder.glob("*/*.json"))
-    if not files:
+def heldout_windows(rows: list[dict[str, Any]]) -> str:
+    """The summary's held-out windows (suite.heldout_rows, report.py's "Held-out windows"): windows of the traces
+    no suite run replays, each after the window before it replayed; how many meet the bound, and the misses."""
+    if not rows:
         return ""
-    rows, history = [], set()
-    for f in files:
-        doc = json.loads(f.read_text())
-        res = doc["results"]
-        history.add(f"{(doc['trace'].get('history') or {}).get('seconds', 0):g} s")
-        p, best = res["planner"], res["best"]["gpu_hours"]
-        rows.append((f"{f.parent.name}/{f.stem}", p["attainment_after_warmup"], p["gpu_hours"] / best))
-    met = [r for r in rows if r[1] >= 0.99 and r[2] <= 1.15]
-    missed = ", ".join(f"{n} {100 * a:.1f} % at {x:.2f}x" for n, a, x in rows if (n, a, x) not in met)
-    return (f"held-out windows (parts of the traces no run above replays, after {' / '.join(sorted(history))} "
-            f"of the trace replayed; "
-            f"bench/planner/results/heldout/): {len(met)}/{len(rows)} meet >= 99 % at <= 1.15x"
+    history = sorted({f"{r['history_s']:g} s" for r in rows})
+    met = sum(bool(r["target_met"]) for r in rows)
+    missed = ", ".join(f"{r['setup']}/{r['trace']} {100 * r['planner_attainment_after_warmup']:.1f} % at "
+                       f"{r['planner_vs_best']:.2f}x" for r in rows if not r["target_met"])
+    return (f"held-out windows (parts of the traces no run above replays, after {' / '.join(history)} of the trace "
+            f"replayed; bench/planner/results/heldout/): {met}/{len(rows)} meet >= 99 % at <= 1.15x"
             + (f"; missed: {missed}" if missed else ""))
 
 

@@ -15,7 +15,8 @@ to the held-out runs. Each run is one ``evaluate.py`` process writing a fresh
 commit) with every policy the plan names for it (``policies``); ``--dynamo-python`` adds
 Dynamo's SLA planner to each, and ``--dynamo-repeat`` replays it once more on the named
 runs into ``results/dynamo_repeat/`` (its replay is not deterministic; the summary
-reports the spread). After each run ``peer_sweep.py`` replays every peer that spent fewer GPU-hours
+reports the spread). Then the held-out windows (``HELDOUT``, ``results/heldout/``: parts of the traces no run
+replays, each after the 600 s before it replayed; ``--no-heldout`` skips them). After each run ``peer_sweep.py`` replays every peer that spent fewer GPU-hours
 than the planner at a few settings of its own capacity knobs (``results/peer_sweep/``), so that
 "ahead of the peer" is read at the planner's GPU-hours, not across two points at different costs; then the burst diagnoses (``results/diagnosis/``, ``burst_misses.py``,
 ``--no-diagnosis`` skips them). ``--jobs`` runs that many evaluations side by side (tuning runs and
@@ -40,7 +41,7 @@ from resultmeta import Run, write_result  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from peer_sweep import needs_sweep  # noqa: E402
-from report import REPEAT_DIR, SWEEP_DIR, dynamo_repeat_pairs  # noqa: E402
+from report import HELDOUT_DIR, REPEAT_DIR, SWEEP_DIR, dynamo_repeat_pairs, heldout_target_met  # noqa: E402
 
 RESULTS = HERE / "results"
 SETUPS = {
@@ -60,6 +61,27 @@ def traces(root: Path) -> dict[str, list[str]]:
         "mooncake_conv": ["--trace", moon, "--duration", "600"],
         **{f"bursty_seed{k}": ["--bursty", str(k), "--duration", "900"] for k in range(4)},
     }
+
+
+# Held-out windows (results/heldout/, session 16): parts of the traces no run of PLAN replays, each after the
+# 600 s before it replayed unscored (evaluate.py --history: a planner in service), read against the same target.
+# Not tuned on; the references and baselines of the plan's runs (reactive at the tuning set's thresholds).
+HELDOUT_HISTORY_S = 600
+HELDOUT = {
+    "70b_tp4": {"azure_conv_x4_from600": ("azure", "4", "600", "300"), "azure_conv_x2_from1200": ("azure", "2", "1200", "600")},
+    "8b_1gpu": {"azure_conv_x4_from600": ("azure", "4", "600", "300"), "azure_conv_x2_from1200": ("azure", "2", "1200", "600"),
+                "azure_conv_x1_from1800": ("azure", "1", "1800", "600"), "mooncake_conv_from1800": ("mooncake", "1", "1800", "600")},
+}
+HELDOUT_POLICIES = ["best", "static", "reactive", "planner"]
+
+
+def heldout_args(root: Path, setup: str, trace: str) -> list[str]:
+    """evaluate.py's trace flags for a held-out window."""
+    src, scale, start, duration = HELDOUT[setup][trace]
+    path = root / "azure_2023" / "AzureLLMInferenceTrace_conv.csv" if src == "azure" else \
+        root / "mooncake" / "conversation_trace.jsonl"
+    return ["--trace", str(path), "--rate-scale", scale, "--start", start, "--duration", duration,
+            "--history", str(HELDOUT_HISTORY_S)]
 
 
 PLAN = {
@@ -185,11 +207,29 @@ def summarise(results: Path, run: Run) -> dict:
         rows.append(row)
     # Which commits produced the numbers: one (and clean, no earlier runs merged in) after a full regeneration.
     commits = sorted({r["commit"] for r in rows} | {c for r in rows for c in r["earlier_commits"]})
+    held = heldout_rows(results)
     doc = {"schema": "pdserve.planner-eval-summary/1", "tuning_set": [f"{s}/{t}" for s, t in TUNE], "runs": rows,
            "commits": commits, "any_dirty": any(r["dirty"] for r in rows),
-           "dynamo_repeats": dynamo_spread(results)}
+           "dynamo_repeats": dynamo_spread(results), "heldout": held,
+           "heldout_commits": sorted({r["commit"] for r in held})}
     write_result(results / "summary.json", doc, run)
     return doc
+
+
+def heldout_rows(results: Path) -> list[dict]:
+    """The held-out windows (results/heldout/<setup>/<trace>.json): the planner's numbers and the target read on them
+    (>= 99 % after warm-up at <= 1.15x the best schedule found; the peers are in the files, not swept)."""
+    rows = []
+    for f in sorted((results / HELDOUT_DIR).glob("*/*.json")):
+        d = json.loads(f.read_text())
+        pl, best = d["results"]["planner"], d["results"]["best"]
+        att, vs = pl["attainment_after_warmup"] or 0.0, pl["gpu_hours"] / best["gpu_hours"]
+        rows.append({"setup": f.parent.name, "trace": d["trace"]["id"], "commit": d["meta"]["commit"],
+                     "dirty": d["meta"]["dirty"], "history_s": (d["trace"].get("history") or {}).get("seconds", 0.0),
+                     "planner_attainment_after_warmup": att, "planner_vs_best": vs,
+                     "best_attainment_after_warmup": best["attainment_after_warmup"],
+                     "target_met": heldout_target_met(att, vs)})
+    return rows
 
 
 def reference_reach(res: dict) -> dict:
@@ -256,6 +296,8 @@ def main() -> int:
                     help="replay Dynamo once more on these runs (results/dynamo_repeat/), for its spread")
     ap.add_argument("--diagnosis", action=argparse.BooleanOptionalAction, default=True,
                     help="also re-run the burst diagnoses (results/diagnosis/, burst_misses.py) after the runs")
+    ap.add_argument("--heldout", action=argparse.BooleanOptionalAction, default=True,
+                    help="also replay the held-out windows (HELDOUT, results/heldout/) after the runs")
     ap.add_argument("--jobs", type=int, default=1, help="evaluations side by side")
     ap.add_argument("--lock", default="/tmp/pdserve-bench.lock", help="flock each evaluation on this file ('none': no lock)")
     ap.add_argument("--folder", dest="results", type=Path, default=RESULTS, help="result folder")
@@ -281,7 +323,11 @@ def main() -> int:
         react = ["--reactive-prefill-target", str(pt), "--reactive-kv-target", str(kt)]
         pool([partial(run_one, args.results, s, t, tr[t], run_args(s, t, False) + react + dyn, args.lock,
                       sweep=sweep_args(tr, s, t, dyn)) for s, t in order if (s, t) not in TUNE]
-             + [partial(run_diagnosis, args.results, d, args.lock) for d in DIAGNOSIS if args.diagnosis], args.jobs)
+             + [partial(run_diagnosis, args.results, d, args.lock) for d in DIAGNOSIS if args.diagnosis]
+             + [partial(run_one, args.results, s, t, heldout_args(args.traces, s, t),
+                        ["--policies", *HELDOUT_POLICIES, *react, *dyn], args.lock,
+                        out=args.results / HELDOUT_DIR / s / f"{t}.json")
+                for s in args.setups for t in HELDOUT.get(s, {}) if args.heldout and not args.runs], args.jobs)
     doc = summarise(args.results, run)
     for r in doc["runs"]:
         p = r["policies"].get("planner", {})

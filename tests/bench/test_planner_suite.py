@@ -97,3 +97,27 @@ def test_the_summary_says_where_the_references_themselves_miss_the_target():
         "reference itself over 1.15x or under 99 % on 1 (8b/c)")
     assert readme_table.unreached([run("a", True, True, None)]) == ""
     assert readme_table.unreached([run("d", False, True, True)]) == ""
+
+
+def test_every_held_out_window_is_one_the_suite_replays_with_its_flags():
+    """results/heldout/ holds exactly suite.HELDOUT's windows, each run with the window and history the suite
+    gives it, and the summary reads the target on each with report.py's rule."""
+    files = sorted((RESULTS / "heldout").glob("*/*.json"))
+    assert {(f.parent.name, f.stem) for f in files} == {(s, t) for s in suite.HELDOUT for t in suite.HELDOUT[s]}
+    import shlex
+
+    import evaluate
+
+    def window(argv: list[str]) -> tuple:
+        a = evaluate.build_parser().parse_args([*argv, "--out", "x"])
+        return a.trace.name, a.rate_scale, a.start, a.duration, a.history, a.trace_id
+    for f in files:
+        ran = window(shlex.split(json.loads(f.read_text())["meta"]["command"])[2:])  # after python evaluate.py
+        plan = window([*suite.heldout_args(Path("/x"), f.parent.name, f.stem), "--trace-id", f.stem])
+        assert ran == plan, f
+    s = json.loads((RESULTS / "summary.json").read_text())
+    rows = {(r["setup"], r["trace"]): r for r in s["heldout"]}
+    assert set(rows) == {(f.parent.name, f.stem) for f in files}
+    for r in rows.values():
+        assert r["target_met"] == (r["planner_attainment_after_warmup"] >= 0.99 and r["planner_vs_best"] <= 1.15)
+    assert len(s["heldout_commits"]) == 1

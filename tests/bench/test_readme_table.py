@@ -175,21 +175,15 @@ def test_dirty_ignores_result_files_but_not_code(tmp_path: Path) -> None:
     assert resultmeta.git_commit(tmp_path)["dirty"] is True
 
 
-def test_the_planner_row_counts_the_held_out_windows(tmp_path):
-    import json
-
+def test_the_planner_row_counts_the_held_out_windows():
     import readme_table
 
-    def run(name: str, att: float, gpu_h: float) -> None:
-        (tmp_path / "8b").mkdir(exist_ok=True)
-        (tmp_path / "8b" / f"{name}.json").write_text(json.dumps({
-            "trace": {"history": {"seconds": 600.0}},
-            "results": {"best": {"gpu_hours": 10.0}, "planner": {"attainment_after_warmup": att, "gpu_hours": gpu_h}}}))
+    def row(trace: str, att: float, vs: float, met: bool) -> dict:
+        return {"setup": "8b", "trace": trace, "history_s": 600.0, "planner_attainment_after_warmup": att,
+                "planner_vs_best": vs, "target_met": met}
 
-    assert readme_table.heldout_windows(tmp_path) == ""
-    run("a", 0.995, 11.5)  # 1.15x: met
-    run("b", 0.995, 11.6)
-    run("c", 0.98, 9.0)
-    out = readme_table.heldout_windows(tmp_path)
+    assert readme_table.heldout_windows([]) == ""
+    out = readme_table.heldout_windows([row("a", 0.995, 1.15, True), row("b", 0.995, 1.16, False),
+                                        row("c", 0.98, 0.9, False)])
     assert "after 600 s of the trace replayed" in out and "1/3 meet >= 99 % at <= 1.15x" in out
     assert out.endswith("missed: 8b/b 99.5 % at 1.16x, 8b/c 98.0 % at 0.90x")
