@@ -297,7 +297,8 @@ def main() -> int:
     ap.add_argument("--diagnosis", action=argparse.BooleanOptionalAction, default=True,
                     help="also re-run the burst diagnoses (results/diagnosis/, burst_misses.py) after the runs")
     ap.add_argument("--heldout", action=argparse.BooleanOptionalAction, default=True,
-                    help="also replay the held-out windows (HELDOUT, results/heldout/) after the runs")
+                    help="also replay the held-out windows (HELDOUT, results/heldout/) after the runs (not with --only or --runs, "
+                         "which regenerate the runs they name)")
     ap.add_argument("--jobs", type=int, default=1, help="evaluations side by side")
     ap.add_argument("--lock", default="/tmp/pdserve-bench.lock", help="flock each evaluation on this file ('none': no lock)")
     ap.add_argument("--folder", dest="results", type=Path, default=RESULTS, help="result folder")
@@ -327,7 +328,8 @@ def main() -> int:
              + [partial(run_one, args.results, s, t, heldout_args(args.traces, s, t),
                         ["--policies", *HELDOUT_POLICIES, *react, *dyn], args.lock,
                         out=args.results / HELDOUT_DIR / s / f"{t}.json")
-                for s in args.setups for t in HELDOUT.get(s, {}) if args.heldout and not args.runs], args.jobs)
+                for s in args.setups for t in HELDOUT.get(s, {}) if args.heldout and not args.runs and not args.only],
+             args.jobs)
     doc = summarise(args.results, run)
     for r in doc["runs"]:
         p = r["policies"].get("planner", {})
