@@ -187,7 +187,6 @@ def heldout(results: Path) -> str:
         d = json.loads(f.read_text())
         res, tr, m = d["results"], d["trace"], d["meta"]
         best = res["best"]["gpu_hours"]
-
         cell = {name: f"{_pct(r['attainment_after_warmup'])}, {r['gpu_hours'] / best:.2f}x" for name, r in res.items()}
         p = res["planner"]
         met = heldout_target_met(p["attainment_after_warmup"] or 0.0, p["gpu_hours"] / best)

@@ -133,7 +133,7 @@ def main() -> int:
     if args.syscalls:
         check_perf()
     with ExitStack() as stack:
-        perf_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-perf-")))
+        perf_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-perf-"))) if args.syscalls else None
         profile_dir = None
         if args.profile:
             profile_dir = args.profile_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="burst-prof-")))
@@ -188,13 +188,12 @@ def main() -> int:
                     url, pid = urls[name]
                     sampled = profile_dir is not None and name == args.profile_target
                     spy = profile_start(pid, profile_dir, f"{streams}-{rnd}") if sampled else None
-                    counting = args.syscalls and pid is not None
-                    perf_out = perf_dir / f"{name}-{streams}-{rnd}.csv"
-                    perf = syscalls_start(pid, perf_out) if counting else None
+                    perf_out = perf_dir / f"{name}-{streams}-{rnd}.csv" if perf_dir is not None else None
+                    perf = syscalls_start(pid, perf_out) if perf_out is not None and pid is not None else None
                     r = burst_once(url, streams, procs, args, pid, load_cpus)
                     if spy is not None:
                         profile_stop(spy)
-                    if perf is not None:
+                    if perf is not None and perf_out is not None:
                         r["router_syscalls_per_token"] = per_token(syscalls_stop(perf, perf_out), r["tokens"])
                     rs[name].append(r)
                     print(f"{streams} streams, round {rnd + 1}/{args.rounds}, {name}: TTFT p50 {r['ttft_p50_ms']} "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import TICK, _stat, pct  # noqa: E402
+from procs import TICK, _stat, pct, tree  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 MODEL = "mock-llama"
@@ -27,17 +27,13 @@ def cpu_split(pid: int) -> tuple[float, float]:
     process, its threads (the Rust routers' tokio workers) and its live descendants
     (``--processes N``)."""
     user = kernel = 0
-    todo = [pid]
-    while todo:
-        p = todo.pop()
+    for p in tree(pid):
         try:
             f = _stat(p)
-            user += int(f[11])
-            kernel += int(f[12])
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
-            pass  # exited meanwhile
+            continue  # exited meanwhile
+        user += int(f[11])
+        kernel += int(f[12])
     return user / TICK, kernel / TICK
 
 
@@ -46,15 +42,12 @@ def switches(pid: int) -> int:
     often the router went to sleep in epoll or was preempted, over the burst. A loop that
     wakes for fewer ready sockets per wake-up pays its fixed costs over fewer tokens."""
     total = 0
-    todo = [pid]
-    while todo:
-        p = todo.pop()
+    for p in tree(pid):
         try:
             for task in Path(f"/proc/{p}/task").iterdir():
                 for line in (task / "status").read_text().splitlines():
                     if "ctxt_switches:" in line:
                         total += int(line.split()[1])
-                todo += [int(c) for c in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
             pass
     return total

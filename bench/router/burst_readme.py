@@ -24,16 +24,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from readme_block import replace_block, write_or_check  # noqa: E402
+from burst_report import fmt, syscall_table  # noqa: E402
 
 README = HERE / "README.md"
 BEGIN, END = "<!-- burst-verdicts:begin (bench/router/burst_readme.py) -->", "<!-- burst-verdicts:end -->"
 TTFT_TARGET, CPU_TARGET = 1.2, 1.3
-
-
-def _fmt(o: dict | None, digits: int) -> str:
-    if not o:
-        return "-"
-    return f"{o['median']:.{digits}f} [{o['min']:.{digits}f}..{o['max']:.{digits}f}]"
 
 
 def _met(o: dict | None, bound: float) -> str:
@@ -46,7 +41,7 @@ def _twin(o: dict) -> str:
     """The lean front end against its aiohttp twin of the same round (burst_report.py LEAN_TWINS)."""
     if "cpu_per_token_vs_aiohttp" not in o:
         return "-"
-    return f"{_fmt(o.get('ttft_p99_vs_aiohttp'), 2)}, {_fmt(o.get('cpu_per_token_vs_aiohttp'), 2)}"
+    return f"{fmt(o.get('ttft_p99_vs_aiohttp'), 2)}, {fmt(o.get('cpu_per_token_vs_aiohttp'), 2)}"
 
 
 def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
@@ -71,10 +66,10 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
                 if not name.startswith("pdserve") or name == "pdserve-baseline":
                     continue
                 t, c = o.get("ttft_p99_vs_best_rust"), o.get("cpu_per_token_vs_best_rust")
-                lines.append(f"| {where} | {streams} | {name} | {_fmt(t, 2)} | {_met(t, TTFT_TARGET)} | {_fmt(c, 2)} "
-                             f"| {_met(c, CPU_TARGET)} | {_fmt(o.get('cpu_per_token_vs_baseline'), 2)} "
-                             f"| {_twin(o)} | {_fmt(o.get('tpot_p50_ms'), 1)} | {_fmt(o.get('itl_max_p99_ms'), 0)} "
-                             f"| {_fmt(o.get('router_switches_per_token'), 2)} | {o['errors']} |")
+                lines.append(f"| {where} | {streams} | {name} | {fmt(t, 2)} | {_met(t, TTFT_TARGET)} | {fmt(c, 2)} "
+                             f"| {_met(c, CPU_TARGET)} | {fmt(o.get('cpu_per_token_vs_baseline'), 2)} "
+                             f"| {_twin(o)} | {fmt(o.get('tpot_p50_ms'), 1)} | {fmt(o.get('itl_max_p99_ms'), 0)} "
+                             f"| {fmt(o.get('router_switches_per_token'), 2)} | {o['errors']} |")
     lines += ["", "Rust routers in the same runs (context switches per token, their threads summed):", "",
               "| result file | streams | target | TTFT p99 ms | CPU µs/token | TPOT p50 ms | longest ITL p99 ms "
               "| context switches / token |", "|---|---:|---|---:|---:|---:|---:|---:|"]
@@ -83,20 +78,16 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
         for streams, targets in doc["summary"].items():
             for name, o in targets.items():
                 if name in ("vllm-router", "sglang-router"):
-                    lines.append(f"| {path.name} | {streams} | {name} | {_fmt(o.get('ttft_p99_ms'), 0)} "
-                                 f"| {_fmt(o.get('router_cpu_us_per_token'), 1)} | {_fmt(o.get('tpot_p50_ms'), 1)} "
-                                 f"| {_fmt(o.get('itl_max_p99_ms'), 0)} "
-                                 f"| {_fmt(o.get('router_switches_per_token'), 2)} |")
-    counted = [(path.name, streams, name, o["router_syscalls_per_token"]) for path in paths
-               for streams, targets in json.loads(path.read_text())["summary"].items()
-               for name, o in targets.items() if o.get("router_syscalls_per_token")]
-    if counted:  # runs with burst.py --syscalls
-        groups = list(counted[0][3])
-        lines += ["", "System calls per streamed token in the runs that counted them (`burst.py --syscalls`; reads: "
-                  "read/readv/recvfrom/recvmsg, writes: write/writev/sendto/sendmsg):", "",
-                  "| result file | streams | target | " + " | ".join(groups) + " |", "|---|---:|---|" + "---:|" * len(groups),
-                  *[f"| {file} | {streams} | {name} | " + " | ".join(_fmt(c.get(g), 2) for g in groups) + " |"
-                    for file, streams, name, c in counted]]
+                    lines.append(f"| {path.name} | {streams} | {name} | {fmt(o.get('ttft_p99_ms'), 0)} "
+                                 f"| {fmt(o.get('router_cpu_us_per_token'), 1)} | {fmt(o.get('tpot_p50_ms'), 1)} "
+                                 f"| {fmt(o.get('itl_max_p99_ms'), 0)} "
+                                 f"| {fmt(o.get('router_switches_per_token'), 2)} |")
+    lines += syscall_table("System calls per streamed token in the runs that counted them (`burst.py --syscalls`; "
+                           "reads: read/readv/recvfrom/recvmsg, writes: write/writev/sendto/sendmsg):",
+                           [("result file", "---"), ("streams", "---:"), ("target", "---")],
+                           [([path.name, streams, name], o["router_syscalls_per_token"]) for path in paths
+                            for streams, targets in json.loads(path.read_text())["summary"].items()
+                            for name, o in targets.items() if o.get("router_syscalls_per_token")])
     return "\n".join([*lines, "", END])
 
 

@@ -91,6 +91,17 @@ def fmt(o: dict | None, digits: int = 1) -> str:
     return f"{o['median']:.{digits}f} [{o['min']:.{digits}f}..{o['max']:.{digits}f}]"
 
 
+def syscall_table(caption: str, lead: list[tuple[str, str]], rows: list[tuple[list[str], dict]]) -> list[str]:
+    """The markdown lines of a ``--syscalls`` table (none without rows): ``lead`` columns (name, alignment)
+    then one column per call group, each cell median [min..max] over rounds."""
+    if not rows:
+        return []
+    groups = list(rows[0][1])
+    return ["", caption, "", "| " + " | ".join([name for name, _ in lead] + groups) + " |",
+            "|" + "".join(f"{align}|" for _, align in lead) + "---:|" * len(groups),
+            *["| " + " | ".join([*cells, *(fmt(calls.get(g), 2) for g in groups)]) + " |" for cells, calls in rows]]
+
+
 def markdown(doc: dict) -> str:
     m = doc["meta"]
     lines = [f"# Router burst benchmark\n\nCommand: `{m['command']}`  ",
@@ -119,16 +130,12 @@ def markdown(doc: dict) -> str:
                          f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {fmt(o.get('router_kernel_share'), 2)} "
                          f"| {fmt(o.get('tpot_p50_ms'), 1)} | {fmt(o.get('itl_max_p99_ms'), 0)} "
                          f"| {fmt(o.get('router_switches_per_token'), 2)} | {o['errors']} |")
-    counted = [(streams, name, o["router_syscalls_per_token"]) for streams, targets in doc["summary"].items()
-               for name, o in targets.items() if o.get("router_syscalls_per_token")]
-    if counted:
-        groups = list(counted[0][2])
-        lines += ["", "System calls per streamed token over each measured burst (`--syscalls`: perf stat on the "
-                  "syscall tracepoints, the router's process tree; reads: read/readv/recvfrom/recvmsg, writes: "
-                  "write/writev/sendto/sendmsg):", "",
-                  "| streams | target | " + " | ".join(groups) + " |", "|---:|---|" + "---:|" * len(groups),
-                  *[f"| {streams} | {name} | " + " | ".join(fmt(c.get(g), 2) for g in groups) + " |"
-                    for streams, name, c in counted]]
+    lines += syscall_table("System calls per streamed token over each measured burst (`--syscalls`: perf stat on "
+                           "the syscall tracepoints, the router's process tree; reads: read/readv/recvfrom/recvmsg, "
+                           "writes: write/writev/sendto/sendmsg):", [("streams", "---:"), ("target", "---")],
+                           [([streams, name], o["router_syscalls_per_token"])
+                            for streams, targets in doc["summary"].items() for name, o in targets.items()
+                            if o.get("router_syscalls_per_token")])
     prof = doc.get("profile")
     if prof:
         lines += ["", f"Where pdserve's router CPU went ({prof['tool']}; {prof['samples']} samples):", "",

@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from procs import tree
+
 # The calls a proxy makes per streamed token and per wake-up; "all" is every system call.
 EVENTS = {
     "read": "syscalls:sys_enter_read", "readv": "syscalls:sys_enter_readv",
@@ -39,20 +41,6 @@ def check_perf() -> None:
     probe = subprocess.run([exe, "stat", "-x", ",", "-e", EVENTS["all"], "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         raise SystemExit(f"--syscalls: perf cannot count syscall tracepoints here: {probe.stderr.strip()[:300]}")
-
-
-def tree(pid: int) -> list[int]:
-    """The process and its live descendants (``--processes N``)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return out
 
 
 def syscalls_start(pid: int, out: Path) -> subprocess.Popen:

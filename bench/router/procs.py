@@ -28,21 +28,30 @@ def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its threads, plus those of its live descendants
-    (`pdserve router --processes N` is a supervisor and N routers; a Python launcher may
-    run a router as its child)."""
-    total = 0
-    todo = [pid]
+def tree(pid: int) -> list[int]:
+    """A process and its live descendants, from each of its threads' ``children`` (`pdserve router
+    --processes N` is a supervisor and N routers; a Python launcher may run a router as its child)."""
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
+        out.append(p)
         try:
-            f = _stat(p)
-            total += int(f[11]) + int(f[12])
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
             pass  # exited meanwhile
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and its threads, plus those of its live descendants (``tree``)."""
+    total = 0
+    for p in tree(pid):
+        try:
+            f = _stat(p)
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited meanwhile
+        total += int(f[11]) + int(f[12])
     return total / TICK
 
 
