@@ -58,6 +58,7 @@ class Knobs:
     correction_pool_ttft: bool = PolicyConfig.correction_pool_ttft
     min_level_smoothing: float | None = PolicyConfig.min_level_smoothing
     arriving_young: str = PolicyConfig.arriving_young
+    burst_level_ratio: float | None = PolicyConfig.burst_level_ratio
     # The prefill pods' TTFT holds the engine's front end: a correction that reads it compares it with
     # a profile that does too (derive_profile(include_frontend=True)), as the live planner derives its own.
     profile_frontend: bool = PolicyConfig.correction_pool_ttft
@@ -108,23 +109,26 @@ def _path_ms(f: Flags) -> float:
 
 def _next2(young: str) -> Callable[[Flags], Knobs]:
     return lambda f: Knobs(cold_start_link=True, correction_pool_ttft=True, profile_frontend=True,
-                           min_level_smoothing=NEXT2_MIN_LEVEL, arriving_young=young)
+                           min_level_smoothing=NEXT2_MIN_LEVEL, arriving_young=young, burst_level_ratio=None)
 
 
 def _pre15(**change: Any) -> Knobs:
     """The shipped planner before session 15 made planner_next2's parts its defaults, with ``change``: the
     development variants measured against that planner keep meaning what their diagnosis files ran."""
     return replace(Knobs(cold_start_link=False, correction_pool_ttft=False, profile_frontend=False,
-                         min_level_smoothing=None), **change)
+                         min_level_smoothing=None, burst_level_ratio=None), **change)
 
 
 _BURST = ("burst_budget_s", "burst_fit_budget_s", "burst_absorb_fraction")
 _NEXT2 = ("cold_start_link", "correction_pool_ttft", "profile_frontend", "min_level_smoothing", "arriving_young")
+# What every result records after its own knobs: planner_next2's parts and the burst level ratio (session 17's default).
+_EVERY = (*_NEXT2, "burst_level_ratio")
 
 
 def _rec(*own: str) -> tuple[str, ...]:
-    """A variant's own knobs, then planner_next2's parts (defaults since session 15), which every result records."""
-    return own + tuple(k for k in _NEXT2 if k not in own)
+    """A variant's own knobs, then planner_next2's parts (defaults since session 15) and the burst level ratio (since
+    session 17), which every result records."""
+    return own + tuple(k for k in _EVERY if k not in own)
 
 
 # In the order the "unknown policy" message names them (the order they were added in).
@@ -142,9 +146,12 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("planner_link", lambda f: _pre15(cold_start_link=True), _rec("cold_start_link")),
     Variant("planner_link_path", lambda f: _pre15(cold_start_link=True, ttft_path_ms=_path_ms(f)),
             _rec("cold_start_link", "ttft_path_ms")),
-    Variant("planner_next2", _next2(PolicyConfig.arriving_young), _NEXT2),
+    Variant("planner_next2", _next2(PolicyConfig.arriving_young), _EVERY),
     Variant("planner_young", lambda f: _pre15(arriving_young="seen"), _rec("arriving_young")),
-    Variant("planner_next4", _next2("seen"), _NEXT2),
+    Variant("planner_next4", _next2("seen"), _EVERY),
+    # Session 16's shipped planner: every fitted burst is a burst, a surge's level included (session 17 made
+    # PolicyConfig.burst_level_ratio a default; the held-out windows replay both).
+    Variant("planner_no_level", lambda f: Knobs(burst_level_ratio=None), _rec(*_BURST)),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 NAMES = tuple(BY_NAME)

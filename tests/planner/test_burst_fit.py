@@ -201,3 +201,33 @@ def test_a_burst_the_steady_pool_drains_in_time_gets_no_reserve():
     # (19,000 / 7,600 = 2.5 -> 3), and the short one, still in the window, does not lower it.
     d = gated.decide(_obs(10, 1, router_prompt_tokens_peak=95_000 / 7, router_prompt_tokens_peak_wide=95_000 / 9), 10)
     assert d.prefill == 3 and d.explanation["demand"]["terms"]["prefill_peak"] == pytest.approx(19_000 / 7_600)
+
+
+def test_a_fitted_burst_the_rate_window_already_shows_is_a_level_and_gets_no_reserve():
+    # The same fitted burst, 19,000 prompt tokens/s (95,000 / 7 at budget 2, 95,000 / 9 at 4), read twice:
+    # on a service whose rate window shows 2,048 tokens/s (2 req/s x 1,024: 19,000 / 2,048 = 9.3 times the
+    # level, a burst on top of it) and on one whose window shows 16,000 tokens/s (19,000 / 16,000 = 1.19:
+    # the load moved there, as a surge of a few minutes does). With burst_level_ratio 1.5 only the first is
+    # reserved for (19,000 / 7,600 = 2.5 -> 3 prefill for the peak window); the level is followed by the
+    # compute term while it lasts and released with it: 100 s later, back at 2,048 tokens/s, 1 prefill.
+    # Without the ratio (None, as before) the level is held as a burst: 3 prefill 100 s later.
+    fitted = dict(router_prompt_tokens_peak=95_000 / 7, router_prompt_tokens_peak_wide=95_000 / 9)
+    calm = dict(router_prompt_tokens_rate=2_048.0, router_prompt_tokens_peak=2_000.0,
+                router_prompt_tokens_peak_wide=2_000.0)
+    level, plain, burst = (_policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_level_ratio=r)
+                           for r in (1.5, None, 1.5))
+    for pol in (level, plain, burst):
+        pol.decide(_obs(-100, 1, router_prompt_tokens_rate=2_048.0), -100)
+    d = level.decide(_obs(0, 1, router_prompt_tokens_rate=16_000.0, **fitted), 0)
+    assert d.explanation["demand"]["terms"]["prefill_peak"] == 0.0
+    # (while the level lasts the absorb gate spares it either way: the steady plan for 16,000/s drains it)
+    plain.decide(_obs(0, 1, router_prompt_tokens_rate=16_000.0, **fitted), 0)
+    d = burst.decide(_obs(0, 1, router_prompt_tokens_rate=2_048.0, **fitted), 0)
+    assert d.prefill == 3 and d.explanation["demand"]["terms"]["prefill_peak"] == pytest.approx(19_000 / 7_600)
+    assert level.decide(_obs(100, 3, **calm), 100).prefill == 1
+    assert plain.decide(_obs(100, 3, **calm), 100).prefill == 3
+    assert burst.decide(_obs(100, 3, **calm), 100).prefill == 3
+    # an unknown rate window reads no level: the burst is reserved for, as before the ratio existed
+    unknown = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_level_ratio=1.5)
+    unknown.decide(_obs(-100, 1), -100)
+    assert unknown.decide(_obs(0, 1, **fitted), 0).prefill == 3

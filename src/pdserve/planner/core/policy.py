@@ -113,6 +113,15 @@ class PolicyConfig:
     # the TTFT SLO gets no reserve (None: every fitted burst does, as before). Steady traffic's
     # densest seconds fit as short, low bursts; the bursts that need capacity standing do not.
     burst_absorb_fraction: float | None = 0.5
+    # A fitted burst whose arrival rate is within this factor of the prompt-token rate the router saw over the rate
+    # window at the same tick is a level the load moved to, not a burst on top of it (None: every fitted burst is a
+    # burst, as before session 17). A level is what the forecast, the observed floor and the drain term follow up and
+    # down; held as a reserve for peak_window_s it kept a surge's capacity for 15 minutes after the load fell back
+    # (bench/planner, held-out 70B Azure 4x from 600 s: 26k -> 45k prompt tokens/s over ~2.5 min, fitted at 1.1-1.45x
+    # the window's rate, 5 prefill replicas held where 2-3 served). A burst shorter than two thirds of the 60 s rate
+    # window reads above 1.5x it whatever the background; 1.5 changes none of the bursty family's replays
+    # (bench/planner README, session 17: 2.0 already lost a burst on 8B bursty seed 3).
+    burst_level_ratio: float | None = 1.5
     # No pool shrinks while more than this many requests per ready replica wait in it.
     release_queue_per_replica: float = 1.0
     correction: bool = True
@@ -171,6 +180,8 @@ class PolicyConfig:
             if self.burst_fit_budget_s not in BUDGETS_S or self.burst_fit_budget_s <= self.burst_budget_s:
                 return (f"burst fit budget {self.burst_fit_budget_s:g} s must be one the router exports and "
                         f"above the burst budget {self.burst_budget_s:g} s")
+        if self.burst_level_ratio is not None and not self.burst_level_ratio >= 1:
+            return f"burst level ratio {self.burst_level_ratio:g} below 1: no fitted burst is below the level it tops"
         if self.arriving_young not in YOUNG_RULES:
             return f"arriving_young {self.arriving_young!r} not one of {', '.join(YOUNG_RULES)}"
         if not (0 < self.target_utilization <= 1):
@@ -185,7 +196,8 @@ class _State:
     osl: deque = field(default_factory=deque)
     hit: float = 0.0
     recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
-    peaks: deque = field(default_factory=deque)  # (time, short-window prompt tokens/s, burst duration s)
+    # (time, short-window prompt tokens/s, burst duration s, a level rather than a burst)
+    peaks: deque = field(default_factory=deque)
     last_busy: float | None = None  # last time requests were seen
     start: TrafficStart = field(default_factory=TrafficStart)  # when the traffic began (the rate window fills)
     pending_since: dict[str, float] = field(default_factory=dict)
@@ -381,17 +393,25 @@ class PlannerPolicy:
             # A burst is believed to last at least the wide budget: below that the fit reads one or
             # two long prompts in one second as a "rate" (Mooncake: 12k-token prompts, one second
             # at 290k tokens/s, 16 prefill replicas held for it), and the budget absorbs them anyway.
-            peaks.append((now, *burst_shape(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
-                                            obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
-                                            min_duration_s=cfg.burst_fit_budget_s)))
+            rate, duration = burst_shape(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
+                                         obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
+                                         min_duration_s=cfg.burst_fit_budget_s)
+            peaks.append((now, rate, duration, self._level(rate, obs)))
         elif _finite(obs.router_prompt_tokens_peak):
-            peaks.append((now, obs.router_prompt_tokens_peak, math.inf))
+            peaks.append((now, obs.router_prompt_tokens_peak, math.inf, False))
         while peaks and peaks[0][0] <= now - cfg.peak_window_s:
             peaks.popleft()
+        bursts = [(p, dur) for _, p, dur, level in peaks if not level]
         if cfg.burst_absorb_fraction is None or not self._fitting(obs):
-            return max((p for _, p, _ in peaks), default=0.0)
+            return max((p for p, _ in bursts), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
-        return max((p for _, p, dur in peaks if not absorbed(p, dur, steady, budget)), default=0.0)
+        return max((p for p, dur in bursts if not absorbed(p, dur, steady, budget)), default=0.0)
+
+    def _level(self, rate: float, obs: Observation) -> bool:
+        """The fitted burst rate is the load's level (``burst_level_ratio``): the rate window already shows it."""
+        ratio = self.config.burst_level_ratio
+        seen = obs.router_prompt_tokens_rate
+        return ratio is not None and _finite(seen) and seen > 0 and rate <= ratio * seen
 
     @staticmethod
     def _queue_tokens(obs: Observation, isl: float) -> tuple[float, float]:

@@ -70,6 +70,11 @@ def _run_parser(sub) -> None:
                    default=PolicyConfig.burst_absorb_fraction,
                    help="no reserve for a fitted burst that the steady plan drains within this fraction of the "
                         "TTFT SLO ('none': every fitted burst gets one; default %(default)s)")
+    g.add_argument("--burst-level-ratio", type=_seconds_or_none, metavar="X",
+                   default=PolicyConfig.burst_level_ratio,
+                   help="no reserve for a fitted burst within this factor of the prompt-token rate the router's "
+                        "rate window shows at the same time: the load moved there, the forecast follows it "
+                        "('none': every fitted burst is one; default %(default)s)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -186,7 +191,7 @@ async def _run_local(args, stopped, log) -> int:
         gpu_budget=args.gpu_budget, scale_down_stabilization_s=args.stabilization_s, startup_s=args.startup_s,
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
-        burst_absorb_fraction=args.burst_absorb_fraction,
+        burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
