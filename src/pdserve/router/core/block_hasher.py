@@ -34,6 +34,7 @@ Extra = tuple[Any, ...] | None
 
 _ROOT = b"\x00" * 8  # the parent field of block 0
 _blake2b = hashlib.blake2b
+_CHILD = _blake2b(b"\x01", digest_size=8)  # a later block's hash state after its first byte (copied, never updated)
 
 
 def _extra_bytes(extra: Extra) -> bytes:
@@ -87,7 +88,16 @@ class BlockHasher:
         rest = _extra_bytes(lora or None)
         first = _extra_bytes(lora + (cache_salt,)) if cache_salt else rest
         head, step = self._head, bs * 8
-        digests = [_digest(_ROOT, head, data[:step], first)]
+        d = _digest(_ROOT, head, data[:step], first)
+        digests = [d]
+        # Every later block's input starts with b"\x01": copying a hash state that holds it
+        # skips blake2b's keyword parsing and set-up per block, and the keys come out of one
+        # struct.unpack, not an int.from_bytes each (same bytes hashed, same keys; ~25 % of
+        # this function's CPU for a 319-token prompt, numbers in the commit that made this).
+        fresh = _CHILD.copy
         for off in range(step, full * 8, step):
-            digests.append(_digest(b"\x01" + digests[-1], head, data[off : off + step], rest))
-        return [int.from_bytes(d, "big") for d in digests]
+            h = fresh()
+            h.update(d + head + data[off : off + step] + rest)
+            d = h.digest()
+            digests.append(d)
+        return list(struct.unpack(f">{len(digests)}Q", b"".join(digests)))
