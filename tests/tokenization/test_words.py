@@ -19,7 +19,7 @@ from pdserve.tokenization import load_tokenizer
 from pdserve.tokenization.hf import HfTokenizer
 from pdserve.tokenization.segments import SegmentEncoder
 from pdserve.tokenization.testing import SPECIAL_TOKENS, CountingBackend, build_bpe_tokenizer
-from pdserve.tokenization.words import GPT2_PATTERN, WordEncoder, ascii_pattern
+from pdserve.tokenization.words import GPT2_PATTERN, WordEncoder, ascii_pattern, cut_by_spaces
 
 # Llama 3's pre-tokenizer regex (its tokenizer.json), with ByteLevel(use_regex=False) after it.
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -134,3 +134,83 @@ def test_word_encoder_splits_with_the_stdlib_re(tok: HfTokenizer, form: str) -> 
     words = WordEncoder.plan(b)
     assert words is not None
     assert isinstance(words._split.__self__, re.Pattern)  # type: ignore[attr-defined]
+
+
+def test_the_space_cut_patterns_are_the_real_split_regexes() -> None:
+    # The cut by spaces is allowed by string equality with these: a copy that drifted from
+    # the tokenizer.json form would silently lose the fast path (or, worse, grant it).
+    from pdserve.tokenization import words as w
+
+    assert w.SPACE_CUT_PATTERNS == {GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN}
+    assert (w.LLAMA3_PATTERN, w.QWEN2_PATTERN) == (LLAMA3_PATTERN, QWEN2_PATTERN)
+
+
+spaced_text = st.lists(st.sampled_from(["word", "Word", " ", " ", " ", "  ", "12", "1234", "'s", "'ll", "don't", "\t",
+                                        "\n", "\r\n", "!", "?!", "...", "(x)", "a", "~", "\"", "x1", " \n", "\n "]),
+                       max_size=40).map("".join)
+
+
+@pytest.mark.parametrize("pattern", [GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN])
+@settings(max_examples=400, deadline=None)
+@given(texts=st.lists(spaced_text | any_plain, min_size=1, max_size=4))
+def test_ids_cut_by_spaces_are_the_ids_by_pre_tokens(tok: HfTokenizer, pattern: str, texts: list[str]) -> None:
+    # The fast path (pieces between spaces, remembered) against the pre-token path on the same
+    # text, for each pattern the cut is allowed for; and both against the backend.
+    b = backend_of(tok)
+    b.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    words = WordEncoder.plan(b, max_words=30)  # small: eviction happens
+    assert words is not None and words._spaced is not None
+    for text in texts:
+        assume(not any(s in text for s in SPECIAL_TOKENS))
+        parts = cut_by_spaces(text)
+        if parts is not None:
+            assert words._by_spaces(parts) == words._pre_tokens(text), text
+        assert words.encode(text) == expected(b, text), text
+
+
+@pytest.mark.parametrize("pattern", [GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN])
+@settings(max_examples=1000, deadline=None)
+@given(text=spaced_text | any_plain)
+def test_pre_tokens_of_the_pieces_are_the_texts(pattern: str, text: str) -> None:
+    # The claim the cut rests on, with the reference regex engine: pre-tokens (not only ids:
+    # a vocabulary without a merge for "  " hides a wrong cut there) never cross the cut.
+    parts = cut_by_spaces(text)
+    assume(parts is not None)
+    assert parts is not None
+    split = regex.compile(pattern).findall
+    pieces = [parts[0], *(" " + p for p in parts[1:])]
+    assert [w for piece in pieces if piece for w in split(piece)] == split(text)
+
+
+@pytest.mark.parametrize("text", ["a  ", "a\n  b", "a\t ", "x\r\n  y"])
+def test_text_with_a_space_after_whitespace_is_not_cut(text: str) -> None:
+    # Here a run of whitespace holds the space: "a  " is "a", "  " for every pattern.
+    assert cut_by_spaces(text) is None
+
+
+def test_new_prompts_are_cut_by_spaces(tok: HfTokenizer) -> None:
+    words = WordEncoder.plan(backend_of(tok))
+    assert words is not None and words._spaced is not None
+    text = "request 7: please summarise word1 word2 word1,"
+    assert words.encode(text) == expected(backend_of(tok), text)
+    assert set(words._spaced) == {"7:", "please", "summarise", "word1", "word2", "word1,"}
+    before = dict(words._ids)
+    assert words.encode("\n\nword2 word1 please") == expected(backend_of(tok), "\n\nword2 word1 please")
+    assert "\n\nword2" not in words._spaced and before.keys() <= words._ids.keys()
+    # After whitespace a space may join a whitespace pre-token: such text keeps the pre-tokens.
+    n = len(words._spaced)
+    assert words.encode("word9 \n word8") == expected(backend_of(tok), "word9 \n word8")
+    assert len(words._spaced) == n
+
+
+def test_other_split_patterns_are_not_cut_by_spaces(tok: HfTokenizer) -> None:
+    b = backend_of(tok)
+    b.pre_tokenizer = pre_tokenizers.Sequence([  # a regex whose pre-tokens may hold spaces
+        pre_tokenizers.Split(Regex(r"\p{L}+ \p{L}+|\s+|\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+"), behavior="isolated",
+                             invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    words = WordEncoder.plan(b)
+    assert words is not None and words._spaced is None
+    assert words.encode("ab cd ef 12") == expected(b, "ab cd ef 12")

@@ -144,25 +144,26 @@ class SegmentEncoder:
             if words is not None:
                 rest = []
                 for piece in todo:
-                    wids = words.encode(piece) if words.plain(piece) else None
+                    wids = words.encode_array(piece) if words.plain(piece) else None
                     if wids is None:
                         rest.append(piece)
                     else:
                         known[piece] = wids
-                        self._remember(piece, array("q", wids))
+                        self._remember(piece, wids)
                 todo = rest
             if todo:
                 for piece, enc in zip(todo, self._backend.encode_batch_fast(todo, add_special_tokens=False)):
-                    known[piece] = ids = enc.ids
-                    self._remember(piece, array("q", ids))
-        out: list[int] = []
+                    known[piece] = ids = array("q", enc.ids)
+                    self._remember(piece, ids)
+        # Joined as int64 arrays (pieces are copied, not iterated) and made a list once.
+        out: array[int] = array("q")
         added = self._ids
         for i, p in enumerate(parts):
             if i % 2:
                 out.append(added[p])
             elif p:
                 out.extend(known[p])
-        return out
+        return out.tolist()
 
     def _remember(self, piece: str, ids: array[int]) -> None:
         if len(piece) > self.max_chars:

@@ -26,13 +26,23 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import chain
+from array import array
 from typing import Any
 
 import regex
 
 # tokenizers/src/pre_tokenizers/byte_level.rs: the regex of ByteLevel(use_regex=true).
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# Llama 3's split regex (its tokenizer.json), and Qwen 2's (single digits).
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+# Split regexes whose pre-tokens never run across a space that follows a non-space: in each,
+# a space can only be the first character of a pre-token or part of an all-whitespace one.
+# So every pre-token ends at such a space, and, as matching at a position depends only on
+# the text from there on, the pre-tokens of the text are those of its pieces cut before each
+# such space (``WordEncoder._by_spaces``). Any other regex: pre-tokens only.
+SPACE_CUT_PATTERNS = frozenset({GPT2_PATTERN, LLAMA3_PATTERN, QWEN2_PATTERN})
 # Characters on which the regex engines agree (see the module docstring).
 _PLAIN = re.compile(r"[\x20-\x7e\t\n\r]*")
 
@@ -135,6 +145,18 @@ def _split_pattern(pre: Any) -> str | None:
     return str(split["pattern"]["Regex"])
 
 
+def cut_by_spaces(text: str) -> list[str] | None:
+    """``text.split(" ")`` when every space in ``text`` follows a character that is not
+    whitespace (or starts the text), else None. For a ``SPACE_CUT_PATTERNS`` regex the
+    pre-tokens of ``text`` are then those of its first part followed by those of " " + each
+    other part. After whitespace a space may belong to a run of whitespace ("a\\n  " is
+    "a", "\\n  "), so such text is not cut. (Plain text only: its whitespace is space, tab,
+    LF and CR.)"""
+    if "  " in text or "\n " in text or "\t " in text or "\r " in text:
+        return None
+    return text.split(" ")
+
+
 class WordEncoder:
     """``encode(text)`` == the backend's ``encode(text, add_special_tokens=False).ids`` for
     text with no added token in it and ``plain(text)``; one thread at a time."""
@@ -145,7 +167,10 @@ class WordEncoder:
         fast = ascii_pattern(pattern)
         self._split = fast.findall if fast is not None else regex.compile(pattern).findall
         self.max_words = max_words
-        self._ids: dict[str, list[int]] = {}
+        self._ids: dict[str, bytes] = {}  # a pre-token's ids, as int64 bytes in native order
+        # Text between spaces, by what follows the space (" word12," -> "word12,"), when the
+        # regex allows the cut: its ids likewise (see ``_by_spaces``).
+        self._spaced: dict[str, bytes] | None = {} if pattern in SPACE_CUT_PATTERNS else None
 
     @classmethod
     def plan(cls, backend: Any, max_words: int = 200_000) -> WordEncoder | None:
@@ -172,6 +197,49 @@ class WordEncoder:
 
     def encode(self, text: str) -> list[int] | None:
         """The ids, or None when the regex left a gap (then the caller asks the backend)."""
+        ids = self.encode_array(text)
+        return None if ids is None else ids.tolist()
+
+    def encode_array(self, text: str) -> array[int] | None:
+        """``encode`` as an int64 array (what ``SegmentEncoder`` keeps and joins). Ids are
+        remembered as their int64 bytes, so a text's ids are one ``bytes.join`` and one copy
+        into the array: no Python int per id on the way."""
+        parts = cut_by_spaces(text) if self._spaced is not None else None
+        found = self._pre_tokens(text) if parts is None else self._by_spaces(parts)
+        if found is None:
+            return None
+        out = array("q")
+        out.frombytes(found)
+        return out
+
+    def _by_spaces(self, parts: list[str]) -> bytes | None:
+        """The ids of a text given as ``cut_by_spaces`` cut it, a piece at a time: each piece's
+        ids are its pre-tokens' (``SPACE_CUT_PATTERNS``), remembered by piece. The regex then
+        runs only on pieces not seen before (numbers in the commit that made this)."""
+        spaced = self._spaced
+        assert spaced is not None
+        found = list(map(spaced.get, parts))
+        first = self._pre_tokens(parts[0]) if parts[0] else b""  # no space before it
+        if first is None:
+            return None
+        found[0] = first
+        if None in found:
+            for i in range(1, len(found)):
+                if found[i] is None:
+                    part = parts[i]
+                    ids = spaced.get(part)  # the same new piece twice in this text
+                    if ids is None:
+                        ids = self._pre_tokens(" " + part)
+                        if ids is None:
+                            return None
+                        if len(spaced) >= self.max_words:
+                            del spaced[next(iter(spaced))]  # the oldest: a bounded memo, not an LRU
+                        spaced[part] = ids
+                    found[i] = ids
+        return b"".join(found)  # type: ignore[arg-type]
+
+    def _pre_tokens(self, text: str) -> bytes | None:
+        """The ids of ``text`` pre-token by pre-token, or None when the regex left a gap."""
         words = self._split(text)
         if sum(map(len, words)) != len(text):
             return None  # characters no alternative matched: tokenizers keeps them as pre-tokens
@@ -184,12 +252,12 @@ class WordEncoder:
                     w = words[i]
                     ids = known.get(w)  # the same new word twice in this text
                     if ids is None:
-                        ids = [t.id for t in self._tokenize(w.translate(_TO_BYTE_LEVEL))]
+                        ids = array("q", [t.id for t in self._tokenize(w.translate(_TO_BYTE_LEVEL))]).tobytes()
                         if len(known) >= self.max_words:
                             del known[next(iter(known))]  # the oldest: a bounded memo, not an LRU
                         known[w] = ids
                     found[i] = ids
-        return list(chain.from_iterable(found))  # type: ignore[arg-type]
+        return b"".join(found)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         return len(self._ids)
