@@ -20,7 +20,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 import claims  # noqa: E402
 from readme_block import replace_block, write_or_check  # noqa: E402
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
-ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_irate", "planner_burst",
+ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_no_level", "planner_irate", "planner_burst",
          "planner_fit", "planner_constant", "dynamo"]
 
 
@@ -173,16 +173,25 @@ def heldout_target_met(attainment_after_warmup: float, vs_best: float) -> bool:
     return attainment_after_warmup >= TARGET_ATTAINMENT and vs_best <= TARGET_VS_BEST
 
 
+# Held-out windows added (suite.HELDOUT) before any planner was replayed on them: session 17's. Session 16's were
+# replayed while session 17 chose the planner's burst level ratio, so they are held out from the tuning set but
+# were looked at; the table says which is which.
+HELDOUT_FRESH = {("70b_tp4", "azure_conv_x2_from600"), ("70b_tp4", "azure_conv_x1_from2400"),
+                 ("8b_1gpu", "azure_conv_x2_from600"), ("8b_1gpu", "mooncake_conv_from2900")}
+
+
 def heldout(results: Path) -> str:
     """``results/heldout/<setup>/<trace>.json``: evaluate.py on windows no suite run replays (a later part of
     the hour, a rate the setup was not run at), one row each, with the done-when target read on each."""
     files = sorted((results / HELDOUT_DIR).glob("*/*.json"))
     if not files:
         return ""
-    out = ["#### Held-out windows (`results/heldout/`: parts of the traces no run above replays)", "",
+    out = ["#### Held-out windows (`results/heldout/`: parts of the traces no run above replays; *fresh*: added "
+           "before any planner replayed them)", "",
            "| run | window (s, after rate scaling) | requests scored | planner: after warm-up, vs best | best found: after "
            "warm-up | reactive: after warm-up, vs best | Dynamo: after warm-up, vs best | >= 99 % at <= 1.15x "
-           "| commit, load |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+           "| planner without the level ratio (session 16's) | commit, load |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for f in files:
         d = json.loads(f.read_text())
         res, tr, m = d["results"], d["trace"], d["meta"]
@@ -192,11 +201,13 @@ def heldout(results: Path) -> str:
         met = heldout_target_met(p["attainment_after_warmup"] or 0.0, p["gpu_hours"] / best)
         hist = tr.get("history") or {}
         after = f", after {hist['seconds']:g} s replayed" if hist else ""
-        out.append(f"| [{f.parent.name}/{tr['id']}]({f.relative_to(results.parent)}) | {tr['window_s'][0]:.0f}-"
+        fresh = " (fresh)" if (f.parent.name, f.stem) in HELDOUT_FRESH else ""
+        out.append(f"| [{f.parent.name}/{tr['id']}]({f.relative_to(results.parent)}){fresh} | {tr['window_s'][0]:.0f}-"
                    f"{tr['window_s'][1]:.0f} at {tr['rate_scale']:g}x{after} | {tr['requests'] - hist.get('requests', 0)} "
                    f"| {cell['planner']} | "
                    f"{_pct(res['best']['attainment_after_warmup'])} | {cell.get('reactive', '-')} | {cell.get('dynamo', '-')} | "
-                   f"{'met' if met else '**missed**'} | {m['commit'][:8]}, {m['loadavg_before']['1m']:.1f} |")
+                   f"{'met' if met else '**missed**'} | {cell.get('planner_no_level', '-')} | "
+                   f"{m['commit'][:8]}, {m['loadavg_before']['1m']:.1f} |")
     return "\n".join(out + [""])
 
 

@@ -133,3 +133,10 @@ def test_held_out_windows_are_a_table_of_their_own_with_the_target_read(tmp_path
     assert "| 99.5 %, 1.20x |" in rows[1] and "| **missed** |" in rows[1]
     assert block.count("Feasible alone: ") == 0  # not runs of the suite
     assert suite.summarise(tmp_path, Run(["suite.py"]))["runs"] == []
+    # A window added before any planner replayed it is marked fresh, and session 16's planner has its column.
+    no_level = met | {"planner_no_level": met["planner"] | {"attainment_after_warmup": 1.0, "gpu_hours": 1.5 * best}}
+    (tmp_path / "heldout" / "8b_1gpu" / "azure_conv_x2_from600.json").write_text(json.dumps(d | {"results": no_level}))
+    rows = [r for r in report.render(tmp_path).splitlines() if r.startswith("| [8b_1gpu/azure_conv_x1_from1800]")]
+    assert [r.split(" | ")[0].endswith("(fresh)") for r in rows] == [False, True, False]  # a, azure_conv_x2_from600, b
+    assert rows[1].endswith("| met | 100.0 %, 1.50x | " + f"{d['meta']['commit'][:8]}, "
+                            f"{d['meta']['loadavg_before']['1m']:.1f} |") and rows[0].count("| - |") >= 1
