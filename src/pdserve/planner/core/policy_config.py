@@ -1,0 +1,163 @@
+"""The planner's settings (``PolicyConfig``): what each knob does and why it has its default. The policy that
+reads them is ``pdserve.planner.core.policy`` (which re-exports this class)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdserve.common.burst import BUDGETS_S
+from pdserve.planner.core.arriving import YOUNG_RULES
+from pdserve.planner.core.budget import gpus
+
+@dataclass
+class PolicyConfig:
+    ttft_slo_ms: float = 1000.0
+    itl_slo_ms: float = 50.0
+    attainment: float = 0.99
+    interval_s: float = 30.0
+    # How long a new replica takes to serve: the rate forecast covers start-up plus one
+    # interval, because a replica requested now serves no earlier than that.
+    startup_s: float = 60.0
+    predictor: str = "holt-winters"  # for the request rate, which trends
+    length_predictor: str = "moving-average"  # for ISL / OSL: level series, and 3 fits per tick cost
+    seasonal_periods: int | None = None
+    # Holt-Winters' fitted level smoothing at least this (None: 0; HoltWintersPredictor). 0.5 since session 15 (was
+    # bench/planner's planner_next2): chosen on forecast error, not on a planner outcome (diagnosis/forecast_error.json).
+    min_level_smoothing: float | None = 0.5
+    prefill_min: int = 1
+    prefill_max: int = 8
+    decode_min: int = 1
+    decode_max: int = 8
+    prefill_tp: int = 1
+    decode_tp: int = 1
+    gpu_budget: int | None = None
+    # Short: a burst's capacity is released a minute after the queue is gone, not held for
+    # minutes; flapping is bounded by the queue gate below and by the start-up horizon.
+    scale_down_stabilization_s: float = 60.0
+    scale_to_zero: bool = False
+    idle_before_zero_s: float = 300.0
+    stale_after_s: float | None = None  # default: 3 intervals
+    pending_timeout_s: float = 120.0
+    # Plan each replica for this fraction of its SLO-bound capacity: headroom for
+    # forecast error and for the burstiness inside an interval.
+    target_utilization: float = 0.85
+    # KV links: size them with the head-of-line blocking of links held at both ends
+    # (pdserve.planner.core.link_model), each transfer's tail wait within this fraction of the
+    # TTFT SLO; False: every link planned at target_utilization whatever the counts.
+    link_contention: bool = True
+    link_wait_fraction: float = 0.5
+    # Never plan for less than the load observed right now (a forecast lagging a ramp).
+    floor_on_observed: bool = True
+    drain_backlog: bool = True  # size for draining the queues as well as for arrivals
+    # The queue projected to when a replica requested now is ready (start-up later) must be
+    # gone this long after that (None: one interval, so the next decision sees it drained).
+    drain_s: float | None = None
+    # What "arriving now" is for that projection: the rate window's mean ("rate"), or the
+    # highest short-window rate of the last interval ("peak"). With "rate", the peak still
+    # stands in until the planner has watched one whole rate window: before that the
+    # window reaches back before the first request and its mean reads low (the very first
+    # tick of a loaded service sees about a third of its load).
+    arriving_signal: str = "rate"
+    # While the window is young (pdserve.planner.core.arriving): "peak", the burst gauge stands in, young from the
+    # first busy tick (as shipped); "seen": young from the first arrival, the window's tokens over the traffic seen.
+    # Opt-in (bench/planner diagnosis/planner_next4.json): the shipped planner the same on 11 of 12 runs, Mooncake
+    # -9 % GPU-h for -0.5 points; with planner_next2, 70B Azure x4 loses 3.3 points (a cold-start ramp the gauge read ahead).
+    arriving_young: str = "peak"
+    # Keep capacity for the highest short-window prompt-token rate seen this long (0: off):
+    # bursts shorter than the start-up delay can only be absorbed by replicas already up.
+    # 900 s was chosen on the tuning set (bench/planner: 0 / 300 / 900 s on bursty seed 0).
+    peak_window_s: float = 900.0
+    # Which series of the router's burst gauge is "the peak" (pdserve.common.burst): the rate a
+    # pool needs so that no recent request waited longer than this (0: the raw 1 s peak).
+    # None: the 15 s scrape-resolution irate() peak, as before the gauge existed (also the
+    # stand-in where a router does not export it, or where the wide series below is missing).
+    burst_budget_s: float | None = 2.0
+    # With a second, larger budget the peak is the burst's *arrival rate*, fitted from the gauge
+    # at both budgets (pdserve.planner.core.burst_fit), and the reserve is planned at
+    # target_utilization: what a burst from the same source needs however long it lasts,
+    # without the busiest second's noise (budget 0) or a short burst's discount (budget > 0).
+    # Default since session 9 (2 s and 4 s, with burst_absorb_fraction 0.5): bench/planner, 8B
+    # bursty with 900 s of history >= 99.8 % on every seed where the irate peak got 68 % on seed 0,
+    # and no dearer than the irate planner on Azure 1x/4x (70B 1x: the absorb gate).
+    burst_fit_budget_s: float | None = 4.0
+    # The fitted burst reserve is planned at this fraction of each replica's saturated speed and
+    # link rate (None: target_utilization).
+    burst_utilization: float | None = None
+    # A fitted burst that the steady plan's prefill pool, flat out, drains within this fraction of
+    # the TTFT SLO gets no reserve (None: every fitted burst does, as before). Steady traffic's
+    # densest seconds fit as short, low bursts; the bursts that need capacity standing do not.
+    burst_absorb_fraction: float | None = 0.5
+    # A fitted burst whose arrival rate is within this factor of the prompt-token rate the router saw over the rate
+    # window at the same tick is a level the load moved to, not a burst on top of it (None: every fitted burst is a
+    # burst, as before session 17). A level is what the forecast, the observed floor and the drain term follow up and
+    # down; held as a reserve for peak_window_s it kept a surge's capacity for 15 minutes after the load fell back
+    # (bench/planner, held-out 70B Azure 4x from 600 s: 26k -> 45k prompt tokens/s over ~2.5 min, fitted at 1.1-1.45x
+    # the window's rate, 5 prefill replicas held where 2-3 served). A burst shorter than two thirds of the 60 s rate
+    # window reads above 1.5x it whatever the background; 1.5 changes none of the bursty family's replays
+    # (bench/planner README, session 17: 2.0 already lost a burst on 8B bursty seed 3).
+    burst_level_ratio: float | None = 1.5
+    # No pool shrinks while more than this many requests per ready replica wait in it.
+    release_queue_per_replica: float = 1.0
+    correction: bool = True
+    correction_bounds: tuple[float, float] = (0.67, 1.5)
+    # A slower-than-profile pool only gets more replicas once its tail latency nears the
+    # SLO: below that the SLO holds anyway and the extra replicas would be waste.
+    correction_engage: float = 0.8
+    # Once engaged, a pool's correction stays engaged this long after its tail last neared the
+    # SLO: the replicas it added are what brought the tail down, so dropping it the next tick
+    # sizes the pool back to the optimistic profile and the tail climbs again (a limit cycle:
+    # 70B TP4 on Azure 4x, bench/planner, prefill 6 -> 4 at the same load and misses 2 minutes
+    # later). Longer than start-up plus the scale-down stabilisation, which one turn of the
+    # cycle takes; 0 lets go at once (before this setting).
+    correction_hold_s: float = 300.0
+    # Take the fixed part of the observed TTFT (front ends, KV transfer, first decode step: what the
+    # prefill profile does not model), measured in light-load windows, off before the TTFT ratio
+    # (pdserve.planner.core.correction). Off by default (bench/planner: planner_next): without it the
+    # 8B disaggregated prefill ratio sits at its 1.5 bound at light load, and a burst's queue engages
+    # it on every term for correction_hold_s (8B bursty seed 3: 8 prefill replicas for 5 minutes
+    # after a burst where 5 carry the bursts).
+    correction_offset: bool = False
+    # The TTFT's fixed path beyond prefill and KV transfer (front ends, hand-off, first decode step), ms,
+    # added to the profile's TTFT before the correction's ratio (None: not modelled; bench/planner
+    # ``planner_link_path`` takes it from the simulator's engine numbers; live: idle TTFT minus prefill).
+    ttft_path_ms: float | None = None
+    # Cold start and KV link (on since session 15, with correction_pool_ttft and min_level_smoothing: bench/planner's
+    # planner_next2, results/diagnosis/planner_next3.json; issue 12): the drain term serves the
+    # arriving rate (not the forecast, which lags a ramp and reads a third of the load while the rate window fills),
+    # the decode links carry the KV stream the prefill pool sends at its real (uncorrected) speed, decode gives up a
+    # link only below target_utilization of what the links left carry (hysteresis at the single-receiver threshold),
+    # and a stream no pair carries gets the pair where the links stop adding throughput (sizing.LINK_PLATEAU).
+    cold_start_link: bool = True
+    # The correction's prefill ratio from the prefill engines' own TTFT (Observation.prefill_ttft_mean_s), not the
+    # client's, which adds the KV transfer, hand-off and decode's first step. The profile it compares with must hold
+    # the engine's front end as the pods' histogram does: a measured one does, a derived one is derived so
+    # (include_frontend=correction_pool_ttft in spec_config.load_profile_for and the planner CLI).
+    correction_pool_ttft: bool = True
+    explode_ratio: float = 4.0
+    history_len: int = 240
+
+    def invalid(self) -> str | None:
+        if self.prefill_min > self.prefill_max:
+            return f"prefill min {self.prefill_min} > max {self.prefill_max}"
+        if self.decode_min > self.decode_max:
+            return f"decode min {self.decode_min} > max {self.decode_max}"
+        if self.gpu_budget is not None:
+            need = gpus(self.prefill_min, self.decode_min, self.prefill_tp, self.decode_tp)
+            if need > self.gpu_budget:
+                return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
+        if self.burst_budget_s is not None and self.burst_budget_s not in BUDGETS_S:
+            return (f"burst budget {self.burst_budget_s:g} s is not one the router exports "
+                    f"({', '.join(f'{b:g}' for b in BUDGETS_S)})")
+        if self.burst_fit_budget_s is not None:
+            if self.burst_budget_s is None:
+                return "burst fit budget needs burst_budget_s (the smaller of the two budgets)"
+            if self.burst_fit_budget_s not in BUDGETS_S or self.burst_fit_budget_s <= self.burst_budget_s:
+                return (f"burst fit budget {self.burst_fit_budget_s:g} s must be one the router exports and "
+                        f"above the burst budget {self.burst_budget_s:g} s")
+        if self.burst_level_ratio is not None and not self.burst_level_ratio >= 1:
+            return f"burst level ratio {self.burst_level_ratio:g} below 1: no fitted burst is below the level it tops"
+        if self.arriving_young not in YOUNG_RULES:
+            return f"arriving_young {self.arriving_young!r} not one of {', '.join(YOUNG_RULES)}"
+        if not (0 < self.target_utilization <= 1):
+            return f"target utilization {self.target_utilization} not in (0, 1]"
+        return None
