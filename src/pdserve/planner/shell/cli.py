@@ -75,6 +75,14 @@ def _run_parser(sub) -> None:
                    help="no reserve for a fitted burst within this factor of the prompt-token rate the router's "
                         "rate window shows at the same time: the load moved there, the forecast follows it "
                         "('none': every fitted burst is one; default %(default)s)")
+    g.add_argument("--prefill-utilization", type=_seconds_or_none, metavar="F",
+                   default=PolicyConfig.prefill_utilization,
+                   help="plan each prefill replica at this fraction of its SLO-bound capacity instead of "
+                        "--target-utilization ('none': the same; default %(default)s)")
+    g.add_argument("--hold-prefill-on-rise", action=argparse.BooleanOptionalAction,
+                   default=PolicyConfig.hold_prefill_on_rise,
+                   help="release no prefill replica while the router's prompt-token rate reads above the previous "
+                        "tick's (default %(default)s)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -192,6 +200,7 @@ async def _run_local(args, stopped, log) -> int:
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
         burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
+        prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)

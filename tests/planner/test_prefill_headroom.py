@@ -1,0 +1,71 @@
+"""The prefill pool's own utilisation target and the no-release-on-a-rise guard (PolicyConfig.prefill_utilization,
+hold_prefill_on_rise), on hand-computed cases over the queue profile of tests/planner/capacity_profiles.py."""
+
+from __future__ import annotations
+
+import pytest
+from capacity_profiles import queue_profile
+
+from pdserve.planner.core.observation import Observation, PoolState
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
+
+# The queue profile's prefill capacity within a 1,000 ms TTFT at 1,024-token prompts (its SLO-bound point).
+CAP = 8076.5625
+
+
+def _obs(t: float, p: int, rate: float, **kw) -> Observation:
+    base = dict(request_rate=rate, mean_isl=1024.0, mean_osl=200.0, waiting=0.0, prefill_waiting=0.0,
+                decode_waiting=0.0, router_prompt_tokens_rate=rate * 1024)
+    return Observation(timestamp=t, prefill=PoolState(p), decode=PoolState(1), **(base | kw))
+
+
+def _policy(**kw) -> PlannerPolicy:
+    cfg = PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32, "decode_max": 32,
+                           "ttft_slo_ms": 1000, "itl_slo_ms": 50, "correction": False, "startup_s": 30,
+                           "scale_down_stabilization_s": 0, "target_utilization": 0.8} | kw))
+    return PlannerPolicy(cfg, queue_profile())
+
+
+def test_the_profile_point_the_cases_below_are_computed_from():
+    assert queue_profile().prefill_capacity(1024, 1000) == pytest.approx(CAP)
+
+
+def test_prefill_planned_at_its_own_utilisation_target_decode_at_the_shared_one():
+    # 7 req/s x 1,024 = 7,168 prompt tokens/s. At 0.8 of 8,076.6/s per replica (6,461) that is 1.11 -> 2 prefill;
+    # at prefill_utilization 0.95 (7,672.7 per replica) 0.93 -> 1. Decode's term is the same in both.
+    shared, own = _policy(), _policy(prefill_utilization=0.95)
+    for t in range(0, 60, 10):
+        a, b = shared.decide(_obs(t, 1, 7.0), t), own.decide(_obs(t, 1, 7.0), t)
+    ta, tb = a.explanation["demand"]["terms"], b.explanation["demand"]["terms"]
+    assert ta["prefill_compute"] == pytest.approx(7168 / (0.8 * CAP))
+    assert tb["prefill_compute"] == pytest.approx(7168 / (0.95 * CAP))
+    assert (a.prefill, b.prefill) == (2, 1)
+    assert ta["decode_compute"] == pytest.approx(tb["decode_compute"]) and a.decode == b.decode
+    # None: target_utilization, as before the setting existed
+    assert _policy(prefill_utilization=None).decide(_obs(0, 1, 7.0), 0).explanation["demand"]["terms"][
+        "prefill_compute"] == pytest.approx(ta["prefill_compute"])
+
+
+def test_a_prefill_utilisation_outside_0_1_is_refused():
+    d = _policy(prefill_utilization=1.2).decide(_obs(0, 2, 1.0), 0)
+    assert d.held and (d.prefill, d.decode) == (2, 1) and "prefill utilization 1.2 not in (0, 1]" in d.reason
+
+
+def test_no_prefill_replica_is_released_while_the_prompt_token_rate_rises():
+    # Two prefill replicas at loads one carries (2,048 .. 3,072 tokens/s against 6,461 per replica): the guard keeps
+    # both while the router's prompt-token rate reads above its previous tick's, and releases one once it falls.
+    # Without the guard the replica goes at once. Decode is not held by it.
+    held, free = _policy(hold_prefill_on_rise=True), _policy()
+    for pol in (held, free):
+        pol.decide(_obs(0, 2, 1.0), 0)  # 1,024 tokens/s: the first reading (nothing to compare with)
+    d = held.decide(_obs(10, 2, 2.0), 10)  # 1,024 -> 2,048: rising
+    assert d.prefill == 2 and "prompt tokens rising (1024 -> 2048/s), not shrinking" in d.reason
+    assert free.decide(_obs(10, 2, 2.0), 10).prefill == 1
+    d = held.decide(_obs(20, 2, 3.0), 20)  # still rising
+    assert d.prefill == 2
+    d = held.decide(_obs(30, 2, 2.5), 30)  # 3,072 -> 2,560: falling
+    assert d.prefill == 1 and "rising" not in d.reason
+    # an unknown rate is no rise (the queue gate still guards a release)
+    nan = _policy(hold_prefill_on_rise=True)
+    nan.decide(_obs(0, 2, 1.0), 0)
+    assert nan.decide(_obs(10, 2, 2.0, router_prompt_tokens_rate=float("nan")), 10).prefill == 1
