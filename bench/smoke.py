@@ -129,6 +129,11 @@ SMOKES: list[Smoke] = [
     Smoke("planner_peer_sweep", "bench/planner/peer_sweep.py",
           ["--run", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--every", "--trace", AZURE,
            "--duration", "0", "--limit", "150", "--warmup", "10", "--out", "{out}/sweep.json"], ["sweep.json", "sweep.png"]),
+    # The planner alone on a committed 150-request run, shipped and with one setting changed.
+    Smoke("planner_settings_sweep", "bench/planner/settings_sweep.py",
+          ["--files", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--traces", str(DATA.parent),
+           "--set", "headroom=prefill_utilization:0.9,hold_prefill_on_rise:false", "--out", "{out}/settings.json"],
+          ["settings.json"]),
     Smoke("planner_dynamo_peer", "bench/planner/dynamo_peer.py",
           ["--trace", MOONCAKE, "--calibration", str(REPO / "bench/planner/data/calibration_llama-3.1-8b-h100.json"),
            "--limit", "200", "--out", "{out}/dynamo.json"], ["dynamo.json"], timeout_s=300, needs_peers=True,

@@ -67,6 +67,7 @@ from resultmeta import Run, write_result  # noqa: E402
 from variants import BY_NAME, PLOTTED, Flags, Knobs, unknown_policy  # noqa: E402
 
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
+from pdserve.planner.core.profile import CapacityProfile  # noqa: E402
 from pdserve.planner.core.profile_model import derive_profile  # noqa: E402
 from pdserve.planner.core.sim_hook import PlannerAutoscaler  # noqa: E402
 from pdserve.router.core.spec import RoutingSpec  # noqa: E402
@@ -194,11 +195,28 @@ def load_run(args: argparse.Namespace) -> tuple[Trace, str, Setup, TraceFeasibil
     return trace, trace_id, s, feas, n_hist, hist_end
 
 
+def planner_config(args: argparse.Namespace, s: Setup, k: Knobs, f: Flags) -> tuple[PolicyConfig, CapacityProfile]:
+    """The planner a variant with the knobs ``k`` replays at the run's flags (``settings_sweep.py`` builds the same)."""
+    cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval,
+                       predictor=k.predictor, prefill_max=args.max_replicas, decode_max=args.max_replicas,
+                       prefill_tp=s.tp_p, decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
+                       target_utilization=args.target_utilization, startup_s=args.startup,
+                       peak_window_s=f.peak_window_s, burst_budget_s=k.burst_budget_s,
+                       burst_fit_budget_s=k.burst_fit_budget_s, burst_absorb_fraction=k.burst_absorb_fraction,
+                       correction_offset=k.correction_offset, cold_start_link=k.cold_start_link,
+                       ttft_path_ms=k.ttft_path_ms, correction_pool_ttft=k.correction_pool_ttft,
+                       min_level_smoothing=k.min_level_smoothing, arriving_young=k.arriving_young,
+                       burst_level_ratio=k.burst_level_ratio, prefill_utilization=k.prefill_utilization,
+                       hold_prefill_on_rise=k.hold_prefill_on_rise)
+    prof = (derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps, include_frontend=True)
+            if k.profile_frontend else s.profile)
+    return cfg, prof
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
     trace, trace_id, s, feas, n_hist, hist_end = load_run(args)
-    profile = s.profile
     bound = lower_bound(trace, s)  # per interval over the whole replay: where the best schedule's search starts
     scored_bound = lower_bound(window_of(trace, hist_end, None), s) if n_hist else bound
     results: dict[str, dict] = {}
@@ -223,19 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def replay(k: Knobs, f: Flags) -> dict:
         """A planner with the knobs ``k`` at the flags ``f``, replayed end to end."""
-        cfg = PolicyConfig(ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval,
-                           predictor=k.predictor, prefill_max=args.max_replicas, decode_max=args.max_replicas,
-                           prefill_tp=s.tp_p, decode_tp=s.tp_d, scale_down_stabilization_s=args.stabilization,
-                           target_utilization=args.target_utilization, startup_s=args.startup,
-                           peak_window_s=f.peak_window_s, burst_budget_s=k.burst_budget_s,
-                           burst_fit_budget_s=k.burst_fit_budget_s, burst_absorb_fraction=k.burst_absorb_fraction,
-                           correction_offset=k.correction_offset, cold_start_link=k.cold_start_link,
-                           ttft_path_ms=k.ttft_path_ms, correction_pool_ttft=k.correction_pool_ttft,
-                           min_level_smoothing=k.min_level_smoothing, arriving_young=k.arriving_young,
-                           burst_level_ratio=k.burst_level_ratio, prefill_utilization=k.prefill_utilization,
-                           hold_prefill_on_rise=k.hold_prefill_on_rise)
-        prof = (derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps, include_frontend=True)
-                if k.profile_frontend else profile)
+        cfg, prof = planner_config(args, s, k, f)
         return run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
 
     flags = Flags.of(args, s)

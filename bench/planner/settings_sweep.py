@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The shipped planner alone, replayed with ``PolicyConfig`` settings changed, on the exact windows of committed
+``evaluate.py`` result files: what a setting would do to every run and held-out window, in minutes rather than a
+suite's hour (no reference search, no peer, no other policy).
+
+Each file's own command (``meta.command``) is parsed with ``evaluate.py``'s parser, so the replay is that run's
+trace, history, setup and flags; the planner is built as ``evaluate.py`` builds its ``planner`` variant
+(``evaluate.planner_config``) and then changed by each ``--set``. GPU-hours are read against the file's best
+schedule found. The unchanged planner (``shipped``, always replayed) checks the harness: where the file was run at
+this code's planner it must give the file's ``planner`` numbers (``same_as_committed_planner``; a setting that
+restores the planner a file was run with must too).
+
+    python bench/planner/settings_sweep.py --traces /path/to/traces --jobs 2 \\
+        --set 'prefill=prefill_utilization:0.95' --set 'both=prefill_utilization:0.95,hold_prefill_on_rise:true' \\
+        --out /tmp/settings.json
+
+A ``--set`` is ``NAME=FIELD:VALUE[,FIELD:VALUE...]`` with VALUE a JSON literal (``none`` for None); fields are
+``PolicyConfig``'s. Files default to every run and held-out window under ``--results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from resultmeta import Run, write_result  # noqa: E402
+
+from pdserve.planner.core.policy import PolicyConfig  # noqa: E402
+
+SCHEMA = "pdserve.planner-settings-sweep/1"
+TARGET_ATTAINMENT, TARGET_VS_BEST = 0.99, 1.15
+FIELDS = {f.name for f in dataclasses.fields(PolicyConfig)}
+
+
+def parse_set(text: str) -> tuple[str, dict[str, object]]:
+    """``NAME=FIELD:VALUE,...`` -> (NAME, {FIELD: VALUE}); a field PolicyConfig lacks is refused by name."""
+    name, sep, body = text.partition("=")
+    if not sep or not name or not body:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected NAME=FIELD:VALUE[,FIELD:VALUE...]")
+    change: dict[str, object] = {}
+    for part in body.split(","):
+        field, sep, value = part.partition(":")
+        if not sep or field not in FIELDS:
+            raise argparse.ArgumentTypeError(f"--set {text!r}: {field!r} is not a PolicyConfig field")
+        change[field] = None if value.strip().lower() == "none" else json.loads(value)
+    return name, change
+
+
+def _retarget(argv: list[str], traces: Path | None) -> list[str]:
+    """The recorded trace path, or the same file under ``traces`` (its folder and name) where it is not here."""
+    if traces is None or "--trace" not in argv:
+        return argv
+    i = argv.index("--trace") + 1
+    recorded = Path(argv[i])
+    if not recorded.exists():
+        argv = [*argv[:i], str(traces / recorded.parent.name / recorded.name), *argv[i + 1:]]
+    return argv
+
+
+def replay(job: tuple[str, list[str], dict[str, dict[str, object]]]) -> dict:
+    """One file: the shipped planner and each setting, replayed on its window."""
+    path, argv, settings = job
+    import evaluate
+    from replays import run_policy
+    from variants import Flags, Knobs
+
+    from pdserve.planner.core.policy import PlannerPolicy
+    from pdserve.planner.core.sim_hook import PlannerAutoscaler
+
+    args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
+    trace, _tid, s, feas, _n, _h = evaluate.load_run(args)
+    base, prof = evaluate.planner_config(args, s, Knobs(), Flags.of(args, s))
+    out = {}
+    for name, change in {"shipped": {}, **settings}.items():
+        cfg = dataclasses.replace(base, **change)
+        if (bad := cfg.invalid()) is not None:
+            raise SystemExit(f"{name}: {bad}")
+        t0 = time.perf_counter()
+        r = run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
+        out[name] = {"attainment_after_warmup": r["attainment_after_warmup"], "gpu_hours": r["gpu_hours"],
+                     "max_prefill": r["max_prefill"], "max_decode": r["max_decode"],
+                     "sim_wall_s": round(time.perf_counter() - t0, 1)}
+    return {"file": path, "trace_sha256": trace.sha256, "replays": out}
+
+
+def discover(results: Path) -> list[Path]:
+    """Every run and held-out window file with a ``planner`` result."""
+    files = sorted(results.glob("*/*.json")) + sorted(results.glob("heldout/*/*.json"))
+    keep = []
+    for f in files:
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and "planner" in d.get("results", {}) and "command" in d.get("meta", {}):
+            keep.append(f)
+    return keep
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", type=Path, default=HERE / "results", help="folder of evaluate.py result files")
+    ap.add_argument("--files", type=Path, nargs="*", help="these result files instead of every one under --results")
+    ap.add_argument("--traces", type=Path, help="trace root, where a file's recorded trace path is not on this machine")
+    ap.add_argument("--set", dest="settings", type=parse_set, action="append", default=[], metavar="NAME=FIELD:VALUE")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    run = Run(argv if argv is None else [sys.argv[0], *argv])
+    settings = dict(args.settings)
+    files = args.files if args.files else discover(args.results)
+    if not files:
+        raise SystemExit(f"no evaluate.py result file with a planner under {args.results}")
+    jobs = []
+    docs = {}
+    for f in files:
+        d = json.loads(f.read_text())
+        cmd = shlex.split(d["meta"]["command"])
+        start = next(i for i, a in enumerate(cmd) if a.endswith("evaluate.py")) + 1
+        rest = cmd[start:]
+        if "--out" in rest:  # the replay writes nothing; its own output flag goes
+            i = rest.index("--out")
+            del rest[i:i + 2]
+        jobs.append((str(f), _retarget(rest, args.traces), settings))
+        docs[str(f)] = d
+    rows = []
+    with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
+        for row in ex.map(replay, jobs):
+            d = docs[row["file"]]
+            res = d["results"]
+            best = res.get("best", {}).get("gpu_hours")
+            same_trace = d["trace"].get("sha256") == row["trace_sha256"]
+            committed = res["planner"]
+            for r in row["replays"].values():
+                r["same_as_committed_planner"] = (same_trace and r["attainment_after_warmup"] == committed[
+                    "attainment_after_warmup"] and abs(r["gpu_hours"] - committed["gpu_hours"]) < 1e-9)
+                r["gpu_hours_vs_best"] = round(r["gpu_hours"] / best, 4) if best and same_trace else None
+                r["meets_target"] = (r["gpu_hours_vs_best"] is not None and r["attainment_after_warmup"] >= TARGET_ATTAINMENT
+                                     and r["gpu_hours_vs_best"] <= TARGET_VS_BEST)
+            row |= {"file": str(Path(row["file"]).resolve().relative_to(HERE.parents[1]))
+                    if Path(row["file"]).resolve().is_relative_to(HERE.parents[1]) else row["file"],
+                    "file_commit": d["meta"]["commit"], "same_trace": same_trace,
+                    "committed_planner": {"attainment_after_warmup": committed["attainment_after_warmup"],
+                                          "gpu_hours": committed["gpu_hours"]}}
+            rows.append(row)
+            cells = "  ".join(f"{n} {100 * r['attainment_after_warmup']:.2f} % "
+                              f"{'-' if r['gpu_hours_vs_best'] is None else format(r['gpu_hours_vs_best'], '.3f')}x"
+                              f"{' met' if r['meets_target'] else ''}{' =committed' if r['same_as_committed_planner'] else ''}"
+                              for n, r in row["replays"].items())
+            print(f"{row['file']} ({row['file_commit'][:7]}): {cells}", flush=True)
+    met = {n: sum(r["replays"][n]["meets_target"] for r in rows) for n in ["shipped", *settings]}
+    write_result(args.out, {"schema": SCHEMA, "settings": settings, "target": {
+        "attainment_after_warmup": TARGET_ATTAINMENT, "gpu_hours_vs_best": TARGET_VS_BEST},
+        "files_meeting_target": met, "rows": rows}, run)
+    print(json.dumps({"files": len(rows), "files_meeting_target": met}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
