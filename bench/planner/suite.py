@@ -67,21 +67,17 @@ def traces(root: Path) -> dict[str, list[str]]:
 # 600 s before it replayed unscored (evaluate.py --history: a planner in service), read against the same target.
 # Not tuned on; the references and baselines of the plan's runs (reactive at the tuning set's thresholds).
 HELDOUT_HISTORY_S = 600
-# The windows of session 18 (report.HELDOUT_FRESH) were added before any planner replayed them: session 16's were
-# replayed while session 17's burst level ratio was chosen, session 17's (fresh then) while session 18's prefill
-# utilisation and rise guard were, these were not (named in the commit that added them, before any replay). Azure at
-# 3x (1,200 s of trace) is a rate no run replays.
+# The windows of session 17 (report.HELDOUT_FRESH) were added before any planner replayed them: session 16's were
+# replayed while session 17's burst level ratio was chosen, these were not.
 HELDOUT = {
     "70b_tp4": {"azure_conv_x4_from600": ("azure", "4", "600", "300"), "azure_conv_x2_from1200": ("azure", "2", "1200", "600"),
-                "azure_conv_x2_from600": ("azure", "2", "600", "600"), "azure_conv_x1_from2400": ("azure", "1", "2400", "600"),
-                "azure_conv_x3_from600": ("azure", "3", "600", "600"), "azure_conv_x1_from3000": ("azure", "1", "3000", "600")},
+                "azure_conv_x2_from600": ("azure", "2", "600", "600"), "azure_conv_x1_from2400": ("azure", "1", "2400", "600")},
     "8b_1gpu": {"azure_conv_x4_from600": ("azure", "4", "600", "300"), "azure_conv_x2_from1200": ("azure", "2", "1200", "600"),
                 "azure_conv_x1_from1800": ("azure", "1", "1800", "600"), "mooncake_conv_from1800": ("mooncake", "1", "1800", "600"),
-                "azure_conv_x2_from600": ("azure", "2", "600", "600"), "mooncake_conv_from2900": ("mooncake", "1", "2900", "600"),
-                "azure_conv_x3_from600": ("azure", "3", "600", "600"), "azure_conv_x1_from1200": ("azure", "1", "1200", "600")},
+                "azure_conv_x2_from600": ("azure", "2", "600", "600"), "mooncake_conv_from2900": ("mooncake", "1", "2900", "600")},
 }
-# planner_s17: session 17's planner (prefill at target_utilization, released on a rise), beside the shipped one.
-HELDOUT_POLICIES = ["best", "static", "reactive", "planner", "planner_s17"]
+# planner_no_level: session 16's planner (no burst level ratio), beside the shipped one on every window.
+HELDOUT_POLICIES = ["best", "static", "reactive", "planner", "planner_no_level"]
 
 
 def heldout_args(root: Path, setup: str, trace: str) -> list[str]:
@@ -103,8 +99,8 @@ PLAN = {
 COST = {("8b_1gpu", "bursty_seed0"): 2200, ("70b_tp4", "azure_conv_x4"): 1250, ("8b_1gpu", "mooncake_conv"): 500,
         ("8b_1gpu", "azure_conv_x4"): 600, ("8b_1gpu", "bursty_seed3"): 1400, ("8b_1gpu", "bursty_seed1"): 1100,
         ("70b_tp4", "bursty_seed0"): 550, ("70b_tp4", "bursty_seed1"): 300}
-# planner_s17: the planner before session 18's prefill utilisation and rise guard (what those defaults changed).
-BASE = ["best", "static", "reactive", "planner", "planner_constant", "planner_fit", "planner_s17"]
+# planner_no_level: the shipped planner without session 17's burst level ratio (what that default changed).
+BASE = ["best", "static", "reactive", "planner", "planner_constant", "planner_fit", "planner_no_level"]
 # Per-burst diagnoses the suite re-runs (burst_misses.py): file stem -> its arguments. None since session 9:
 # the ones before (burst_misses_8b, planner_fit_variants_8b_*) explained the irate-peak planner's misses
 # without history, which the fitted burst reserve and --history replaced; they are in git history at ee76d4f.

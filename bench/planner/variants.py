@@ -111,29 +111,25 @@ def _path_ms(f: Flags) -> float:
 
 def _next2(young: str) -> Callable[[Flags], Knobs]:
     return lambda f: Knobs(cold_start_link=True, correction_pool_ttft=True, profile_frontend=True,
-                           min_level_smoothing=NEXT2_MIN_LEVEL, arriving_young=young, burst_level_ratio=None,
-                           **_BEFORE18)
+                           min_level_smoothing=NEXT2_MIN_LEVEL, arriving_young=young, burst_level_ratio=None)
 
 
 def _pre15(**change: Any) -> Knobs:
     """The shipped planner before session 15 made planner_next2's parts its defaults, with ``change``: the
     development variants measured against that planner keep meaning what their diagnosis files ran."""
     return replace(Knobs(cold_start_link=False, correction_pool_ttft=False, profile_frontend=False,
-                         min_level_smoothing=None, burst_level_ratio=None, **_BEFORE18), **change)
+                         min_level_smoothing=None, burst_level_ratio=None), **change)
 
 
 _BURST = ("burst_budget_s", "burst_fit_budget_s", "burst_absorb_fraction")
 _NEXT2 = ("cold_start_link", "correction_pool_ttft", "profile_frontend", "min_level_smoothing", "arriving_young")
-# What every result records after its own knobs: planner_next2's parts, the burst level ratio (session 17's default)
-# and the prefill utilisation and rise guard (session 18's).
-_EVERY = (*_NEXT2, "burst_level_ratio", "prefill_utilization", "hold_prefill_on_rise")
-# The planner before session 18's defaults (the variants measured against earlier planners keep meaning that).
-_BEFORE18: dict[str, Any] = {"prefill_utilization": None, "hold_prefill_on_rise": False}
+# What every result records after its own knobs: planner_next2's parts and the burst level ratio (session 17's default).
+_EVERY = (*_NEXT2, "burst_level_ratio")
 
 
 def _rec(*own: str) -> tuple[str, ...]:
-    """A variant's own knobs, then planner_next2's parts (defaults since session 15), the burst level ratio (since
-    session 17) and the prefill utilisation and rise guard (since session 18), which every result records."""
+    """A variant's own knobs, then planner_next2's parts (defaults since session 15) and the burst level ratio (since
+    session 17), which every result records."""
     return own + tuple(k for k in _EVERY if k not in own)
 
 
@@ -157,11 +153,11 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("planner_next4", _next2("seen"), _EVERY),
     # Session 16's shipped planner: every fitted burst is a burst, a surge's level included (session 17 made
     # PolicyConfig.burst_level_ratio a default; the held-out windows replay both).
-    Variant("planner_no_level", lambda f: Knobs(burst_level_ratio=None, **_BEFORE18), _rec(*_BURST)),
-    # Session 17's shipped planner: prefill planned at target_utilization like decode, released on a rising load too
-    # (session 18 made PolicyConfig.prefill_utilization 0.95 and hold_prefill_on_rise defaults; the suite and the
-    # held-out windows replay both).
-    Variant("planner_s17", lambda f: Knobs(**_BEFORE18), _rec(*_BURST)),
+    Variant("planner_no_level", lambda f: Knobs(burst_level_ratio=None), _rec(*_BURST)),
+    # Session 18: prefill planned at 0.95 of its SLO-bound capacity, no prefill release while the prompt-token rate
+    # rises (opt-in; chosen on a replay of the planner alone over every suite run and held-out window, all looked at).
+    Variant("planner_next5", lambda f: Knobs(prefill_utilization=0.95, hold_prefill_on_rise=True),
+            _rec(*_BURST, "prefill_utilization", "hold_prefill_on_rise")),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 NAMES = tuple(BY_NAME)

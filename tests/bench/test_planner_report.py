@@ -117,7 +117,7 @@ def test_held_out_windows_are_a_table_of_their_own_with_the_target_read(tmp_path
 
     src = ROOT / "bench" / "planner" / "results" / "8b_1gpu" / "azure_conv_x1.json"
     d = json.loads(src.read_text())
-    d["results"].pop("planner_s17", None)  # given below, on one window only
+    d["results"].pop("planner_no_level", None)  # given below, on one window only
     best = d["results"]["best"]["gpu_hours"]
     d["trace"] |= {"id": "azure_conv_x1_from1800", "window_s": [1800.0, 2400.0]}
     met = d["results"] | {"planner": d["results"]["planner"] | {"attainment_after_warmup": 0.995,
@@ -134,10 +134,10 @@ def test_held_out_windows_are_a_table_of_their_own_with_the_target_read(tmp_path
     assert "| 99.5 %, 1.20x |" in rows[1] and "| **missed** |" in rows[1]
     assert block.count("Feasible alone: ") == 0  # not runs of the suite
     assert suite.summarise(tmp_path, Run(["suite.py"]))["runs"] == []
-    # A window added before any planner replayed it is marked fresh, and session 17's planner has its column.
-    before = met | {"planner_s17": met["planner"] | {"attainment_after_warmup": 1.0, "gpu_hours": 1.5 * best}}
-    (tmp_path / "heldout" / "8b_1gpu" / "azure_conv_x3_from600.json").write_text(json.dumps(d | {"results": before}))
+    # A window added before any planner replayed it is marked fresh, and session 16's planner has its column.
+    no_level = met | {"planner_no_level": met["planner"] | {"attainment_after_warmup": 1.0, "gpu_hours": 1.5 * best}}
+    (tmp_path / "heldout" / "8b_1gpu" / "azure_conv_x2_from600.json").write_text(json.dumps(d | {"results": no_level}))
     rows = [r for r in report.render(tmp_path).splitlines() if r.startswith("| [8b_1gpu/azure_conv_x1_from1800]")]
-    assert [r.split(" | ")[0].endswith("(fresh)") for r in rows] == [False, True, False]  # a, azure_conv_x3_from600, b
+    assert [r.split(" | ")[0].endswith("(fresh)") for r in rows] == [False, True, False]  # a, azure_conv_x2_from600, b
     assert rows[1].endswith("| met | 100.0 %, 1.50x | " + f"{d['meta']['commit'][:8]}, "
                             f"{d['meta']['loadavg_before']['1m']:.1f} |") and rows[0].count("| - |") >= 1

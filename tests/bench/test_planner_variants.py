@@ -18,7 +18,7 @@ from pdserve.planner.core.profile_model import derive_profile  # noqa: E402
 AZURE = str(BENCH / "sim" / "data" / "azure_conv_excerpt.csv")
 # Every variant evaluate.py runs, by hand (session 14).
 ALL = ["planner", "planner_constant", "planner_irate", "planner_burst", "planner_fit", "planner_next", "planner_link",
-       "planner_link_path", "planner_next2", "planner_young", "planner_next4", "planner_no_level", "planner_s17"]
+       "planner_link_path", "planner_next2", "planner_young", "planner_next4", "planner_no_level", "planner_next5"]
 # The profile whose TTFTs hold the engine's front end (evaluate.py's default model and KV link).
 FRONT = derive_profile("llama-3.1-8b-h100", kv_link_gbps=100.0, include_frontend=True)
 NEXT2 = {"cold_start_link": True, "correction_pool_ttft": True, "profile_frontend": True, "min_level_smoothing": 0.5}
@@ -62,12 +62,9 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
     young = {"arriving_young": "peak"}
     # burst_level_ratio: 1.5 since session 17; None in the variants measured against earlier planners
     level, no_level = {"burst_level_ratio": 1.5}, {"burst_level_ratio": None}
-    # prefill_utilization 0.95 and hold_prefill_on_rise since session 18; off in the variants measured against earlier planners
-    s18, before18 = {"prefill_utilization": 0.95, "hold_prefill_on_rise": True}, {"prefill_utilization": None,
-                                                                                 "hold_prefill_on_rise": False}
-    shipped_next2 = {**NEXT2, **young, **level, **s18}
+    shipped_next2 = {**NEXT2, **young, **level}
     pre15 = {"cold_start_link": False, "correction_pool_ttft": False, "profile_frontend": False,
-             "min_level_smoothing": None, **young, **no_level, **before18}
+             "min_level_smoothing": None, **young, **no_level}
     path = results["planner_link_path"]["params"].get("ttft_path_ms")
     expected = {
         "planner": shipped | shipped_next2, "planner_constant": shipped | shipped_next2,
@@ -78,11 +75,11 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
         "planner_link": {**pre15, "cold_start_link": True},
         "planner_link_path": {"cold_start_link": True, "ttft_path_ms": path, **{k: v for k, v in pre15.items()
                                                                                if k != "cold_start_link"}},
-        "planner_next2": {**NEXT2, **young, **no_level, **before18}, "planner_young": {"arriving_young": "seen", **{
+        "planner_next2": {**NEXT2, **young, **no_level}, "planner_young": {"arriving_young": "seen", **{
             k: v for k, v in pre15.items() if k != "arriving_young"}},
-        "planner_next4": {**NEXT2, "arriving_young": "seen", **no_level, **before18},
-        "planner_no_level": shipped | {**NEXT2, **young, **no_level, **before18},
-        "planner_s17": shipped | {**NEXT2, **young, **level, **before18}}
+        "planner_next4": {**NEXT2, "arriving_young": "seen", **no_level},
+        "planner_no_level": shipped | {**NEXT2, **young, **no_level},
+        "planner_next5": shipped | {"prefill_utilization": 0.95, "hold_prefill_on_rise": True} | shipped_next2}
     for name in ALL:
         assert list(results[name]["params"].items()) == [("peak_window_s", pw), *expected[name].items()], name
         assert "sweep" not in results[name]
@@ -91,8 +88,8 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
     unrecorded = {"planner_irate": {"burst_fit_budget_s": None}, "planner_burst": {"burst_fit_budget_s": None}}
     base = {**shipped, "correction_offset": False, "cold_start_link": True, "ttft_path_ms": None,
             "correction_pool_ttft": True, "min_level_smoothing": 0.5, "arriving_young": "peak",
-            "predictor": "holt-winters", "peak_window_s": pw, "burst_level_ratio": 1.5, "prefill_utilization": 0.95,
-            "hold_prefill_on_rise": True}
+            "predictor": "holt-winters", "peak_window_s": pw, "burst_level_ratio": 1.5, "prefill_utilization": None,
+            "hold_prefill_on_rise": False}
     for name in ALL:
         cfg, frontend = cfgs[name]
         params = dict(results[name]["params"])
@@ -104,7 +101,7 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
         assert {k: getattr(cfg, k) for k in base} == want, name
     assert FRONT != derive_profile("llama-3.1-8b-h100", kv_link_gbps=100.0)
     assert [n for n in ALL if cfgs[n][1] is True] == ["planner", "planner_constant", "planner_fit", "planner_next2",
-                                                      "planner_next4", "planner_no_level", "planner_s17"]
+                                                      "planner_next4", "planner_no_level", "planner_next5"]
     # The plot draws the references and the variants, not the ablations.
     assert legend == ["reactive", *(n for n in ALL if n not in ("planner_constant", "planner_irate"))]
 
@@ -113,11 +110,9 @@ def test_burst_flags_and_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     results, cfgs, _ = run(tmp_path, monkeypatch, ["planner_fit", "planner_burst", "planner"], "--burst-budget", "1",
                            "--burst-fit-budget", "3", "--burst-absorb-fraction", "0.25", "--peak-window", "120",
                            "--burst-sweep", "1", "0", "--planner-sweep", "60")
-    next2 = {**NEXT2, "arriving_young": "peak", "burst_level_ratio": 1.5, "prefill_utilization": 0.95,
-             "hold_prefill_on_rise": True}
+    next2 = {**NEXT2, "arriving_young": "peak", "burst_level_ratio": 1.5}
     pre15 = {"cold_start_link": False, "correction_pool_ttft": False, "profile_frontend": False,
-             "min_level_smoothing": None, "arriving_young": "peak", "burst_level_ratio": None,
-             "prefill_utilization": None, "hold_prefill_on_rise": False}
+             "min_level_smoothing": None, "arriving_young": "peak", "burst_level_ratio": None}
     assert list(results["planner_fit"]["params"].items()) == [
         ("peak_window_s", 120.0), ("burst_budget_s", 1.0), ("burst_fit_budget_s", 3.0), ("burst_absorb_fraction", 0.25),
         *next2.items()]

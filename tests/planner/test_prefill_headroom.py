@@ -33,7 +33,7 @@ def test_the_profile_point_the_cases_below_are_computed_from():
 def test_prefill_planned_at_its_own_utilisation_target_decode_at_the_shared_one():
     # 7 req/s x 1,024 = 7,168 prompt tokens/s. At 0.8 of 8,076.6/s per replica (6,461) that is 1.11 -> 2 prefill;
     # at prefill_utilization 0.95 (7,672.7 per replica) 0.93 -> 1. Decode's term is the same in both.
-    shared, own = _policy(prefill_utilization=None), _policy(prefill_utilization=0.95)
+    shared, own = _policy(), _policy(prefill_utilization=0.95)
     for t in range(0, 60, 10):
         a, b = shared.decide(_obs(t, 1, 7.0), t), own.decide(_obs(t, 1, 7.0), t)
     ta, tb = a.explanation["demand"]["terms"], b.explanation["demand"]["terms"]
@@ -46,21 +46,16 @@ def test_prefill_planned_at_its_own_utilisation_target_decode_at_the_shared_one(
         "prefill_compute"] == pytest.approx(ta["prefill_compute"])
 
 
-def test_the_defaults_are_the_ones_the_planner_suite_replays():
-    # bench/planner's `planner` (session 18): prefill at 0.95, no release on a rise; planner_s17 has neither
-    assert (PolicyConfig.prefill_utilization, PolicyConfig.hold_prefill_on_rise) == (0.95, True)
-
-
 def test_a_prefill_utilisation_outside_0_1_is_refused():
     d = _policy(prefill_utilization=1.2).decide(_obs(0, 2, 1.0), 0)
     assert d.held and (d.prefill, d.decode) == (2, 1) and "prefill utilization 1.2 not in (0, 1]" in d.reason
 
 
 def test_no_prefill_replica_is_released_while_the_prompt_token_rate_rises():
-    # Two prefill replicas at loads one carries (2,048 .. 3,072 tokens/s against 7,673 per replica at 0.95): the guard keeps
+    # Two prefill replicas at loads one carries (2,048 .. 3,072 tokens/s against 6,461 per replica): the guard keeps
     # both while the router's prompt-token rate reads above its previous tick's, and releases one once it falls.
     # Without the guard the replica goes at once. Decode is not held by it.
-    held, free = _policy(hold_prefill_on_rise=True), _policy(hold_prefill_on_rise=False)
+    held, free = _policy(hold_prefill_on_rise=True), _policy()
     for pol in (held, free):
         pol.decide(_obs(0, 2, 1.0), 0)  # 1,024 tokens/s: the first reading (nothing to compare with)
     d = held.decide(_obs(10, 2, 2.0), 10)  # 1,024 -> 2,048: rising

@@ -143,9 +143,7 @@ def test_long_prompts_do_not_flood_decode_with_links():
     # unusable (share 0.02, the floor) and asked for 22. (8P3D now: its links already carry
     # the stream, so nothing piles up meanwhile.)
     prof = _linked(queue_profile(), 131_072, 100.0)
-    # (prefill planned at target_utilization, as the counts above were computed before session 18's 0.95)
-    d = _policy(prof, ttft_slo_ms=2000, prefill_utilization=None).decide(
-        _obs(0, 8, 3, request_rate=3.3, mean_isl=12_000.0, mean_osl=50.0), 0)
+    d = _policy(prof, ttft_slo_ms=2000).decide(_obs(0, 8, 3, request_rate=3.3, mean_isl=12_000.0, mean_osl=50.0), 0)
     terms = d.explanation["demand"]["terms"]
     assert d.prefill == 21 and terms["decode_compute"] < 1 and terms["decode_drain"] == 0
     assert terms["decode_link"] == 2 and d.decode == 2

@@ -42,17 +42,15 @@ class PolicyConfig:
     # forecast error and for the burstiness inside an interval.
     target_utilization: float = 0.85
     # The prefill pool's compute term at this fraction instead (None: target_utilization; decode, the KV links and the
-    # burst reserve keep target_utilization). Default since session 18, with hold_prefill_on_rise (bench/planner: the
-    # variant planner_s17 is the planner before): at 1-GPU replicas the 0.85 rounds a whole replica up at loads one
-    # replica carries within the SLO (held-out 8B Azure 4x: 2 prefill where the best schedule found keeps 1), and the
-    # burst reserve and the drain term, not this headroom, are what carry bursts and queues. Chosen on a replay of the
-    # planner alone over every suite run and held-out window (all looked at): 0.95 alone lost a fifth of 8B Azure 4x's
-    # requests to a replica released just before a ramp (below); a global 0.95 (decode and links too) did the same.
-    prefill_utilization: float | None = 0.95
+    # burst reserve keep target_utilization). Opt-in, with hold_prefill_on_rise (bench/planner's planner_next5,
+    # results/diagnosis/planner_next5*.json): at 1-GPU replicas the 0.85 rounds a whole replica up at loads one replica
+    # carries within the SLO (held-out 8B Azure 4x: 2 prefill where the best schedule found keeps 1). Alone it cost
+    # 8B Azure 4x a fifth of its requests: a replica released just before a ramp (see below).
+    prefill_utilization: float | None = None
     # No prefill replica is released while the router's prompt-token rate reads above its value at the previous tick:
     # a replica released on a rising load is back no sooner than start-up later, and the queue built meanwhile misses
-    # (8B Azure 4x with prefill_utilization 0.95 alone: 2 -> 1 prefill at 22k -> 26k -> 32k tokens/s, attainment 81 %).
-    hold_prefill_on_rise: bool = True
+    # (8B Azure 4x with prefill_utilization 0.95: 2 -> 1 prefill at 22k -> 26k -> 32k tokens/s, attainment 81 %).
+    hold_prefill_on_rise: bool = False
     # KV links: size them with the head-of-line blocking of links held at both ends
     # (pdserve.planner.core.link_model), each transfer's tail wait within this fraction of the
     # TTFT SLO; False: every link planned at target_utilization whatever the counts.
