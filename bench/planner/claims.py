@@ -266,13 +266,12 @@ def variants(results: Path) -> str:
             v = r["variants"]
             per.append(f"{r['run']}{' (tuning)' if r['tuned_on'] else ''}: " + ", ".join(
                 f"{n} {100 * x['attainment_after_warmup']:.2f} % at {x['gpu_hours_vs_best']:.2f}x" for n, x in v.items()))
-        out.append(f"`diagnosis/{f.name}` at {d['meta']['commit'][:7]} ({', '.join(d['variants_run'])}): " + "; ".join(per))
+        out.append(f"`diagnosis/{f.name}` ({', '.join(d['variants_run'])}): " + "; ".join(per))
     if not out:
         return ""
     return ("* **Planner variants against the planner shipped when each file was run** (attainment after warm-up, "
-            "GPU-hours vs the best schedule; each file at its commit: those before session 15, whose default is "
-            "planner_next2's parts, replay the planner before it as `planner`; a file without `planner` compares "
-            "with the committed run's): " + ". ".join(out) + ".")
+            "GPU-hours vs the best schedule; every file here predates session 15, whose default is planner_next2's "
+            "parts, so their `planner` is the one before): " + ". ".join(out) + ".")
 
 
 def render(runs: Runs, results: Path) -> str:

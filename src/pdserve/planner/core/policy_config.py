@@ -42,10 +42,12 @@ class PolicyConfig:
     # forecast error and for the burstiness inside an interval.
     target_utilization: float = 0.85
     # The prefill pool's compute term at this fraction instead (None: target_utilization; decode, the KV links and the
-    # burst reserve keep target_utilization). Opt-in, with hold_prefill_on_rise (bench/planner's planner_next5,
-    # results/diagnosis/planner_next5*.json): at 1-GPU replicas the 0.85 rounds a whole replica up at loads one replica
-    # carries within the SLO (held-out 8B Azure 4x: 2 prefill where the best schedule found keeps 1). Alone it cost
-    # 8B Azure 4x a fifth of its requests: a replica released just before a ramp (see below).
+    # burst reserve keep target_utilization). Opt-in, with hold_prefill_on_rise (bench/planner's planner_next5): at
+    # 1-GPU replicas the 0.85 rounds a whole replica up at loads one replica carries within the SLO (held-out 8B Azure
+    # 4x: 2 prefill where the best schedule found keeps 1). Session 18 made the pair the default, replayed the suite
+    # (results/diagnosis/defaults18_c44a738/) and took it back: on a fresh window (8B Azure 3x from 600 s) one
+    # replica run at 0.95 met a rise a start-up too late and the window missed its attainment, where 0.85 met it.
+    # Alone it cost 8B Azure 4x a fifth of its requests: a replica released just before a ramp (see below).
     prefill_utilization: float | None = None
     # No prefill replica is released while the router's prompt-token rate reads above its value at the previous tick:
     # a replica released on a rising load is back no sooner than start-up later, and the queue built meanwhile misses
