@@ -32,12 +32,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+import report  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
 from pdserve.planner.core.policy import PolicyConfig  # noqa: E402
 
 SCHEMA = "pdserve.planner-settings-sweep/1"
-TARGET_ATTAINMENT, TARGET_VS_BEST = 0.99, 1.15
 FIELDS = {f.name for f in dataclasses.fields(PolicyConfig)}
 
 
@@ -93,17 +93,9 @@ def replay(job: tuple[str, list[str], dict[str, dict[str, object]]]) -> dict:
 
 
 def discover(results: Path) -> list[Path]:
-    """Every run and held-out window file with a ``planner`` result."""
-    files = sorted(results.glob("*/*.json")) + sorted(results.glob("heldout/*/*.json"))
-    keep = []
-    for f in files:
-        try:
-            d = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(d, dict) and "planner" in d.get("results", {}) and "command" in d.get("meta", {}):
-            keep.append(f)
-    return keep
+    """Every run (``report.runs``) and held-out window file with a ``planner`` result."""
+    held = [(f, json.loads(f.read_text())) for f in sorted((results / report.HELDOUT_DIR).glob("*/*.json"))]
+    return [f for f, d in [*report.runs(results), *held] if "planner" in d["results"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                 r["same_as_committed_planner"] = (same_trace and r["attainment_after_warmup"] == committed[
                     "attainment_after_warmup"] and abs(r["gpu_hours"] - committed["gpu_hours"]) < 1e-9)
                 r["gpu_hours_vs_best"] = round(r["gpu_hours"] / best, 4) if best and same_trace else None
-                r["meets_target"] = (r["gpu_hours_vs_best"] is not None and r["attainment_after_warmup"] >= TARGET_ATTAINMENT
-                                     and r["gpu_hours_vs_best"] <= TARGET_VS_BEST)
+                r["meets_target"] = (r["gpu_hours_vs_best"] is not None
+                                     and report.heldout_target_met(r["attainment_after_warmup"], r["gpu_hours_vs_best"]))
             row |= {"file": str(Path(row["file"]).resolve().relative_to(HERE.parents[1]))
                     if Path(row["file"]).resolve().is_relative_to(HERE.parents[1]) else row["file"],
                     "file_commit": d["meta"]["commit"], "same_trace": same_trace,
@@ -159,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['file']} ({row['file_commit'][:7]}): {cells}", flush=True)
     met = {n: sum(r["replays"][n]["meets_target"] for r in rows) for n in ["shipped", *settings]}
     write_result(args.out, {"schema": SCHEMA, "settings": settings, "target": {
-        "attainment_after_warmup": TARGET_ATTAINMENT, "gpu_hours_vs_best": TARGET_VS_BEST},
+        "attainment_after_warmup": report.TARGET_ATTAINMENT, "gpu_hours_vs_best": report.TARGET_VS_BEST},
         "files_meeting_target": met, "rows": rows}, run)
     print(json.dumps({"files": len(rows), "files_meeting_target": met}))
     return 0

@@ -6,6 +6,7 @@ module name ``conftest``, so ``from conftest import`` can find another folder's 
 
 from __future__ import annotations
 
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.profile import CapacityProfile
 
 PREFILL_TOK_S = 10_000.0  # one prefill replica's prompt-token throughput at saturation
@@ -31,3 +32,12 @@ def queue_profile(prefill_tok_s: float = PREFILL_TOK_S) -> CapacityProfile:
         "prefill": {"tensorParallelSize": 1, "points": pre},
         "decode": {"tensorParallelSize": 1, "points": dec},
     })
+
+
+def queue_policy(**kw) -> PlannerPolicy:
+    """A planner on ``queue_profile()`` with the settings the hand-computed policy cases assume (constant
+    predictor, 10 s ticks, no correction, no scale-down stabilisation, 0.8 utilisation), ``kw`` on top."""
+    cfg = PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32, "decode_max": 32,
+                           "ttft_slo_ms": 1000, "itl_slo_ms": 50, "correction": False, "startup_s": 30,
+                           "scale_down_stabilization_s": 0, "target_utilization": 0.8} | kw))
+    return PlannerPolicy(cfg, queue_profile())

@@ -10,14 +10,14 @@ import pytest
 from pdserve.common.burst import BurstMeter
 from pdserve.planner.core.burst_fit import burst_arrival_rate, burst_shape
 from pdserve.planner.core.observation import Observation, PoolState
-from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
+from pdserve.planner.core.policy import PolicyConfig
 from pdserve.planner.core.sim_hook import observation_from_window
 from pdserve.planner.core.sizing import Capacity, Load, absorbed, size
 from pdserve.planner.shell.source_prometheus import PromQL
 from pdserve.planner.shell.source_scrape import ScrapeSource, parse_target
 from pdserve.sim.autoscale import PoolSizes
 
-from capacity_profiles import queue_profile
+from capacity_profiles import queue_policy as _policy
 from test_sim_hook import window
 
 # A 5 s burst at 100,000 prompt tokens/s reads 500,000 / (5 + b) at budget b.
@@ -68,13 +68,6 @@ def _obs(t: float, p: int, **kw) -> Observation:
     base = dict(request_rate=2.0, mean_isl=1024.0, mean_osl=200.0, waiting=0.0, prefill_waiting=0.0,
                 decode_waiting=0.0)
     return Observation(timestamp=t, prefill=PoolState(p), decode=PoolState(1), **(base | kw))
-
-
-def _policy(**kw) -> PlannerPolicy:
-    cfg = PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32, "decode_max": 32,
-                           "ttft_slo_ms": 1000, "itl_slo_ms": 50, "correction": False, "startup_s": 30,
-                           "scale_down_stabilization_s": 0, "target_utilization": 0.8} | kw))
-    return PlannerPolicy(cfg, queue_profile())
 
 
 def test_policy_holds_the_fitted_rate_not_the_short_bursts_need():

@@ -4,10 +4,9 @@ hold_prefill_on_rise), on hand-computed cases over the queue profile of tests/pl
 from __future__ import annotations
 
 import pytest
-from capacity_profiles import queue_profile
+from capacity_profiles import queue_policy as _policy, queue_profile
 
 from pdserve.planner.core.observation import Observation, PoolState
-from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 
 # The queue profile's prefill capacity within a 1,000 ms TTFT at 1,024-token prompts (its SLO-bound point).
 CAP = 8076.5625
@@ -17,13 +16,6 @@ def _obs(t: float, p: int, rate: float, **kw) -> Observation:
     base = dict(request_rate=rate, mean_isl=1024.0, mean_osl=200.0, waiting=0.0, prefill_waiting=0.0,
                 decode_waiting=0.0, router_prompt_tokens_rate=rate * 1024)
     return Observation(timestamp=t, prefill=PoolState(p), decode=PoolState(1), **(base | kw))
-
-
-def _policy(**kw) -> PlannerPolicy:
-    cfg = PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32, "decode_max": 32,
-                           "ttft_slo_ms": 1000, "itl_slo_ms": 50, "correction": False, "startup_s": 30,
-                           "scale_down_stabilization_s": 0, "target_utilization": 0.8} | kw))
-    return PlannerPolicy(cfg, queue_profile())
 
 
 def test_the_profile_point_the_cases_below_are_computed_from():

@@ -168,7 +168,7 @@ class PlannerPolicy:
         corr_d = self._corr.factor("decode", obs.itl_tail_s, cfg.itl_slo_ms, now)
         link = prof.kv_link.tokens_per_s if prof.kv_link is not None else None
         capacity = Capacity(
-            prefill_slo=cap_p * self._prefill_utilization() / corr_p,
+            prefill_slo=cap_p * self._or_target(cfg.prefill_utilization) / corr_p,
             prefill_saturated=(prof.prefill_saturated(isl) or cap_p) / corr_p,
             decode_slo=cap_d * cfg.target_utilization / corr_d,
             link=link, link_utilization=cfg.target_utilization,
@@ -187,7 +187,7 @@ class PlannerPolicy:
                     prefill_replicas=cur[0], decode_replicas=cur[1],
                     peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
                                   and _finite(obs.router_prompt_tokens_peak)),
-                    peak_utilization=self._burst_utilization() if self._fitting(obs) else 1.0,
+                    peak_utilization=self._or_target(cfg.burst_utilization) if self._fitting(obs) else 1.0,
                     drain_serves_arriving=cfg.cold_start_link,
                     link_release=cfg.target_utilization if cfg.cold_start_link else None)
         terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
@@ -214,9 +214,6 @@ class PlannerPolicy:
                                   tokens_per_transfer / link)
         return lambda p, d: usable_utilization(p, d, budget)
 
-    def _prefill_utilization(self) -> float:
-        u = self.config.prefill_utilization
-        return self.config.target_utilization if u is None else u
 
     def _rising(self, obs: Observation) -> tuple[float, float] | None:
         """(previous, now) when the router's prompt-token rate reads above its previous tick's, else None."""
@@ -226,8 +223,8 @@ class PlannerPolicy:
         prev, self._s.prompt_tokens = self._s.prompt_tokens, tok
         return (prev, tok) if prev is not None and tok > prev else None
 
-    def _burst_utilization(self) -> float:
-        u = self.config.burst_utilization
+    def _or_target(self, u: float | None) -> float:
+        """A pool's or term's own utilisation target, else target_utilization."""
         return self.config.target_utilization if u is None else u
 
     def _fitting(self, obs: Observation) -> bool:
