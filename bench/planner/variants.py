@@ -61,6 +61,7 @@ class Knobs:
     burst_level_ratio: float | None = PolicyConfig.burst_level_ratio
     prefill_utilization: float | None = PolicyConfig.prefill_utilization
     hold_prefill_on_rise: bool = PolicyConfig.hold_prefill_on_rise
+    prefill_utilization_min_replicas: int = PolicyConfig.prefill_utilization_min_replicas
     # The prefill pods' TTFT holds the engine's front end: a correction that reads it compares it with
     # a profile that does too (derive_profile(include_frontend=True)), as the live planner derives its own.
     profile_frontend: bool = PolicyConfig.correction_pool_ttft
@@ -158,6 +159,11 @@ VARIANTS: tuple[Variant, ...] = (
     # rises (opt-in; chosen on a replay of the planner alone over every suite run and held-out window, all looked at).
     Variant("planner_next5", lambda f: Knobs(prefill_utilization=0.95, hold_prefill_on_rise=True),
             _rec(*_BURST, "prefill_utilization", "hold_prefill_on_rise")),
+    # Session 19: planner_next5 where the prefill pool it sizes has 2 replicas or more, a pool of one planned at
+    # target_utilization (planner_next5 missed a fresh window with one replica at 0.95 meeting a rise).
+    Variant("planner_next6", lambda f: Knobs(prefill_utilization=0.95, hold_prefill_on_rise=True,
+                                             prefill_utilization_min_replicas=2),
+            _rec(*_BURST, "prefill_utilization", "hold_prefill_on_rise", "prefill_utilization_min_replicas")),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 NAMES = tuple(BY_NAME)

@@ -1,4 +1,5 @@
-"""The prefill pool's own utilisation target and the no-release-on-a-rise guard (PolicyConfig.prefill_utilization,
+"""The prefill pool's own utilisation target, where it applies (a pool size, a rise) and the no-release-on-a-rise
+guard (PolicyConfig.prefill_utilization, prefill_utilization_min_replicas, prefill_headroom_on_rise,
 hold_prefill_on_rise), on hand-computed cases over the queue profile of tests/planner/capacity_profiles.py."""
 
 from __future__ import annotations
@@ -61,3 +62,37 @@ def test_no_prefill_replica_is_released_while_the_prompt_token_rate_rises():
     nan = _policy(hold_prefill_on_rise=True)
     nan.decide(_obs(0, 2, 1.0), 0)
     assert nan.decide(_obs(10, 2, 2.0, router_prompt_tokens_rate=float("nan")), 10).prefill == 1
+
+
+def test_a_lone_prefill_replica_keeps_the_full_headroom_with_min_replicas_2():
+    # 7,168 tokens/s: at 0.95 (7,672.7 per replica) one replica, 0.93 of it; with prefill_utilization_min_replicas 2
+    # a pool of one is planned at the shared 0.8 instead (1.11 -> 2). At 14 req/s (14,336 tokens/s) 0.95 gives
+    # 1.87 -> 2 replicas, which the rule lets stand (0.8 would give 2.77 -> 3).
+    lone = _policy(prefill_utilization=0.95, prefill_utilization_min_replicas=2)
+    d = lone.decide(_obs(0, 1, 7.0), 0)
+    assert d.prefill == 2 and d.explanation["capacity"]["prefillUtilization"] == 0.8
+    assert d.explanation["demand"]["terms"]["prefill_compute"] == pytest.approx(7168 / (0.8 * CAP))
+    pair = _policy(prefill_utilization=0.95, prefill_utilization_min_replicas=2)
+    d = pair.decide(_obs(0, 2, 14.0), 0)
+    assert d.prefill == 2 and d.explanation["capacity"]["prefillUtilization"] == 0.95
+    assert d.explanation["demand"]["terms"]["prefill_compute"] == pytest.approx(14336 / (0.95 * CAP))
+    assert _policy(prefill_utilization_min_replicas=0).decide(_obs(0, 1, 7.0), 0).held  # refused by name
+    assert "prefill utilization min replicas 0 below 1" in _policy(
+        prefill_utilization_min_replicas=0).decide(_obs(0, 1, 7.0), 0).reason
+
+
+def test_prefill_headroom_kept_while_the_prompt_token_rate_rises():
+    # prefill_headroom_on_rise: 0.95 at a steady or falling reading, the shared 0.8 on a rise. 6,144 -> 7,168
+    # tokens/s is a rise: 7,168 / (0.8 x 8,076.6) = 1.11 -> 2 replicas; the same load next tick is steady: 0.93 -> 1.
+    pol = _policy(prefill_utilization=0.95, prefill_headroom_on_rise=True)
+    pol.decide(_obs(0, 1, 6.0), 0)
+    d = pol.decide(_obs(10, 1, 7.0), 10)
+    assert d.prefill == 2 and d.explanation["capacity"]["prefillUtilization"] == 0.8
+    d = pol.decide(_obs(20, 2, 7.0), 20)
+    assert d.explanation["capacity"]["prefillUtilization"] == 0.95
+    assert d.explanation["demand"]["terms"]["prefill_compute"] == pytest.approx(7168 / (0.95 * CAP))
+    # the guard still reads the same rise (one reading per tick, shared by both rules)
+    both = _policy(prefill_utilization=0.95, prefill_headroom_on_rise=True, hold_prefill_on_rise=True)
+    both.decide(_obs(0, 2, 1.0), 0)
+    d = both.decide(_obs(10, 2, 2.0), 10)
+    assert d.prefill == 2 and "prompt tokens rising (1024 -> 2048/s), not shrinking" in d.reason

@@ -61,6 +61,7 @@ class PlannerPolicy:
                                                      min_level_smoothing=config.min_level_smoothing)
         self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
+        self._rise: tuple[tuple[float, float] | None] | None = None
         self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s,
                                         learn_offset=config.correction_offset, ttft_path_ms=config.ttft_path_ms,
                                         pool_ttft=config.correction_pool_ttft)
@@ -72,6 +73,7 @@ class PlannerPolicy:
     # ------------------------------------------------------------------ decide
     def decide(self, obs: Observation, now: float) -> ScalingDecision:
         cfg, s = self.config, self._s
+        self._rise = None  # this tick's reading, taken once (_rising)
         cur = (obs.prefill.replicas, obs.decode.replicas)
         inputs = obs.metrics_dict() | {"prefillReplicas": cur[0], "decodeReplicas": cur[1]}
         expl: dict[str, Any] = {"inputs": inputs}
@@ -167,8 +169,36 @@ class PlannerPolicy:
         corr_p = self._corr.factor("prefill", obs.ttft_tail_s, cfg.ttft_slo_ms, now)
         corr_d = self._corr.factor("decode", obs.itl_tail_s, cfg.itl_slo_ms, now)
         link = prof.kv_link.tokens_per_s if prof.kv_link is not None else None
+        self._record_peak(obs, now)
+        u_p = self._prefill_utilization(obs)
+        want, terms, load, capacity = self._terms(u_p, cap_p, cap_d, corr_p, corr_d, link, isl, osl, rate, obs, now)
+        if u_p != cfg.target_utilization and terms.prefill < cfg.prefill_utilization_min_replicas:
+            u_p = cfg.target_utilization  # a pool this small keeps the full headroom
+            want, terms, load, capacity = self._terms(u_p, cap_p, cap_d, corr_p, corr_d, link, isl, osl, rate, obs, now)
+        expl["capacity"] = {
+            "prefillTokensPerSPerReplica": cap_p, "decodeTokensPerSPerReplica": cap_d,
+            "prefillSaturatedTokensPerS": capacity.prefill_saturated, "linkTokensPerSPerInstance": link,
+            "prefillCorrection": corr_p, "decodeCorrection": corr_d,
+            "prefillLatencyRatio": self._corr.prefill, "decodeLatencyRatio": self._corr.decode,
+            "targetUtilization": cfg.target_utilization, "prefillUtilization": u_p, "decodeContext": context,
+        }
+        expl["demand"] = {
+            "requestRate": rate, "prefixHitRatio": s.hit, "prefillQueueTokens": load.prefill_queue_tokens,
+            "decodeQueueTokens": load.decode_queue_tokens,
+            "arrivingPromptTokensPerS": load.arriving_prompt_tokens,
+            "prefillTokensPerS": load.prompt_tokens, "decodeTokensPerS": load.rate * osl,
+            "prefillReplicas": want[0], "decodeReplicas": want[1],
+            "terms": terms.to_dict(),
+        }
+        return want
+
+    def _terms(self, u_p: float, cap_p: float, cap_d: float, corr_p: float, corr_d: float, link: float | None,
+               isl: float, osl: float, rate: float, obs: Observation, now: float) -> tuple[tuple[int, int], Any, Load, Capacity]:
+        """Both pools sized with the prefill compute term at ``u_p``: (want, terms, load, capacity)."""
+        cfg, s, prof = self.config, self._s, self.profile
+        cur = (obs.prefill.replicas, obs.decode.replicas)
         capacity = Capacity(
-            prefill_slo=cap_p * self._or_target(cfg.prefill_utilization) / corr_p,
+            prefill_slo=cap_p * u_p / corr_p,
             prefill_saturated=(prof.prefill_saturated(isl) or cap_p) / corr_p,
             decode_slo=cap_d * cfg.target_utilization / corr_d,
             link=link, link_utilization=cfg.target_utilization,
@@ -182,7 +212,7 @@ class PlannerPolicy:
                                    signal=cfg.arriving_signal, young=cfg.arriving_young)
         load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
                     decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now,
-                    peak_prompt_tokens=self._peak(obs, now, steady=self._steady_prefill(rate * isl, tokens_now, capacity)),
+                    peak_prompt_tokens=self._peak(obs, steady=self._steady_prefill(rate * isl, tokens_now, capacity)),
                     arriving_prompt_tokens=arriving if cfg.drain_backlog else 0.0,
                     prefill_replicas=cur[0], decode_replicas=cur[1],
                     peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
@@ -192,22 +222,7 @@ class PlannerPolicy:
                     link_release=cfg.target_utilization if cfg.cold_start_link else None)
         terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
                      startup_s=cfg.startup_s if cfg.drain_backlog else 0.0)
-        want = (terms.prefill, terms.decode)
-        expl["capacity"] = {
-            "prefillTokensPerSPerReplica": cap_p, "decodeTokensPerSPerReplica": cap_d,
-            "prefillSaturatedTokensPerS": capacity.prefill_saturated, "linkTokensPerSPerInstance": link,
-            "prefillCorrection": corr_p, "decodeCorrection": corr_d,
-            "prefillLatencyRatio": self._corr.prefill, "decodeLatencyRatio": self._corr.decode,
-            "targetUtilization": cfg.target_utilization, "decodeContext": context,
-        }
-        expl["demand"] = {
-            "requestRate": rate, "prefixHitRatio": s.hit, "prefillQueueTokens": q_p, "decodeQueueTokens": q_d,
-            "arrivingPromptTokensPerS": load.arriving_prompt_tokens,
-            "prefillTokensPerS": load.prompt_tokens, "decodeTokensPerS": load.rate * osl,
-            "prefillReplicas": want[0], "decodeReplicas": want[1],
-            "terms": terms.to_dict(),
-        }
-        return want
+        return (terms.prefill, terms.decode), terms, load, capacity
 
     def _link_usable(self, tokens_per_transfer: float, link: float) -> Callable[[int, int], float]:
         budget = budget_transfers(self.config.link_wait_fraction * self.config.ttft_slo_ms / 1000,
@@ -216,12 +231,25 @@ class PlannerPolicy:
 
 
     def _rising(self, obs: Observation) -> tuple[float, float] | None:
-        """(previous, now) when the router's prompt-token rate reads above its previous tick's, else None."""
+        """(previous, now) when the router's prompt-token rate reads above its previous tick's, else None
+        (read once per tick: the reading becomes the next tick's previous)."""
+        if self._rise is not None:
+            return self._rise[0]
         tok = obs.router_prompt_tokens_rate
-        if not _finite(tok):
-            return None
-        prev, self._s.prompt_tokens = self._s.prompt_tokens, tok
-        return (prev, tok) if prev is not None and tok > prev else None
+        rise = None
+        if _finite(tok):
+            prev, self._s.prompt_tokens = self._s.prompt_tokens, tok
+            rise = (prev, tok) if prev is not None and tok > prev else None
+        self._rise = (rise,)
+        return rise
+
+    def _prefill_utilization(self, obs: Observation) -> float:
+        """The prefill compute term's utilisation this tick: prefill_utilization, but target_utilization on a rise
+        when prefill_headroom_on_rise is set."""
+        cfg = self.config
+        if cfg.prefill_utilization is None or (cfg.prefill_headroom_on_rise and self._rising(obs) is not None):
+            return cfg.target_utilization
+        return cfg.prefill_utilization
 
     def _or_target(self, u: float | None) -> float:
         """A pool's or term's own utilisation target, else target_utilization."""
@@ -239,13 +267,11 @@ class PlannerPolicy:
         replicas = max(math.ceil(fresh / capacity.prefill_slo - 1e-9), self.config.prefill_min, 1)
         return replicas * capacity.prefill_saturated / (1 - self._s.hit)
 
-    def _peak(self, obs: Observation, now: float, steady: float = 0.0) -> float:
-        """The highest short-window prompt-token rate within ``peak_window_s`` (with a burst fit
-        budget: the highest fitted burst arrival rate, among the bursts the steady plan, moving
-        ``steady`` prompt tokens/s, would not drain in time)."""
+    def _record_peak(self, obs: Observation, now: float) -> None:
+        """This tick's short-window peak into the window ``_peak`` reads (once per tick)."""
         cfg, peaks = self.config, self._s.peaks
         if cfg.peak_window_s <= 0:
-            return 0.0
+            return
         if self._fitting(obs):
             assert cfg.burst_budget_s is not None and cfg.burst_fit_budget_s is not None
             # A burst is believed to last at least the wide budget: below that the fit reads one or
@@ -259,6 +285,14 @@ class PlannerPolicy:
             peaks.append((now, obs.router_prompt_tokens_peak, math.inf, False))
         while peaks and peaks[0][0] <= now - cfg.peak_window_s:
             peaks.popleft()
+
+    def _peak(self, obs: Observation, steady: float = 0.0) -> float:
+        """The highest short-window prompt-token rate within ``peak_window_s`` (with a burst fit
+        budget: the highest fitted burst arrival rate, among the bursts the steady plan, moving
+        ``steady`` prompt tokens/s, would not drain in time)."""
+        cfg, peaks = self.config, self._s.peaks
+        if cfg.peak_window_s <= 0:
+            return 0.0
         bursts = [(p, dur) for _, p, dur, level in peaks if not level]
         if cfg.burst_absorb_fraction is None or not self._fitting(obs):
             return max((p for p, _ in bursts), default=0.0)

@@ -53,6 +53,13 @@ class PolicyConfig:
     # a replica released on a rising load is back no sooner than start-up later, and the queue built meanwhile misses
     # (8B Azure 4x with prefill_utilization 0.95: 2 -> 1 prefill at 22k -> 26k -> 32k tokens/s, attainment 81 %).
     hold_prefill_on_rise: bool = False
+    # prefill_utilization only where the pool it sizes has at least this many replicas (fewer: target_utilization).
+    # A lone replica planned near its SLO capacity has no neighbour to absorb a rise while another starts; the miss
+    # above (8B Azure 3x from 600 s) was one replica at a compute term of 0.99.
+    prefill_utilization_min_replicas: int = 1
+    # prefill_utilization only while the router's prompt-token rate does not read above its previous tick's (rising:
+    # target_utilization): the headroom is waived at a steady or falling load, kept on a rise.
+    prefill_headroom_on_rise: bool = False
     # KV links: size them with the head-of-line blocking of links held at both ends
     # (pdserve.planner.core.link_model), each transfer's tail wait within this fraction of the
     # TTFT SLO; False: every link planned at target_utilization whatever the counts.
@@ -174,4 +181,6 @@ class PolicyConfig:
             return f"target utilization {self.target_utilization} not in (0, 1]"
         if self.prefill_utilization is not None and not (0 < self.prefill_utilization <= 1):
             return f"prefill utilization {self.prefill_utilization} not in (0, 1]"
+        if self.prefill_utilization_min_replicas < 1:
+            return f"prefill utilization min replicas {self.prefill_utilization_min_replicas} below 1"
         return None

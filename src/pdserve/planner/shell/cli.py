@@ -83,6 +83,14 @@ def _run_parser(sub) -> None:
                    default=PolicyConfig.hold_prefill_on_rise,
                    help="release no prefill replica while the router's prompt-token rate reads above the previous "
                         "tick's (default %(default)s)")
+    g.add_argument("--prefill-utilization-min-replicas", type=int, metavar="N",
+                   default=PolicyConfig.prefill_utilization_min_replicas,
+                   help="use --prefill-utilization only where the prefill pool it sizes has at least N replicas "
+                        "(fewer: --target-utilization; default %(default)s)")
+    g.add_argument("--prefill-headroom-on-rise", action=argparse.BooleanOptionalAction,
+                   default=PolicyConfig.prefill_headroom_on_rise,
+                   help="plan prefill at --target-utilization, not --prefill-utilization, while the router's "
+                        "prompt-token rate reads above the previous tick's (default %(default)s)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -201,6 +209,8 @@ async def _run_local(args, stopped, log) -> int:
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
         burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
         prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
+        prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
+        prefill_headroom_on_rise=args.prefill_headroom_on_rise,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
