@@ -83,7 +83,7 @@ SMOKES: list[Smoke] = [
           ["--concurrency", "2", "--requests-per-stream", "1", "--rounds", "1", "--modes", "burst", "--only", "pdserve",
            "--out", "{out}/ov.json", "--plot", "{out}/ov.png"], ["ov.json"], timeout_s=180),
     Smoke("burst", "bench/router/burst.py",
-          ["--streams", "8", "--rounds", "1", "--targets", "pdserve", "--max-tokens", "4", "--out", "{out}/burst.json",
+          ["--streams", "8", "--rounds", "1", "--targets", "pdserve", "python-floor", "--max-tokens", "4", "--out", "{out}/burst.json",
            "--plot", "{out}/burst.png"], ["burst.json", "burst.md", "burst.png"], timeout_s=180),
     Smoke("burst_breakdown", "bench/router/burst_breakdown.py",
           ["--streams", "8", "--bursts", "2", "--max-tokens", "4", "--client-procs", "1", "--out", "{out}/bd.json"],

@@ -23,6 +23,9 @@ vLLM does, the Rust routers do not tokenize). Targets, each its own process:
   (with that tree's default front end);
 - ``pdserve-mock-tokenizer`` (only when named): ``--tokenizer-mode mock``, the router without
   the model's tokenizer (approximate ids: not a deployable setting, an attribution of its CPU).
+- ``python-floor`` (only when named): ``python_floor.py``, the least a Python streaming proxy
+  does (uvloop, httptools, JSON parsed once, round robin, bytes relayed unparsed): not a router, the
+  floor under any Python data path, so the gap to the Rust routers splits into language and features.
 
 Modules: this one runs the targets and the rounds; ``burst_measure.py`` one burst and its
 numbers; ``burst_report.py`` the ratios, verdicts, table and plot; ``burst_profile.py``
@@ -86,7 +89,7 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=2, help="load processes sharing each burst")
     ap.add_argument("--speedup", type=float, default=1e9, help="mock worker --mock-speedup (1e9: no GPU time)")
     ap.add_argument("--targets", nargs="+", default=list(TARGETS),
-                    choices=[*TARGETS, *LEAN_TWINS, "pdserve-baseline", "pdserve-mock-tokenizer"],
+                    choices=[*TARGETS, *LEAN_TWINS, "pdserve-baseline", "pdserve-mock-tokenizer", "python-floor"],
                     help="direct is always run")
     ap.add_argument("--rust-policy", default="round_robin", help="vllm-router / sglang-router --policy")
     ap.add_argument("--peers-python", type=Path, default=ROOT / ".cache" / "peers-venv" / "bin" / "python",
@@ -174,6 +177,12 @@ def main() -> int:
                                       "--prometheus-port", str(free_port())],
                               f"http://127.0.0.1:{port}/health", router_cpus)
             urls[name] = (f"http://127.0.0.1:{port}", proc.pid)
+        if "python-floor" in targets:
+            port = free_port()
+            proc = start_proc(stack, [sys.executable, str(Path(__file__).resolve().parent / "python_floor.py"),
+                                      "--port", str(port), "--worker-urls", w.url],
+                              f"http://127.0.0.1:{port}/health", router_cpus)
+            urls["python-floor"] = (f"http://127.0.0.1:{port}", proc.pid)
         rounds: dict[str, dict[str, list[dict]]] = {}
         for streams in args.streams:
             procs = max(1, min(args.client_procs, streams))
