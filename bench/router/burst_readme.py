@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
                                  f"| {fmt(o.get('router_cpu_us_per_token'), 1)} | {fmt(o.get('tpot_p50_ms'), 1)} "
                                  f"| {fmt(o.get('itl_max_p99_ms'), 0)} "
                                  f"| {fmt(o.get('router_switches_per_token'), 2)} |")
+    lines += floor_table(paths)
     lines += syscall_table("System calls per streamed token in the runs that counted them (`burst.py --syscalls`; "
                            "reads: read/readv/recvfrom/recvmsg, writes: write/writev/sendto/sendmsg):",
                            [("result file", "---"), ("streams", "---:"), ("target", "---")],
@@ -89,6 +91,38 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
                             for streams, targets in json.loads(path.read_text())["summary"].items()
                             for name, o in targets.items() if o.get("router_syscalls_per_token")])
     return "\n".join([*lines, "", END])
+
+
+def floor_table(paths: list[Path]) -> list[str]:
+    """Runs with ``python-floor`` (python_floor.py): its CPU per streamed token against the better Rust router, and
+    each pdserve target's against the floor's, per round of the same run (median [min..max]): the language's share
+    of the gap and pdserve's own."""
+    rows = []
+    for path in paths:
+        doc = json.loads(path.read_text())
+        for streams, targets in doc.get("rounds", {}).items():
+            floor = targets.get("python-floor")
+            if not floor:
+                continue
+            f = doc["summary"][streams]["python-floor"]
+            rows.append(f"| {path.name} | {streams} | python-floor | {fmt(f.get('router_cpu_us_per_token'), 1)} "
+                        f"| {fmt(f.get('cpu_per_token_vs_best_rust'), 2)} | - |")
+            for name, rounds in targets.items():
+                if not name.startswith("pdserve") or name == "pdserve-baseline":
+                    continue
+                ratios = sorted(r["router_cpu_us_per_token"] / fl["router_cpu_us_per_token"]
+                                for r, fl in zip(rounds, floor)
+                                if r.get("router_cpu_us_per_token") and fl.get("router_cpu_us_per_token"))
+                o = doc["summary"][streams][name]
+                over = fmt({"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1]} if ratios else None, 2)
+                rows.append(f"| {path.name} | {streams} | {name} | {fmt(o.get('router_cpu_us_per_token'), 1)} "
+                            f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {over} |")
+    if not rows:
+        return []
+    return ["", "The Python floor (`python_floor.py`: uvloop, httptools, JSON parsed once, round robin, bytes relayed "
+            "unparsed) in the same runs, and each pdserve target's CPU per streamed token over the floor's, per round:", "",
+            "| result file | streams | target | CPU µs/token | CPU/token / best Rust | CPU/token / python-floor |",
+            "|---|---:|---|---:|---:|---:|", *rows]
 
 
 def files_in(text: str) -> list[Path]:
