@@ -85,6 +85,8 @@ SMOKES: list[Smoke] = [
     Smoke("burst", "bench/router/burst.py",
           ["--streams", "8", "--rounds", "1", "--targets", "pdserve", "python-floor", "--max-tokens", "4", "--out", "{out}/burst.json",
            "--plot", "{out}/burst.png"], ["burst.json", "burst.md", "burst.png"], timeout_s=180),
+    # A server: its end-to-end run is burst's above (target python-floor); here only its CLI.
+    Smoke("python_floor", "bench/router/python_floor.py", ["--help"], timeout_s=30),
     Smoke("burst_breakdown", "bench/router/burst_breakdown.py",
           ["--streams", "8", "--bursts", "2", "--max-tokens", "4", "--client-procs", "1", "--out", "{out}/bd.json"],
           ["bd.json"], timeout_s=180),

@@ -24,7 +24,7 @@ def test_smoke_outputs_go_to_their_own_folder_never_over_committed_results() -> 
         for a in s.args:
             assert "results" not in a or a.endswith(".json") and Path(a).is_file(), (s.name, a)  # inputs only
         writes = [a for a in s.args if "{out}" in a]
-        assert writes or s.name in ("readme_table", "burst_readme", "dynamo_replay", "planner_bursty"), s.name  # these only print
+        assert writes or s.name in ("readme_table", "burst_readme", "dynamo_replay", "planner_bursty", "python_floor"), s.name  # these only print
 
 
 def test_unknown_names_are_refused(capsys: object) -> None:
