@@ -55,7 +55,9 @@ class PolicyConfig:
     hold_prefill_on_rise: bool = False
     # prefill_utilization only where the pool it sizes has at least this many replicas (fewer: target_utilization).
     # A lone replica planned near its SLO capacity has no neighbour to absorb a rise while another starts; the miss
-    # above (8B Azure 3x from 600 s) was one replica at a compute term of 0.99.
+    # above (8B Azure 3x from 600 s) was one replica at a compute term of 0.99. Opt-in: with 0.95 and the guard
+    # (evaluate.py's planner_next6) it met the target on five fresh windows exactly where the shipped planner did and
+    # lost attainment on both 70B ones (bench/planner/results/diagnosis/validation19/).
     prefill_utilization_min_replicas: int = 1
     # prefill_utilization only while the router's prompt-token rate does not read above its previous tick's (rising:
     # target_utilization): the headroom is waived at a steady or falling load, kept on a rise.
