@@ -135,3 +135,31 @@ def test_direct_render_reads_globals_from_a_plain_copy(bpe_dir: Path) -> None:
                                              add_generation_prompt=True) == "1<user>a2<assistant>b..<assistant>"
     with pytest.raises(Exception, match="no tools here"):
         tok.render([{"role": "tool", "content": "x"}])
+
+
+def test_the_tokenizers_own_template_and_special_tokens_are_read_once(bpe_dir: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # transformers rebuilds both on every call (get_chat_template's lookup, special_tokens_map's dict comprehension);
+    # both are fixed once the tokenizer is loaded, so a chat request reads neither. The text is unchanged.
+    t = hf_tokenizer(bpe_dir)
+    calls = {"template": 0, "special": 0}
+    cls = type(t.hf)
+    get, special = cls.get_chat_template, cls.special_tokens_map
+
+    def counting_get(self: Any, chat_template: str | None = None, tools: Any = None) -> str:
+        calls["template"] += chat_template is None
+        return get(self, chat_template, tools)
+
+    def counting_special(self: Any) -> dict[str, str]:
+        calls["special"] += 1
+        return special.fget(self)
+
+    monkeypatch.setattr(cls, "get_chat_template", counting_get)
+    monkeypatch.setattr(cls, "special_tokens_map", property(counting_special))
+    chat = [{"role": "user", "content": "hello there"}]
+    first = t.render(chat)  # the template looked up once, the direct render probed once
+    calls["template"] = calls["special"] = 0
+    for _ in range(3):
+        assert t.render(chat) == first
+    assert calls == {"template": 0, "special": 0}
+    assert first == t.hf.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)

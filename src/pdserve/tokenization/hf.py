@@ -130,6 +130,10 @@ class HfTokenizer(ModelTokenizer):
         # directly gives apply_chat_template's text (None: always go through transformers).
         self._accept: dict[str, frozenset[str]] = {}
         self._direct: dict[str, Any] = {}
+        # The tokenizer's own template without tools (None: not looked up yet) and its special tokens map: both
+        # fixed once loaded, and transformers rebuilds them on every call (a dict comprehension, a template lookup).
+        self._own_template: str | None = None
+        self._special_map: dict[str, Any] = dict(tokenizer.special_tokens_map)
 
     @property
     def hf(self) -> Any:
@@ -163,12 +167,17 @@ class HfTokenizer(ModelTokenizer):
     def chat_template(self, tools: list[dict[str, Any]] | None = None) -> str:
         if self._chat_template is not None:
             return self._chat_template
+        if tools is None and self._own_template is not None:
+            return self._own_template
         try:
-            return str(self._tok.get_chat_template(None, tools=tools))
+            template = str(self._tok.get_chat_template(None, tools=tools))
         except Exception as e:  # transformers raises ValueError when none is defined
             raise ChatTemplateError(
                 "As of transformers v4.44, default chat template is no longer allowed, so you must provide "
                 f"a chat template if the tokenizer does not define one ({self.name}: {e})") from e
+        if tools is None:
+            self._own_template = template
+        return template
 
     def content_format(self, template: str) -> ContentFormat:
         if self._content_format == "auto":
@@ -212,7 +221,7 @@ class HfTokenizer(ModelTokenizer):
                     type(user_kwargs[k]) in (str, int, float, bool) for k in passed):
                 # What apply_chat_template hands the template for such messages and kwargs
                 # (its own parameters are not template variables).
-                variables = {**self._tok.special_tokens_map,
+                variables = {**self._special_map,
                              **{k: v for k, v in kwargs.items() if k not in self._fn_params}}
                 text = direct.render(messages=conversation, tools=None, documents=None,
                                      add_generation_prompt=opts.add_generation_prompt, **variables)
