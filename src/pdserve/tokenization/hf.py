@@ -251,7 +251,7 @@ class HfTokenizer(ModelTokenizer):
             # Python iteration (twice per render). Same values; the probes below compare the text.
             candidate = shared.environment.from_string(template)
             candidate.globals = dict(candidate.globals)
-            special = [v for v in self._tok.special_tokens_map.values() if isinstance(v, str)]
+            special = [v for v in self._special_map.values() if isinstance(v, str)]
             compared = 0
             for conversation in _probe_conversations(special):
                 for generation_prompt in (True, False):
@@ -261,7 +261,7 @@ class HfTokenizer(ModelTokenizer):
                     except Exception:  # noqa: BLE001 - a template may refuse a shape; others are compared
                         continue
                     got = candidate.render(messages=conversation, tools=None, documents=None,
-                                           add_generation_prompt=generation_prompt, **self._tok.special_tokens_map)
+                                           add_generation_prompt=generation_prompt, **self._special_map)
                     if got != want:
                         raise ValueError("direct render differs")
                     compared += 1

@@ -247,9 +247,9 @@ class PlannerPolicy:
         """The prefill compute term's utilisation this tick: prefill_utilization, but target_utilization on a rise
         when prefill_headroom_on_rise is set."""
         cfg = self.config
-        if cfg.prefill_utilization is None or (cfg.prefill_headroom_on_rise and self._rising(obs) is not None):
+        if cfg.prefill_headroom_on_rise and self._rising(obs) is not None:
             return cfg.target_utilization
-        return cfg.prefill_utilization
+        return self._or_target(cfg.prefill_utilization)
 
     def _or_target(self, u: float | None) -> float:
         """A pool's or term's own utilisation target, else target_utilization."""
