@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from readme_block import replace_block, write_or_check  # noqa: E402
-from burst_report import fmt, syscall_table  # noqa: E402
+from burst_report import FLOOR, fmt, syscall_table  # noqa: E402
 
 README = HERE / "README.md"
 BEGIN, END = "<!-- burst-verdicts:begin (bench/router/burst_readme.py) -->", "<!-- burst-verdicts:end -->"
@@ -95,28 +94,17 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
 
 def floor_table(paths: list[Path]) -> list[str]:
     """Runs with ``python-floor`` (python_floor.py): its CPU per streamed token against the better Rust router, and
-    each pdserve target's against the floor's, per round of the same run (median [min..max]): the language's share
-    of the gap and pdserve's own."""
+    each pdserve target's against the floor's, per round of the same run (median [min..max], burst_report.summarise):
+    the language's share of the gap and pdserve's own."""
     rows = []
     for path in paths:
-        doc = json.loads(path.read_text())
-        for streams, targets in doc.get("rounds", {}).items():
-            floor = targets.get("python-floor")
-            if not floor:
+        for streams, targets in json.loads(path.read_text())["summary"].items():
+            if FLOOR not in targets:
                 continue
-            f = doc["summary"][streams]["python-floor"]
-            rows.append(f"| {path.name} | {streams} | python-floor | {fmt(f.get('router_cpu_us_per_token'), 1)} "
-                        f"| {fmt(f.get('cpu_per_token_vs_best_rust'), 2)} | - |")
-            for name, rounds in targets.items():
-                if not name.startswith("pdserve") or name == "pdserve-baseline":
-                    continue
-                ratios = sorted(r["router_cpu_us_per_token"] / fl["router_cpu_us_per_token"]
-                                for r, fl in zip(rounds, floor)
-                                if r.get("router_cpu_us_per_token") and fl.get("router_cpu_us_per_token"))
-                o = doc["summary"][streams][name]
-                over = fmt({"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1]} if ratios else None, 2)
+            ours = [(n, o) for n, o in targets.items() if n.startswith("pdserve") and n != "pdserve-baseline"]
+            for name, o in [(FLOOR, targets[FLOOR]), *ours]:
                 rows.append(f"| {path.name} | {streams} | {name} | {fmt(o.get('router_cpu_us_per_token'), 1)} "
-                            f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {over} |")
+                            f"| {fmt(o.get('cpu_per_token_vs_best_rust'), 2)} | {fmt(o.get('cpu_per_token_vs_floor'), 2)} |")
     if not rows:
         return []
     return ["", "The Python floor (`python_floor.py`: uvloop, httptools, JSON parsed once, round robin, bytes relayed "

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 RUST = ("vllm-router", "sglang-router")
+FLOOR = "python-floor"  # burst.py's python_floor.py target
 # The lean front end against the aiohttp one, same processes, same round.
 LEAN_TWINS = {"pdserve-lean": "pdserve", "pdserve-lean-2proc": "pdserve-2proc"}
 # The targets: pdserve's TTFT p99 and CPU per streamed token against the better
@@ -58,6 +59,13 @@ def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
                 ratios = [rs[i][key] / base[i][key] for i in range(n) if rs[i].get(key) and base[i].get(key)]
                 if ratios:
                     o[label] = median_range(ratios)
+        if name.startswith("pdserve") and name != "pdserve-baseline" and FLOOR in rounds:
+            # Over the Python floor (python_floor.py), round by round: the router's own share of the gap.
+            base = rounds[FLOOR]
+            key = "router_cpu_us_per_token"
+            ratios = [rs[i][key] / base[i][key] for i in range(n) if rs[i].get(key) and base[i].get(key)]
+            if ratios:
+                o["cpu_per_token_vs_floor"] = median_range(ratios)
         twin = LEAN_TWINS.get(name)
         if twin in rounds:
             base = rounds[twin]

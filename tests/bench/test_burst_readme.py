@@ -59,20 +59,21 @@ def test_runs_with_the_python_floor_get_each_pdserve_target_over_it_per_round(tm
 
     doc = {"meta": {"commit": "abcdef0123", "dirty": False, "loadavg_before": {"1m": 0.1},
                     "loadavg_after": {"1m": 0.2}, "runs": 3},
-           # per round: pdserve-lean / floor = 2.0, 3.0, 2.5 -> median 2.5 [2.0..3.0]
+           # per round: pdserve-lean / floor = 2.0, 3.0, 2.5 -> median 2.5 [2.0..3.0] (burst_report.summarise's)
            "rounds": {"256": {"python-floor": cpu(10, 10, 20), "pdserve-lean": cpu(20, 30, 50),
                               "sglang-router": cpu(20, 20, 20)}},
            "summary": {"256": {
                "python-floor": {"errors": 0, "router_cpu_us_per_token": {"median": 10, "min": 10, "max": 20},
                                 "cpu_per_token_vs_best_rust": {"median": 0.5, "min": 0.5, "max": 1.0}},
                "pdserve-lean": {"errors": 0, "router_cpu_us_per_token": {"median": 30, "min": 20, "max": 50},
-                                "cpu_per_token_vs_best_rust": {"median": 1.5, "min": 1.0, "max": 2.5}},
+                                "cpu_per_token_vs_best_rust": {"median": 1.5, "min": 1.0, "max": 2.5},
+                                "cpu_per_token_vs_floor": {"median": 2.5, "min": 2.0, "max": 3.0}},
                "sglang-router": {"errors": 0}}}}
     path = tmp_path / "burst_f.json"
     path.write_text(json.dumps(doc))
     out = burst_readme.block([path], root=tmp_path)
     assert "| burst_f.json | 256 | python-floor | 10.0 [10.0..20.0] | 0.50 [0.50..1.00] | - |" in out
     assert "| burst_f.json | 256 | pdserve-lean | 30.0 [20.0..50.0] | 1.50 [1.00..2.50] | 2.50 [2.00..3.00] |" in out
-    del doc["rounds"]["256"]["python-floor"]
+    del doc["summary"]["256"]["python-floor"]
     path.write_text(json.dumps(doc))
     assert "The Python floor" not in burst_readme.block([path], root=tmp_path)

@@ -78,3 +78,18 @@ def test_syscall_counts_are_read_from_perf_and_reported_per_token() -> None:
                                                           "loadavg_before": {"1m": 0}, "loadavg_after": {"1m": 0}},
                          "setup": "s", "prompt_tokens": 1, "peers": {}, "verdicts": {}})
     assert "| 256 | pdserve | 1.50 [1.50..1.50] | 1.50 [1.00..2.00] | 0.00 [0.00..0.00] |" in md
+
+
+def test_each_pdserve_target_is_read_over_the_python_floor_round_by_round() -> None:
+    rounds = {
+        "direct": [r(100), r(100), r(100)],
+        "vllm-router": [r(300, 20), r(300, 20), r(300, 20)],
+        "sglang-router": [r(300, 20), r(300, 20), r(300, 20)],
+        "python-floor": [r(200, 10), r(200, 10), r(200, 20)],
+        "pdserve-lean": [r(200, 20), r(200, 30), r(200, 50)],  # 2.0, 3.0, 2.5 the floor's
+    }
+    s = burst.summarise(rounds)
+    assert s["pdserve-lean"]["cpu_per_token_vs_floor"] == {"median": 2.5, "min": 2.0, "max": 3.0, "rounds": 3}
+    assert "cpu_per_token_vs_floor" not in s["python-floor"] and "cpu_per_token_vs_floor" not in s["sglang-router"]
+    del rounds["python-floor"]
+    assert "cpu_per_token_vs_floor" not in burst.summarise(rounds)["pdserve-lean"]
