@@ -1,7 +1,8 @@
 """One burst of ``burst.py``: N streams opened at one instant by the load processes
 (``burst_client.py``), and what it measured: TTFT, TPOT, the longest wait between reads,
-errors, and the router's CPU (user and kernel, from /proc, its whole process tree) and
-context switches over the burst."""
+errors, and the router's CPU (its whole process tree: the total from the scheduler's
+nanoseconds per thread, the user / kernel split from /proc's clock ticks) and context
+switches over the burst."""
 
 from __future__ import annotations
 
@@ -35,6 +36,31 @@ def cpu_split(pid: int) -> tuple[float, float]:
         user += int(f[11])
         kernel += int(f[12])
     return user / TICK, kernel / TICK
+
+
+def cpu_ns(pid: int) -> tuple[int, frozenset[str]] | None:
+    """Nanoseconds on a CPU of every live thread of a process tree (the scheduler's own
+    account, ``/proc/PID/task/TID/schedstat``) and which threads those were, or None where the
+    kernel does not keep it. ``cpu_split``'s clock ticks are 10 ms: over a 256-stream burst
+    (~0.2-0.3 s of router CPU) each reading is +/- one tick, +/- 4-5 % of the round's CPU per
+    token. A thread that ends takes its nanoseconds with it (the ticks keep them), so a burst
+    is read in nanoseconds only when the same threads were there before and after it."""
+    if not Path("/proc/self/schedstat").exists():
+        return None
+    total = 0
+    seen: set[str] = set()
+    for p in tree(pid):
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited meanwhile
+        for task in tasks:
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended meanwhile
+            seen.add(f"{p}/{task.name}")
+    return total, frozenset(seen)
 
 
 def switches(pid: int) -> int:
@@ -73,11 +99,17 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
     # The router's CPU over the burst only: read it just before the clients open their streams.
     time.sleep(max(0.0, start_at - time.time() - 0.02))
     u0, k0 = cpu_split(pid) if pid else (0.0, 0.0)
+    n0 = cpu_ns(pid) if pid else None
     s0 = switches(pid) if pid else 0
     outs = [c.communicate(timeout=args.timeout + 60) for c in clients]
+    n1 = cpu_ns(pid) if pid else None
     u1, k1 = cpu_split(pid) if pid else (0.0, 0.0)
     s1 = switches(pid) if pid else 0
-    cpu = (u1 - u0) + (k1 - k0)
+    ticks = (u1 - u0) + (k1 - k0)
+    # The total from the scheduler's nanoseconds where there are any; the ticks only split it
+    # into user and kernel time (a ratio of two tick counts: the share, not the total).
+    exact = n0 is not None and n1 is not None and n0[1] == n1[1]
+    cpu = (n1[0] - n0[0]) / 1e9 if exact and n0 is not None and n1 is not None else ticks
     late = time.time() - start_at
     ttft: list[float] = []
     e2e: list[float] = []
@@ -104,6 +136,8 @@ def burst_once(url: str, streams: int, procs: int, args: argparse.Namespace, pid
     if pid:
         out["router_cpu_s"] = round(cpu, 3)
         out["router_cpu_us_per_token"] = round(cpu * 1e6 / max(tokens, 1), 2)
-        out["router_kernel_share"] = round((k1 - k0) / cpu, 3) if cpu > 0 else None
+        out["router_cpu_clock"] = "schedstat_ns" if exact else "ticks"
+        out["router_cpu_ticks_s"] = round(ticks, 3)  # the same CPU in clock ticks, for comparison
+        out["router_kernel_share"] = round((k1 - k0) / ticks, 3) if ticks > 0 else None
         out["router_switches_per_token"] = round((s1 - s0) / max(tokens, 1), 4)
     return out

@@ -259,3 +259,23 @@ async def test_whole_chunks_and_the_last_chunk_in_one_read_end_the_body(pool, cu
     assert resp.finished and resp._mode == "done"
     assert len(got) == (2 if cut == 30 else 1)  # one write per read that completed a payload
     resp.release()
+
+
+async def test_a_read_of_one_whole_chunk_reaches_the_sink_as_it_came_and_times_the_first_byte(pool) -> None:
+    """The relay's common read (one streamed token, one whole chunk) goes to the sink with its
+    raw bytes; reads the fast path cannot take (a chunk extension) go through the parser."""
+    from pdserve.router.shell.http1 import Response, _Conn
+
+    resp = Response(pool, ("127.0.0.1", 1), _Conn(), False, None)
+    resp._on_head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked")
+    got: list[tuple[bytes, bytes | None]] = []
+    resp.set_sink(lambda data, raw: got.append((data, raw)))
+    assert resp.first_body_at == 0.0
+    one = chunked(b"data: {\"text\":\"a\"}\n\n")[:-5]
+    resp._feed(one)
+    assert got == [(b"data: {\"text\":\"a\"}\n\n", one)] and resp.first_body_at > 0.0
+    resp._feed(b"3;ext=1\r\nabc\r\n")  # an extension: the parser's path, same payload
+    assert got[-1][0] == b"abc"
+    resp._feed(b"0\r\n\r\n")
+    assert resp.finished and resp._mode == "done"
+    resp.release()

@@ -116,6 +116,21 @@ class Response:
         if mode == "close":
             self._push(data)
             return
+        sink = self.sink
+        if mode == "chunk-size" and sink is not None and not self._buf and self._exc is None:
+            # A streamed token: the read is exactly one whole chunk (the common case under a
+            # relay). Straight to the sink with its raw bytes, no list or join on the way.
+            i = data.find(b"\r\n", 0, 10)
+            if i > 0:
+                try:
+                    size = int(data[:i], 16)
+                except ValueError:
+                    size = 0
+                if size > 0 and i + size + 4 == len(data) and data.endswith(b"\r\n"):
+                    if not self.first_body_at:
+                        self.first_body_at = time.perf_counter()
+                    sink(data[i + 2 : -2], data)
+                    return
         if mode == "chunk-size" and not self._buf:
             # Fast path for streamed tokens: whole chunks from the start of this read, found
             # with bytes.find on the read itself (no buffer copies). One whole chunk goes on

@@ -1,0 +1,63 @@
+"""burst.py's router CPU reading: the scheduler's nanoseconds, checked against /proc's clock ticks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "router"))
+
+from burst_measure import cpu_ns, cpu_split  # noqa: E402
+from procs import TICK  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/schedstat").exists(), reason="the kernel keeps no schedstat")
+
+# Spins until the process has 0.5 s of CPU (in ``n`` threads, or the main thread when n is 0),
+# says so, then waits for stdin.
+SPIN = """
+import sys, threading, time
+def spin():
+    while time.process_time() < 0.5:
+        pass
+threads = [threading.Thread(target=spin) for _ in range({n})]
+for t in threads: t.start()
+[t.join() for t in threads] if threads else spin()
+print("spun", flush=True)
+sys.stdin.read()
+"""
+
+
+def _read(threads: int) -> tuple[tuple[int, frozenset[str]] | None, float]:
+    child = subprocess.Popen([sys.executable, "-c", SPIN.format(n=threads)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "spun"
+        ns = cpu_ns(child.pid)
+        user, kernel = cpu_split(child.pid)
+    finally:
+        child.communicate("")
+    return ns, user + kernel
+
+
+def test_a_live_spinner_reads_the_same_in_nanoseconds_as_in_ticks() -> None:
+    ns, ticks = _read(0)
+    assert ns is not None
+    assert ns[0] / 1e9 >= 0.5
+    # The same CPU time in both clocks, to the coarser one's resolution (a tick per reading of user and kernel).
+    assert abs(ns[0] / 1e9 - ticks) <= 2.0 / TICK + 0.01
+    assert len(ns[1]) == 1
+
+
+def test_threads_are_summed_and_named_so_that_one_that_ended_is_noticed() -> None:
+    ns, ticks = _read(2)
+    assert ns is not None
+    # The two spinners ended: their nanoseconds left with them (the ticks keep them), and the
+    # set of threads read says so: burst_once then falls back to the ticks for that burst.
+    assert ticks >= 0.45
+    assert ns[0] / 1e9 < ticks - 0.3
+    assert len(ns[1]) == 1
