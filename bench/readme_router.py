@@ -237,6 +237,12 @@ BURST_FILES: list[tuple[str, str]] = [  # (how the run was set up, result file),
                              "streams", f"bench/router/results/burst_lean{n}{suffix}.json")
                             for n, quiet in ((11, ""), (12, ", quiet machine"), (13, ", quiet machine, relay read changes"))
                             for run, suffix in (("first run", ""), ("second run", "_run2"), ("third run", "_run3"))),
+                          *((f"cache_aware, new prompts every burst; session 20: the router's CPU in scheduler "
+                             f"nanoseconds, the Python floor and the router without its tokenizer beside it, {run}, "
+                             "7 rounds, 256 and 1,024 streams", f"bench/router/results/burst20{suffix}.json")
+                            for run, suffix in (("first run", ""), ("second run", "_run2"), ("third run", "_run3"),
+                                                ("pinned run (--pin 1:0: routers on one core, worker and load on "
+                                                 "the other)", "_pinned"))),
 ]
 
 

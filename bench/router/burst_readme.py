@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from readme_block import replace_block, write_or_check  # noqa: E402
-from burst_report import FLOOR, fmt, syscall_table  # noqa: E402
+from burst_report import FLOOR, RUST, fmt, median_range, syscall_table  # noqa: E402
 
 README = HERE / "README.md"
 BEGIN, END = "<!-- burst-verdicts:begin (bench/router/burst_readme.py) -->", "<!-- burst-verdicts:end -->"
@@ -83,6 +83,7 @@ def block(paths: list[Path], root: Path = HERE.parents[1]) -> str:
                                  f"| {fmt(o.get('itl_max_p99_ms'), 0)} "
                                  f"| {fmt(o.get('router_switches_per_token'), 2)} |")
     lines += floor_table(paths)
+    lines += pooled_table(paths)
     lines += syscall_table("System calls per streamed token in the runs that counted them (`burst.py --syscalls`; "
                            "reads: read/readv/recvfrom/recvmsg, writes: write/writev/sendto/sendmsg):",
                            [("result file", "---"), ("streams", "---:"), ("target", "---")],
@@ -111,6 +112,64 @@ def floor_table(paths: list[Path]) -> list[str]:
             "unparsed) in the same runs, and each pdserve target's CPU per streamed token over the floor's, per round:", "",
             "| result file | streams | target | CPU µs/token | CPU/token / best Rust | CPU/token / python-floor |",
             "|---|---:|---|---:|---:|---:|", *rows]
+
+
+def _pin(doc: dict) -> str:
+    """The run's ``--pin`` setting (``none`` when unpinned), from its command."""
+    words = doc["meta"].get("command", "").split()
+    return words[words.index("--pin") + 1] if "--pin" in words[:-1] else "none"
+
+
+def round_ratios(rounds: dict[str, list[dict]], name: str, key: str) -> list[float]:
+    """``name``'s ``key`` over the better Rust router's of the same round, per round (as summarise does)."""
+    if name not in rounds or not all(k in rounds for k in RUST):
+        return []
+    out = []
+    for i, r in enumerate(rounds[name]):
+        best = min((rounds[k][i].get(key) for k in RUST if i < len(rounds[k]) and rounds[k][i].get(key)),
+                   default=None)
+        if best and r.get(key) is not None:
+            out.append(r[key] / best)
+    return out
+
+
+def pooled_table(paths: list[Path]) -> list[str]:
+    """Runs made at one commit with one ``--pin`` setting, pooled: every round's ratio to the better Rust router of
+    that round, median [min..max] over all of them, and in how many of the runs the run's own median meets the bound.
+    One run's median moves by more than the bounds' margins from run to run on this box; the pool is the steadier
+    reading of the same router."""
+    groups: dict[tuple[str, str], list[tuple[Path, dict]]] = {}
+    for path in paths:
+        doc = json.loads(path.read_text())
+        groups.setdefault((doc["meta"]["commit"], _pin(doc)), []).append((path, doc))
+    rows = []
+    for (commit, pin), docs in groups.items():
+        if len(docs) < 2:
+            continue
+        names = ", ".join(p.name for p, _ in docs)
+        levels = dict.fromkeys(lv for _, d in docs for lv in d["rounds"])
+        for streams in levels:
+            targets = dict.fromkeys(n for _, d in docs for n in d["rounds"].get(streams, {})
+                                    if n.startswith("pdserve") and n != "pdserve-baseline")
+            for name in targets:
+                cells = []
+                for key, label, bound in (("ttft_p99_ms", "ttft_p99_vs_best_rust", TTFT_TARGET),
+                                          ("router_cpu_us_per_token", "cpu_per_token_vs_best_rust", CPU_TARGET)):
+                    pooled = [x for _, d in docs for x in round_ratios(d["rounds"].get(streams, {}), name, key)]
+                    runs = [d["summary"].get(streams, {}).get(name, {}).get(label) for _, d in docs]
+                    runs = [o for o in runs if o]
+                    o = median_range(pooled) if pooled else None
+                    cells += [fmt(o, 2), _met(o, bound), f"{sum(r['median'] <= bound for r in runs)} of {len(runs)}"]
+                rows.append(f"| {names} ({commit[:7]}, pin {pin}) | {streams} | {name} | " + " | ".join(cells)
+                            + f" | {len(pooled)} |")
+    if not rows:
+        return []
+    return ["", "Runs at one commit and one `--pin` setting, pooled: every round's ratio to the better Rust router of "
+            "that round (median [min..max] over all the runs' rounds), and in how many runs that run's own median met "
+            "the bound:", "",
+            "| runs (commit, --pin) | streams | target | TTFT p99 / best Rust, pooled | <= 1.2x | runs meeting it "
+            "| CPU/token / best Rust, pooled | <= 1.3x | runs meeting it | rounds |",
+            "|---|---:|---|---:|---|---|---:|---|---|---:|", *rows]
 
 
 def files_in(text: str) -> list[Path]:

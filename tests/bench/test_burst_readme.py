@@ -77,3 +77,32 @@ def test_runs_with_the_python_floor_get_each_pdserve_target_over_it_per_round(tm
     del doc["summary"]["256"]["python-floor"]
     path.write_text(json.dumps(doc))
     assert "The Python floor" not in burst_readme.block([path], root=tmp_path)
+
+
+def test_runs_at_one_commit_and_pin_are_pooled_round_by_round(tmp_path: Path) -> None:
+    """Two runs at one commit, unpinned: their rounds' ratios pooled (a run's own median can miss while the pool
+    meets, and the count of runs meeting says so); a pinned run at the same commit is its own group, alone here."""
+    import json
+
+    from burst_report import summarise
+
+    def run(path: Path, lean: list[float], rust: list[float], pin: str | None) -> None:
+        rounds = {"256": {
+            "pdserve-lean": [{"router_cpu_us_per_token": c, "ttft_p99_ms": 100.0, "errors": 0, "ok": 1} for c in lean],
+            "vllm-router": [{"router_cpu_us_per_token": c * 2, "ttft_p99_ms": 100.0, "errors": 0, "ok": 1} for c in rust],
+            "sglang-router": [{"router_cpu_us_per_token": c, "ttft_p99_ms": 200.0, "errors": 0, "ok": 1} for c in rust]}}
+        command = "python bench/router/burst.py --streams 256" + (f" --pin {pin}" if pin else "")
+        path.write_text(json.dumps({"meta": {"commit": "abcdef0123", "dirty": False, "loadavg_before": {"1m": 0.1},
+                                             "loadavg_after": {"1m": 0.2}, "runs": len(lean), "command": command},
+                                    "rounds": rounds, "summary": {"256": summarise(rounds["256"])}}))
+
+    a, b, c = tmp_path / "burst_a.json", tmp_path / "burst_b.json", tmp_path / "burst_c.json"
+    run(a, [12, 14, 16], [10, 10, 10], None)  # CPU ratios 1.2, 1.4, 1.6: median 1.4, missed
+    run(b, [11, 12, 13], [10, 10, 10], None)  # 1.1, 1.2, 1.3: median 1.2, met
+    run(c, [50, 50, 50], [10, 10, 10], "1:0")  # pinned: another group, of one run: not pooled
+    out = burst_readme.block([a, b, c], root=tmp_path)
+    # pooled CPU ratios 1.1 1.2 1.2 1.3 1.4 1.6: median 1.25; TTFT 100 / 100 (vllm's is the better) = 1.0
+    assert ("| burst_a.json, burst_b.json (abcdef0, pin none) | 256 | pdserve-lean | 1.00 [1.00..1.00] | met "
+            "| 2 of 2 | 1.25 [1.10..1.60] | met | 1 of 2 | 6 |") in out
+    assert "burst_c.json (" not in out.split("pooled:", 1)[1]
+    assert "pooled" not in burst_readme.block([a, c], root=tmp_path)
