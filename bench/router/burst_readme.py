@@ -138,12 +138,13 @@ def pooled_table(paths: list[Path]) -> list[str]:
     that round, median [min..max] over all of them, and in how many of the runs the run's own median meets the bound.
     One run's median moves by more than the bounds' margins from run to run on this box; the pool is the steadier
     reading of the same router."""
-    groups: dict[tuple[str, str], list[tuple[Path, dict]]] = {}
+    groups: dict[tuple[str, bool, str], list[tuple[Path, dict]]] = {}
     for path in paths:
         doc = json.loads(path.read_text())
-        groups.setdefault((doc["meta"]["commit"], _pin(doc)), []).append((path, doc))
+        # A run from a tree with modified tracked files is not the commit's code: pooled only with its like.
+        groups.setdefault((doc["meta"]["commit"], bool(doc["meta"].get("dirty")), _pin(doc)), []).append((path, doc))
     rows = []
-    for (commit, pin), docs in groups.items():
+    for (commit, dirty, pin), docs in groups.items():
         if len(docs) < 2:
             continue
         names = ", ".join(p.name for p, _ in docs)
@@ -160,13 +161,14 @@ def pooled_table(paths: list[Path]) -> list[str]:
                     runs = [o for o in runs if o]
                     o = median_range(pooled) if pooled else None
                     cells += [fmt(o, 2), _met(o, bound), f"{sum(r['median'] <= bound for r in runs)} of {len(runs)}"]
-                rows.append(f"| {names} ({commit[:7]}, pin {pin}) | {streams} | {name} | " + " | ".join(cells)
+                rows.append(f"| {names} ({commit[:7]}{', dirty' if dirty else ''}, pin {pin}) | {streams} | {name} | "
+                            + " | ".join(cells)
                             + f" | {len(pooled)} |")
     if not rows:
         return []
     return ["", "Runs at one commit and one `--pin` setting, pooled: every round's ratio to the better Rust router of "
             "that round (median [min..max] over all the runs' rounds), and in how many runs that run's own median met "
-            "the bound:", "",
+            "the bound (a run from a modified tree is pooled only with runs from the same kind of tree):", "",
             "| runs (commit, --pin) | streams | target | TTFT p99 / best Rust, pooled | <= 1.2x | runs meeting it "
             "| CPU/token / best Rust, pooled | <= 1.3x | runs meeting it | rounds |",
             "|---|---:|---|---:|---|---|---:|---|---|---:|", *rows]
