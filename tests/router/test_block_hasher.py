@@ -33,12 +33,28 @@ def test_request_keys_are_the_blocks_chained_one_by_one(ids: list[int], block_si
 
 
 def test_request_keys_are_unchanged() -> None:
-    # Computed by the implementation before the per-block hash state was copied (0869d0e):
-    # keys are compared across router restarts and versions only through the index, but a
-    # change here would silently re-key every prompt.
+    # Pinned at session 20's switch from blake2b-64 to xxh3-64 (the values before it: 0869d0e's test). Keys never
+    # leave the router's process (the index is rebuilt from events after a restart), but a change here re-keys
+    # every prompt: it must be deliberate.
     h = BlockHasher(4)
     ids = [*range(-3, 14), 2**40, 2**62]
-    assert h.request_keys(ids) == [11364539625353575299, 1594211115372288282, 7743025425991786675,
-                                   13745915651665898082]
-    assert h.request_keys(ids, cache_salt="s", lora_name="l") == [784610414065976683, 17337439296317568525,
-                                                                  7389952249762214430, 12873940956477987270]
+    assert h.request_keys(ids) == [958311798700319569, 3464742965478030509, 4331892099458047040,
+                                   18391167981978018540]
+    assert h.request_keys(ids, cache_salt="s", lora_name="l") == [5817334182221376766, 11952189170322164856,
+                                                                  15374100117103132371, 1095141205995901463]
+
+
+def test_the_keys_are_xxh3_of_the_documented_layout() -> None:
+    """The first two keys rebuilt from the module docstring's layout with the xxhash package alone: block 0 is
+    xxh3-64 of 8 zero bytes, the block size (<I), the ids (<q each) and the extra keys' repr; a later block's parent
+    field is b"\\x01" and its parent's key, 8 bytes big-endian."""
+    import struct
+
+    import xxhash
+
+    ids = [5, -1, 2**40, 7, 0, 1, 2, 3]
+    extra = repr(("l", "s")).encode()
+    k0 = xxhash.xxh3_64_intdigest(b"\x00" * 8 + struct.pack("<I", 4) + struct.pack("<4q", *ids[:4]) + extra)
+    k1 = xxhash.xxh3_64_intdigest(b"\x01" + k0.to_bytes(8, "big") + struct.pack("<I", 4) + struct.pack("<4q", *ids[4:])
+                                  + repr(("l",)).encode())
+    assert BlockHasher(4).request_keys(ids, cache_salt="s", lora_name="l") == [k0, k1]
