@@ -246,7 +246,8 @@ BURST_FILES: list[tuple[str, str]] = [  # (how the run was set up, result file),
                           *((f"cache_aware, new prompts every burst; session 20: A/B of the session's router changes "
                              f"(one-chunk relay read, xxh3 block keys) against 3cb50ce, {run}, 7 rounds, 256 and 1,024 "
                              "streams", f"bench/router/results/burst20_ab{k}.json")
-                            for k, run in ((1, "first run"), (2, "second run"), (3, "third run"))),
+                            for k, run in ((1, "first run"), (2, "second run"), (3, "third run"), (4, "fourth run"),
+                                           (5, "fifth run"), (6, "sixth run"))),
 ]
 
 
