@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from readme_block import replace_block, write_or_check  # noqa: E402
-from burst_report import FLOOR, RUST, fmt, median_range, syscall_table  # noqa: E402
+from burst_report import FLOOR, fmt, median_range, round_ratios, syscall_table  # noqa: E402
 
 README = HERE / "README.md"
 BEGIN, END = "<!-- burst-verdicts:begin (bench/router/burst_readme.py) -->", "<!-- burst-verdicts:end -->"
@@ -118,19 +118,6 @@ def _pin(doc: dict) -> str:
     """The run's ``--pin`` setting (``none`` when unpinned), from its command."""
     words = doc["meta"].get("command", "").split()
     return words[words.index("--pin") + 1] if "--pin" in words[:-1] else "none"
-
-
-def round_ratios(rounds: dict[str, list[dict]], name: str, key: str) -> list[float]:
-    """``name``'s ``key`` over the better Rust router's of the same round, per round (as summarise does)."""
-    if name not in rounds or not all(k in rounds for k in RUST):
-        return []
-    out = []
-    for i, r in enumerate(rounds[name]):
-        best = min((rounds[k][i].get(key) for k in RUST if i < len(rounds[k]) and rounds[k][i].get(key)),
-                   default=None)
-        if best and r.get(key) is not None:
-            out.append(r[key] / best)
-    return out
 
 
 def pooled_table(paths: list[Path]) -> list[str]:

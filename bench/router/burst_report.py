@@ -23,6 +23,22 @@ def median_range(xs: list[float]) -> dict:
             "rounds": len(xs)}
 
 
+def round_ratios(rounds: dict[str, list[dict]], name: str, key: str, n: int | None = None) -> list[float]:
+    """``name``'s ``key`` over the better Rust router's (the lower of the two) in the same round, for each of the
+    first ``n`` rounds (default: as many as every target of the level has); [] without both Rust routers."""
+    if name not in rounds or not all(k in rounds for k in RUST):
+        return []
+    if n is None:
+        n = min(len(rs) for rs in rounds.values())
+    out = []
+    for i in range(n):
+        best = min((rounds[k][i].get(key) for k in RUST if rounds[k][i].get(key)), default=None)
+        mine = rounds[name][i].get(key)
+        if best and mine is not None:
+            out.append(mine / best)
+    return out
+
+
 def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
     """Per target: median [min..max] over rounds, and per-round ratios to the better Rust
     router of the same round (lower TTFT p99 / lower CPU per token, each on its own)."""
@@ -43,12 +59,7 @@ def summarise(rounds: dict[str, list[dict]]) -> dict[str, dict]:
         if name not in RUST and all(k in rounds for k in RUST):
             for key, label in (("ttft_p99_ms", "ttft_p99_vs_best_rust"),
                                ("router_cpu_us_per_token", "cpu_per_token_vs_best_rust")):
-                ratios = []
-                for i in range(n):
-                    best = min((rounds[k][i].get(key) for k in RUST if rounds[k][i].get(key)), default=None)
-                    mine = rs[i].get(key)
-                    if best and mine is not None:
-                        ratios.append(mine / best)
+                ratios = round_ratios(rounds, name, key, n)
                 if ratios:
                     o[label] = median_range(ratios)
         if name.startswith("pdserve") and name != "pdserve-baseline" and "pdserve-baseline" in rounds:
