@@ -208,7 +208,8 @@ def planner_config(args: argparse.Namespace, s: Setup, k: Knobs, f: Flags) -> tu
                        min_level_smoothing=k.min_level_smoothing, arriving_young=k.arriving_young,
                        burst_level_ratio=k.burst_level_ratio, prefill_utilization=k.prefill_utilization,
                        hold_prefill_on_rise=k.hold_prefill_on_rise,
-                       prefill_utilization_min_replicas=k.prefill_utilization_min_replicas)
+                       prefill_utilization_min_replicas=k.prefill_utilization_min_replicas,
+                       burst_miss_budget=k.burst_miss_budget)
     prof = (derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps, include_frontend=True)
             if k.profile_frontend else s.profile)
     return cfg, prof

@@ -32,7 +32,7 @@ from pdserve.planner.core.observation import finite as _finite
 from pdserve.planner.core.policy_config import PolicyConfig
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
 from pdserve.planner.core.profile import CapacityProfile
-from pdserve.planner.core.sizing import LINK_PLATEAU, Capacity, Load, absorbed, size
+from pdserve.planner.core.sizing import LINK_PLATEAU, Capacity, Load, absorbed, missed_tokens, size
 
 __all__ = ["PlannerPolicy", "PolicyConfig"]
 
@@ -44,7 +44,8 @@ class _State:
     osl: deque = field(default_factory=deque)
     hit: float = 0.0
     recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
-    # (time, short-window prompt tokens/s, burst duration s, a level rather than a burst)
+    # (time, short-window prompt tokens/s, burst duration s, a level rather than a burst,
+    #  the rate window's prompt tokens/s at that tick: the background the burst stood on)
     peaks: deque = field(default_factory=deque)
     last_busy: float | None = None  # last time requests were seen
     start: TrafficStart = field(default_factory=TrafficStart)  # when the traffic began (the rate window fills)
@@ -280,9 +281,10 @@ class PlannerPolicy:
             rate, duration = burst_shape(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
                                          obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
                                          min_duration_s=cfg.burst_fit_budget_s)
-            peaks.append((now, rate, duration, self._level(rate, obs)))
+            seen = obs.router_prompt_tokens_rate if _finite(obs.router_prompt_tokens_rate) else 0.0
+            peaks.append((now, rate, duration, self._level(rate, obs), max(seen, 0.0)))
         elif _finite(obs.router_prompt_tokens_peak):
-            peaks.append((now, obs.router_prompt_tokens_peak, math.inf, False))
+            peaks.append((now, obs.router_prompt_tokens_peak, math.inf, False, 0.0))
         while peaks and peaks[0][0] <= now - cfg.peak_window_s:
             peaks.popleft()
 
@@ -293,11 +295,26 @@ class PlannerPolicy:
         cfg, peaks = self.config, self._s.peaks
         if cfg.peak_window_s <= 0:
             return 0.0
-        bursts = [(p, dur) for _, p, dur, level in peaks if not level]
+        bursts = [(p, dur, seen) for _, p, dur, level, seen in peaks if not level]
         if cfg.burst_absorb_fraction is None or not self._fitting(obs):
-            return max((p for p, _ in bursts), default=0.0)
+            return max((p for p, _, _ in bursts), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
-        return max((p for p, dur in bursts if not absorbed(p, dur, steady, budget)), default=0.0)
+        over = [(p, dur, seen) for p, dur, seen in bursts if not absorbed(p, dur, steady, budget)]
+        if over and self._within_miss_budget(over, steady, budget):
+            return 0.0
+        return max((p for p, _, _ in over), default=0.0)
+
+    def _within_miss_budget(self, over: list[tuple[float, float, float]], steady: float, budget: float) -> bool:
+        """The bursts the steady plan does not absorb, recurring as seen, would make fewer requests miss than
+        ``burst_miss_budget`` of the SLO's error budget (``1 - attainment``) over the peak window: then that
+        plan stands and they spend the error budget instead of a reserve held for the whole window. Counted
+        in prompt tokens (missed over arrived; ``sizing.missed_tokens``); ticks count ``interval_s`` each."""
+        cfg = self.config
+        if cfg.burst_miss_budget is None:
+            return False
+        arrived = sum(seen for *_, seen in self._s.peaks) * cfg.interval_s
+        missed = sum(missed_tokens(p, dur, steady, budget, seen) for p, dur, seen in over)
+        return missed <= cfg.burst_miss_budget * (1 - cfg.attainment) * arrived
 
     def _level(self, rate: float, obs: Observation) -> bool:
         """The fitted burst rate is the load's level (``burst_level_ratio``): the rate window already shows it."""

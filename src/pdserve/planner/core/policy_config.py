@@ -108,6 +108,11 @@ class PolicyConfig:
     # the TTFT SLO gets no reserve (None: every fitted burst does, as before). Steady traffic's
     # densest seconds fit as short, low bursts; the bursts that need capacity standing do not.
     burst_absorb_fraction: float | None = 0.5
+    # Bursts the steady plan does not absorb get no reserve while, recurring as seen over peak_window_s, they would
+    # make fewer requests miss than this share of the SLO's error budget (1 - attainment) over that window: a few
+    # rare clumps spend the budget the SLO allows instead of a replica held for the whole window (None: every burst
+    # not absorbed gets its reserve, as before). PlannerPolicy._within_miss_budget, sizing.missed_tokens.
+    burst_miss_budget: float | None = None
     # A fitted burst whose arrival rate is within this factor of the prompt-token rate the router saw over the rate
     # window at the same tick is a level the load moved to, not a burst on top of it (None: every fitted burst is a
     # burst, as before session 17). A level is what the forecast, the observed floor and the drain term follow up and
@@ -175,6 +180,10 @@ class PolicyConfig:
             if self.burst_fit_budget_s not in BUDGETS_S or self.burst_fit_budget_s <= self.burst_budget_s:
                 return (f"burst fit budget {self.burst_fit_budget_s:g} s must be one the router exports and "
                         f"above the burst budget {self.burst_budget_s:g} s")
+        if self.burst_miss_budget is not None and not (0 <= self.burst_miss_budget <= 1):
+            return f"burst miss budget {self.burst_miss_budget:g} not in [0, 1]: a share of the SLO's error budget"
+        if not (0 < self.attainment <= 1):
+            return f"attainment {self.attainment:g} not in (0, 1]"
         if self.burst_level_ratio is not None and not self.burst_level_ratio >= 1:
             return f"burst level ratio {self.burst_level_ratio:g} below 1: no fitted burst is below the level it tops"
         if self.arriving_young not in YOUNG_RULES:

@@ -233,6 +233,26 @@ def absorbed(burst_tokens: float, duration_s: float, steady_tokens: float, budge
     return math.isfinite(duration_s) and excess * max(duration_s, 0.0) <= steady_tokens * budget_s
 
 
+def missed_tokens(burst_tokens: float, duration_s: float, steady_tokens: float, budget_s: float,
+                  background_tokens: float) -> float:
+    """Prompt tokens that arrive while a FIFO pool's wait exceeds ``budget_s``, for a rectangular burst
+    (``burst_tokens``/s for ``duration_s``, background included) on a pool moving ``steady_tokens``/s flat
+    out, with ``background_tokens``/s arriving after the burst. The queue grows at ``burst - steady`` and an
+    arrival waits ``queue / steady``: arrivals from ``t* = budget x steady / (burst - steady)`` to the
+    burst's end wait past the budget, and so does the background that arrives while the queue the burst
+    left drains back to ``steady x budget`` (at ``steady - background``). Zero exactly where ``absorbed``
+    holds; infinite where the background alone fills the pool (the queue never drains)."""
+    excess = burst_tokens - steady_tokens
+    if excess <= 0 or absorbed(burst_tokens, duration_s, steady_tokens, budget_s):
+        return 0.0
+    if not math.isfinite(duration_s) or background_tokens >= steady_tokens:
+        return math.inf
+    t_star = budget_s * steady_tokens / excess
+    during = burst_tokens * (duration_s - t_star)
+    left = excess * duration_s - steady_tokens * budget_s  # queue beyond the budget when the burst ends
+    return during + background_tokens * left / (steady_tokens - background_tokens)
+
+
 # Capacity.link_plateau where the policy sets it (PolicyConfig.cold_start_link): the link model's spread
 # along a plateau (12 senders, 9..64 receivers at Mooncake's 0.13 s transfers: 187-194k tokens/s, 3.7 %;
 # its bisection alone is 0.36 % of a link per receiver) is within it, one more receiver's share below it

@@ -49,6 +49,9 @@ def _run_parser(sub) -> None:
     g.add_argument("--seasonal-periods", type=int, help="season length in intervals (seasonal Holt-Winters / SARIMA)")
     g.add_argument("--ttft-ms", type=float, default=2000.0)
     g.add_argument("--itl-ms", type=float, default=50.0)
+    g.add_argument("--attainment", type=float, default=PolicyConfig.attainment,
+                   help="fraction of requests that must meet both objectives (its complement is the error budget "
+                        "--burst-miss-budget spends; default %(default)s)")
     g.add_argument("--prefill-min", type=int, default=1)
     g.add_argument("--prefill-max", type=int, default=8)
     g.add_argument("--decode-min", type=int, default=1)
@@ -75,6 +78,11 @@ def _run_parser(sub) -> None:
                    help="no reserve for a fitted burst within this factor of the prompt-token rate the router's "
                         "rate window shows at the same time: the load moved there, the forecast follows it "
                         "('none': every fitted burst is one; default %(default)s)")
+    g.add_argument("--burst-miss-budget", type=_seconds_or_none, metavar="F",
+                   default=PolicyConfig.burst_miss_budget,
+                   help="no reserve for the bursts the steady plan does not absorb while, recurring as seen over "
+                        "the peak window, they would miss fewer requests than this share of the error budget "
+                        "(1 - --attainment) ('none': every such burst gets one; default %(default)s)")
     g.add_argument("--prefill-utilization", type=_seconds_or_none, metavar="F",
                    default=PolicyConfig.prefill_utilization,
                    help="plan each prefill replica at this fraction of its SLO-bound capacity instead of "
@@ -198,7 +206,7 @@ async def _run_local(args, stopped, log) -> int:
         if speedup != 1.0:
             profile = profile.time_scaled(speedup)
     cfg = PolicyConfig(
-        ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, interval_s=args.interval or PolicyConfig.interval_s,
+        ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, attainment=args.attainment, interval_s=args.interval or PolicyConfig.interval_s,
         predictor=args.predictor, seasonal_periods=args.seasonal_periods,
         prefill_min=args.prefill_min, prefill_max=args.prefill_max,
         decode_min=args.decode_min, decode_max=args.decode_max,
@@ -208,7 +216,7 @@ async def _run_local(args, stopped, log) -> int:
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
         burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
-        prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
+        burst_miss_budget=args.burst_miss_budget, prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise,
     )
