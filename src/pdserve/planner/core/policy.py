@@ -305,10 +305,10 @@ class PlannerPolicy:
         return max((p for p, _, _ in over), default=0.0)
 
     def _within_miss_budget(self, over: list[tuple[float, float, float]], steady: float, budget: float) -> bool:
-        """The bursts the steady plan does not absorb, recurring as seen, would make fewer requests miss than
-        ``burst_miss_budget`` of the SLO's error budget (``1 - attainment``) over the peak window: then that
-        plan stands and they spend the error budget instead of a reserve held for the whole window. Counted
-        in prompt tokens (missed over arrived; ``sizing.missed_tokens``); ticks count ``interval_s`` each."""
+        """The bursts the steady plan does not absorb, recurring as seen, would miss fewer prompt tokens than
+        ``burst_miss_budget`` of the SLO's error budget (``1 - attainment``) of the tokens the peak window saw:
+        then that plan stands and they spend the error budget instead of a reserve held for the whole window.
+        Tokens stand in for requests (``sizing.missed_tokens``); each tick in the window counts ``interval_s``."""
         cfg = self.config
         if cfg.burst_miss_budget is None:
             return False

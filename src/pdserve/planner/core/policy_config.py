@@ -109,9 +109,11 @@ class PolicyConfig:
     # densest seconds fit as short, low bursts; the bursts that need capacity standing do not.
     burst_absorb_fraction: float | None = 0.5
     # Bursts the steady plan does not absorb get no reserve while, recurring as seen over peak_window_s, they would
-    # make fewer requests miss than this share of the SLO's error budget (1 - attainment) over that window: a few
-    # rare clumps spend the budget the SLO allows instead of a replica held for the whole window (None: every burst
-    # not absorbed gets its reserve, as before). PlannerPolicy._within_miss_budget, sizing.missed_tokens.
+    # miss fewer prompt tokens than this share of the SLO's error budget (1 - attainment) of the tokens that window
+    # saw: a few rare clumps spend the budget the SLO allows instead of a replica held for the whole window (None:
+    # every burst not absorbed gets its reserve, as before). PlannerPolicy._within_miss_budget, sizing.missed_tokens.
+    # Opt-in: bench/planner (session 21) lost attainment with 0.5 on a 70B window where the reserve it dropped had
+    # also met a load rise, and changed none of five fresh windows (results/diagnosis/settings_sweep21*.json).
     burst_miss_budget: float | None = None
     # A fitted burst whose arrival rate is within this factor of the prompt-token rate the router saw over the rate
     # window at the same tick is a level the load moved to, not a burst on top of it (None: every fitted burst is a
