@@ -81,8 +81,9 @@ def _run_parser(sub) -> None:
     g.add_argument("--burst-miss-budget", type=_seconds_or_none, metavar="F",
                    default=PolicyConfig.burst_miss_budget,
                    help="no reserve for the bursts the steady plan does not absorb while, recurring as seen over "
-                        "the peak window, they would miss fewer requests than this share of the error budget "
-                        "(1 - --attainment) ('none': every such burst gets one; default %(default)s)")
+                        "the peak window, they would miss fewer prompt tokens than this share of the error budget "
+                        "(1 - --attainment) of the tokens that window saw ('none': every such burst gets one; "
+                        "default %(default)s)")
     g.add_argument("--prefill-utilization", type=_seconds_or_none, metavar="F",
                    default=PolicyConfig.prefill_utilization,
                    help="plan each prefill replica at this fraction of its SLO-bound capacity instead of "
@@ -206,7 +207,8 @@ async def _run_local(args, stopped, log) -> int:
         if speedup != 1.0:
             profile = profile.time_scaled(speedup)
     cfg = PolicyConfig(
-        ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, attainment=args.attainment, interval_s=args.interval or PolicyConfig.interval_s,
+        ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, attainment=args.attainment,
+        interval_s=args.interval or PolicyConfig.interval_s,
         predictor=args.predictor, seasonal_periods=args.seasonal_periods,
         prefill_min=args.prefill_min, prefill_max=args.prefill_max,
         decode_min=args.decode_min, decode_max=args.decode_max,
@@ -216,7 +218,8 @@ async def _run_local(args, stopped, log) -> int:
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
         burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
-        burst_miss_budget=args.burst_miss_budget, prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
+        burst_miss_budget=args.burst_miss_budget,
+        prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise,
     )
