@@ -249,3 +249,19 @@ def test_policy_keeps_the_peak_for_its_window_only():
     assert d.prefill == 3  # still within 60 s of the peak
     d = pol.decide(_obs(70, 3, 1, request_rate=2.0, router_prompt_tokens_peak=2_000.0), 70)
     assert d.prefill == 1
+
+
+def test_a_finite_mean_is_history_even_where_the_decode_counter_shows_no_rate():
+    """Session 21's CI (e2e chaos, 60 s held): the service's only request completed before Prometheus
+    first scraped its decode pod, so the decode pool's request counter was flat (rate 0) while the
+    prompt and generation histograms (any role) and the router's prompt-token counter had it. The
+    means are evidence of a completion: they are history, and the planner decides instead of holding
+    on "no ISL/OSL history" for a whole rate window."""
+    pol = _policy(queue_profile())
+    d = pol.decide(_obs(0, 1, 1, request_rate=0.0, mean_isl=512.0, mean_osl=1.0, router_prompt_tokens_rate=8.5), 0)
+    assert not d.held, d.reason
+    assert (d.prefill, d.decode) == (1, 1)
+    # Nothing finite, nothing pushed: the hold for arrivals without any completion is unchanged.
+    fresh = _policy(queue_profile()).decide(_obs(0, 1, 1, request_rate=0.0, mean_isl=math.nan, mean_osl=math.nan,
+                                                 router_prompt_tokens_rate=0.33), 0)
+    assert fresh.held and "no request has completed" in fresh.reason

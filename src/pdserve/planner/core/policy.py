@@ -104,9 +104,14 @@ class PlannerPolicy:
         if obs.request_rate > 0 and not (_finite(obs.mean_isl) and _finite(obs.mean_osl)):
             return self._hold(cur, now, D.HOLD_MISSING, "mean ISL/OSL missing while requests flow", expl)
 
-        if obs.request_rate > 0:
-            self._push(s.isl, obs.mean_isl)
-            self._push(s.osl, obs.mean_osl)
+        # A finite mean is itself evidence of completions in the window, whatever the request rate
+        # says: the two come from different pods' series (the mean falls back to any role, the rate
+        # reads the decode pool's counter), and a decode pod Prometheus first scraped after it
+        # served its only request shows a flat counter. Pushing only on a positive rate held such a
+        # service on "no ISL/OSL history" for a whole rate window while the router saw tokens.
+        for q, v in ((s.isl, obs.mean_isl), (s.osl, obs.mean_osl)):
+            if _finite(v) and v > 0:
+                self._push(q, v)
         seen = arrival_rate(obs, s.isl[-1] if s.isl else None)
         if seen is None:
             return self._hold(cur, now, D.HOLD_MISSING, "prompt tokens arrive but no request has completed yet "
