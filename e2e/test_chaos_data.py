@@ -219,9 +219,17 @@ class Trickle:
 def test_prometheus_down_holds_the_planner_visibly_and_it_plans_again_when_back(chaos: Chaos) -> None:
     env = chaos
     serve_at(env, 1, 1)
-    # Before: with metrics the planner decides (not held) on this service.
-    e2e_env.wait_for("a planner decision on metrics", lambda: (s := env.planner_status()) and s.get("time") and not s.get("held"),
-                     60, describe=env.diagnostics)
+    # Before: with metrics the planner decides (not held) on this service. It needs traffic that
+    # Prometheus saw reach both pools (a decode pod first scraped after serve_at's one request shows
+    # a flat counter and no OSL: the planner rightly holds on "no ISL/OSL history"), so keep some flowing.
+    sent = iter(range(800_000, 900_000))
+
+    def decided_on_traffic() -> bool:
+        stream_completion(env.urls("router")[0], SERVICE, 4, seed=next(sent), read_timeout_s=20)
+        s = env.planner_status()
+        return bool(s and s.get("time") and not s.get("held"))
+
+    e2e_env.wait_for("a planner decision on metrics", decided_on_traffic, 90, interval_s=2, describe=env.diagnostics)
     metrics = env.planner_metrics()
     held_before = sample(metrics, "pdserve_planner_held_decisions_total", service=SERVICE, reason=HOLD_ERROR) or 0.0
 

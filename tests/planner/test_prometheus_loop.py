@@ -201,6 +201,55 @@ async def test_planner_scales_with_prometheus(tmp_path: Path):
         pool.close()
 
 
+def _exporter(reg):
+    """A /metrics server for ``reg`` in the text format vLLM's /metrics and our worker serve:
+    prometheus_client's own server would answer Prometheus' OpenMetrics Accept header with ``vllm_`` names."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = generate_latest(reg)
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _prometheus_over(tmp_path: Path, ports: dict[str | None, int]) -> tuple[subprocess.Popen, str]:
+    """A real Prometheus scraping each port every second, labelled with its role (None: no role label)."""
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"],
+                                    "labels": {"namespace": "test", "pdserve_service": "svc"}
+                                    | ({"pdserve_role": role} if role else {})}
+                                   for role, port in ports.items()]))
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: workers\n"
+        f"    file_sd_configs: [{{files: ['{targets}'], refresh_interval: 1s}}]\n")
+    prom_port = free_port()
+    prom = start(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                  f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log")
+    url = f"http://127.0.0.1:{prom_port}"
+    try:
+        wait_http(url + "/-/ready")
+    except BaseException:
+        stop(prom)
+        raise
+    return prom, url
+
+
 def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: Path):
     """The CI failure of session 5: a fresh prefill pod (series exist, no request in the window)
     made mean ISL 0/0 = NaN while decode still counted completions, so the planner held
@@ -210,30 +259,9 @@ def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: 
     import math
     import threading
 
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+    from prometheus_client import CollectorRegistry, Counter, Histogram
 
     from pdserve.planner.core.observation import PoolState
-
-    def exporter(reg: CollectorRegistry) -> ThreadingHTTPServer:
-        # The text format vLLM's /metrics and our worker serve: prometheus_client's own
-        # server would answer Prometheus' OpenMetrics Accept header with ``vllm_`` names.
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = generate_latest(reg)
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
 
     metrics, servers, ports = {}, [], {}
     for role in ("prefill", "decode"):
@@ -241,7 +269,7 @@ def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: 
         metrics[role] = (Counter("vllm:request_success", "done", registry=reg),
                          Histogram("vllm:request_prompt_tokens", "isl", buckets=(128, 512, 2048), registry=reg),
                          Histogram("vllm:time_to_first_token_seconds", "ttft", buckets=(0.1, 1.0, 10.0), registry=reg))
-        servers.append(exporter(reg))
+        servers.append(_exporter(reg))
         ports[role] = servers[-1].server_port
     stop_feeding = threading.Event()
 
@@ -252,23 +280,11 @@ def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: 
             isl.observe(300)
             ttft.observe(0.5)
 
-    targets = tmp_path / "targets.json"
-    targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"],
-                                    "labels": {"namespace": "test", "pdserve_service": "svc", "pdserve_role": role}}
-                                   for role, port in ports.items()]))
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: workers\n"
-        f"    file_sd_configs: [{{files: ['{targets}'], refresh_interval: 1s}}]\n")
-    prom_port = free_port()
     feeder = threading.Thread(target=feed_decode, daemon=True)
     feeder.start()
-    prom = start(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                  f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log")
+    prom = None
     try:
-        url = f"http://127.0.0.1:{prom_port}"
-        wait_http(url + "/-/ready")
+        prom, url = _prometheus_over(tmp_path, ports)
         source = PrometheusSource(url, PromQL('namespace="test",pdserve_service="svc"', window="10s"), timeout_s=2)
         deadline, obs = time.monotonic() + 40, None
         while time.monotonic() < deadline:  # until both targets have been scraped often enough for rate()
@@ -285,7 +301,77 @@ def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: 
     finally:
         stop_feeding.set()
         feeder.join(5)
-        stop(prom)
+        if prom is not None:
+            stop(prom)
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
+def test_the_output_length_never_comes_from_the_prefill_pods(tmp_path: Path):
+    """Session 21's CI: the decode pod's series were flat (Prometheus first scraped it after its only
+    request), so the mean OSL fell back to every pod and read the prefill pods' generation histogram:
+    1 token a request (a P/D prefill runs with max_tokens=1). With real Prometheus: a busy prefill
+    exporter (1 generated token each) beside a flat decode one gives no OSL, not 1; an untyped
+    (colocated) exporter is still the fallback, and the ISL still falls back to any role."""
+    import math
+    import threading
+
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from pdserve.planner.core.observation import PoolState
+
+    hists, servers, ports = {}, [], {}
+    for role in ("prefill", "decode", None):
+        reg = CollectorRegistry()
+        hists[role] = (Counter("vllm:request_success", "done", registry=reg),
+                       Histogram("vllm:request_prompt_tokens", "isl", buckets=(128, 512, 2048), registry=reg),
+                       Histogram("vllm:request_generation_tokens", "osl", buckets=(1, 16, 256), registry=reg))
+        servers.append(_exporter(reg))
+        ports[role] = servers[-1].server_port
+    stop_feeding = threading.Event()
+    colocated = threading.Event()  # set: the untyped exporter serves too
+
+    def feed() -> None:  # prefill: one 300-token prompt every 0.1 s, 1 token generated; decode: nothing
+        while not stop_feeding.wait(0.1):
+            done, isl, osl = hists["prefill"]
+            done.inc()
+            isl.observe(300)
+            osl.observe(1)
+            if colocated.is_set():
+                done, isl, osl = hists[None]
+                done.inc()
+                isl.observe(300)
+                osl.observe(200)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    prom = None
+    try:
+        prom, url = _prometheus_over(tmp_path, ports)
+        source = PrometheusSource(url, PromQL('namespace="test",pdserve_service="svc"', window="10s"), timeout_s=2)
+
+        def observe_until(done, what: str):
+            deadline, obs = time.monotonic() + 40, None
+            while time.monotonic() < deadline:
+                obs = source.observe(0.0, PoolState(1), PoolState(1))
+                if obs.error is None and done(obs):
+                    return obs
+                time.sleep(0.5)
+            raise AssertionError(f"{what}: {obs}")
+
+        obs = observe_until(lambda o: math.isfinite(o.mean_isl), "prefill's ISL through the fallback")
+        assert obs.mean_isl == pytest.approx(300), obs
+        # (before: mean_osl == 1, the prefill pods' one token)
+        assert math.isnan(obs.mean_osl), obs
+        colocated.set()
+        obs = observe_until(lambda o: math.isfinite(o.mean_osl), "the untyped exporter's OSL")
+        assert obs.mean_osl == pytest.approx(200), obs
+    finally:
+        stop_feeding.set()
+        feeder.join(5)
+        if prom is not None:
+            stop(prom)
         for server in servers:
             server.shutdown()
             server.server_close()

@@ -56,18 +56,21 @@ class PromQL:
         self.burst_budget_s = burst_budget_s  # which series of the router's burst gauge is the peak
         self.burst_fit_budget_s = burst_fit_budget_s  # ... and the wide peak (the policy fits the burst from both)
 
-    def _sel(self, role: str | None) -> str:
-        parts = [p for p in (self.selector, f'{self.role_label}="{role}"' if role else "") if p]
+    def _sel(self, role: str | None, *, exclude: str | None = None) -> str:
+        parts = [p for p in (self.selector, f'{self.role_label}="{role}"' if role else "",
+                             f'{self.role_label}!="{exclude}"' if exclude else "") if p]
         return "{" + ",".join(parts) + "}"
 
-    def _alts(self, names: tuple[str, ...], role: str | None, build, *, fallback: bool = True) -> str:
-        """``build(name, selector)`` for each name and for the role, then without it (``fallback``).
+    def _alts(self, names: tuple[str, ...], role: str | None, build, *, fallback: bool = True,
+              exclude: str | None = None) -> str:
+        """``build(name, selector)`` for each name and for the role, then without it (``fallback``;
+        ``exclude``: without it but not from that role's pods).
 
         Each ``vllm:x`` name is followed by ``vllm_x``: a Prometheus 2.x that scrapes vLLM
         without the chart's metric relabeling stores that spelling (prometheus/client_python#1177)."""
-        roles = [role, None] if role and fallback else [role]
+        sels = [self._sel(role), self._sel(None, exclude=exclude)] if role and fallback else [self._sel(role)]
         spelled = [*names, *(e for n in names if (e := n.replace(":", "_")) not in names)]
-        return " or ".join(f"({build(n, self._sel(r))})" for n in spelled for r in roles)
+        return " or ".join(f"({build(n, sel)})" for n in spelled for sel in sels)
 
     def rate_sum(self, names, role, suffix: str = "") -> str:
         return self._alts(names, role, lambda n, s: f"sum(rate({n}{suffix}{s}[{self.window}]))")
@@ -77,10 +80,10 @@ class PromQL:
     # that served, or a pool the router bypassed) gives 0/0 = NaN, which would hide the other
     # role's answer: so each mean/ratio drops a zero denominator and each quantile drops NaN
     # (``NaN >= 0`` is false), and the next alternative answers.
-    def mean_of_hist(self, names, role, *, fallback: bool = True) -> str:
+    def mean_of_hist(self, names, role, *, fallback: bool = True, exclude: str | None = None) -> str:
         w = self.window
         return self._alts(names, role, lambda n, s: f"sum(rate({n}_sum{s}[{w}])) / (sum(rate({n}_count{s}[{w}])) > 0)",
-                          fallback=fallback)
+                          fallback=fallback, exclude=exclude)
 
     def quantile_of_hist(self, names, role, *, fallback: bool = True) -> str:
         q, w = self.quantile, self.window
@@ -103,7 +106,10 @@ class PromQL:
         return {
             "request_rate": self.rate_sum(n.requests, "decode"),
             "mean_isl": self.mean_of_hist(n.prompt_hist, "prefill"),
-            "mean_osl": self.mean_of_hist(n.gen_hist, "decode"),
+            # Not from the prefill pods: they generate the one token of a P/D prefill (max_tokens=1), so where the
+            # decode pods' series saw nothing in the window (a decode pod first scraped after its only request) the
+            # fallback read OSL 1 (session 21's CI) and would size decode for it.
+            "mean_osl": self.mean_of_hist(n.gen_hist, "decode", exclude="prefill"),
             "ttft_mean_s": self.mean_of_hist(n.ttft, "prefill"),
             "ttft_tail_s": self.quantile_of_hist(n.ttft, "prefill"),
             # the prefill pods' own TTFT only: no fallback to the untyped (client-facing) series
