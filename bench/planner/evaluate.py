@@ -209,7 +209,7 @@ def planner_config(args: argparse.Namespace, s: Setup, k: Knobs, f: Flags) -> tu
                        burst_level_ratio=k.burst_level_ratio, prefill_utilization=k.prefill_utilization,
                        hold_prefill_on_rise=k.hold_prefill_on_rise,
                        prefill_utilization_min_replicas=k.prefill_utilization_min_replicas,
-                       burst_miss_budget=k.burst_miss_budget)
+                       burst_miss_budget=k.burst_miss_budget, lone_burst_s=k.lone_burst_s)
     prof = (derive_profile(args.model_profile, kv_link_gbps=args.kv_link_gbps, include_frontend=True)
             if k.profile_frontend else s.profile)
     return cfg, prof

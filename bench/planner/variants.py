@@ -63,6 +63,7 @@ class Knobs:
     hold_prefill_on_rise: bool = PolicyConfig.hold_prefill_on_rise
     prefill_utilization_min_replicas: int = PolicyConfig.prefill_utilization_min_replicas
     burst_miss_budget: float | None = PolicyConfig.burst_miss_budget
+    lone_burst_s: float | None = PolicyConfig.lone_burst_s
     # The prefill pods' TTFT holds the engine's front end: a correction that reads it compares it with
     # a profile that does too (derive_profile(include_frontend=True)), as the live planner derives its own.
     profile_frontend: bool = PolicyConfig.correction_pool_ttft
@@ -175,6 +176,9 @@ VARIANTS: tuple[Variant, ...] = (
     # 1.75x from 600 s, where the planner shipped met the target.
     Variant("planner_next7", lambda f: Knobs(prefill_utilization=0.9, prefill_utilization_min_replicas=2),
             _rec(*_BURST, "prefill_utilization", "prefill_utilization_min_replicas")),
+    # Session 22: the bursts the steady plan does not absorb keep no reserve once they all came within 300 s and
+    # none in 300 s since (PolicyConfig.lone_burst_s): one episode, not a source of bursts to stand by for.
+    Variant("planner_lone", lambda f: Knobs(lone_burst_s=300.0), _rec(*_BURST, "lone_burst_s")),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 NAMES = tuple(BY_NAME)

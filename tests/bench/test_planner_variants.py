@@ -19,7 +19,7 @@ AZURE = str(BENCH / "sim" / "data" / "azure_conv_excerpt.csv")
 # Every variant evaluate.py runs, by hand (session 14).
 ALL = ["planner", "planner_constant", "planner_irate", "planner_burst", "planner_fit", "planner_next", "planner_link",
        "planner_link_path", "planner_next2", "planner_young", "planner_next4", "planner_no_level", "planner_next5",
-       "planner_next6", "planner_miss_budget", "planner_next7"]
+       "planner_next6", "planner_miss_budget", "planner_next7", "planner_lone"]
 # The profile whose TTFTs hold the engine's front end (evaluate.py's default model and KV link).
 FRONT = derive_profile("llama-3.1-8b-h100", kv_link_gbps=100.0, include_frontend=True)
 NEXT2 = {"cold_start_link": True, "correction_pool_ttft": True, "profile_frontend": True, "min_level_smoothing": 0.5}
@@ -84,7 +84,8 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
         "planner_next6": shipped | {"prefill_utilization": 0.95, "hold_prefill_on_rise": True,
                                     "prefill_utilization_min_replicas": 2} | shipped_next2,
         "planner_miss_budget": shipped | {"burst_miss_budget": 0.5} | shipped_next2,
-        "planner_next7": shipped | {"prefill_utilization": 0.9, "prefill_utilization_min_replicas": 2} | shipped_next2}
+        "planner_next7": shipped | {"prefill_utilization": 0.9, "prefill_utilization_min_replicas": 2} | shipped_next2,
+        "planner_lone": shipped | {"lone_burst_s": 300.0} | shipped_next2}
     for name in ALL:
         assert list(results[name]["params"].items()) == [("peak_window_s", pw), *expected[name].items()], name
         assert "sweep" not in results[name]
@@ -94,7 +95,8 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
     base = {**shipped, "correction_offset": False, "cold_start_link": True, "ttft_path_ms": None,
             "correction_pool_ttft": True, "min_level_smoothing": 0.5, "arriving_young": "peak",
             "predictor": "holt-winters", "peak_window_s": pw, "burst_level_ratio": 1.5, "prefill_utilization": None,
-            "hold_prefill_on_rise": False, "prefill_utilization_min_replicas": 1, "burst_miss_budget": None}
+            "hold_prefill_on_rise": False, "prefill_utilization_min_replicas": 1, "burst_miss_budget": None,
+            "lone_burst_s": None}
     for name in ALL:
         cfg, frontend = cfgs[name]
         params = dict(results[name]["params"])
@@ -107,7 +109,7 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
     assert FRONT != derive_profile("llama-3.1-8b-h100", kv_link_gbps=100.0)
     assert [n for n in ALL if cfgs[n][1] is True] == ["planner", "planner_constant", "planner_fit", "planner_next2",
                                                       "planner_next4", "planner_no_level", "planner_next5", "planner_next6",
-                                                      "planner_miss_budget", "planner_next7"]
+                                                      "planner_miss_budget", "planner_next7", "planner_lone"]
     # The plot draws the references and the variants, not the ablations.
     assert legend == ["reactive", *(n for n in ALL if n not in ("planner_constant", "planner_irate"))]
 

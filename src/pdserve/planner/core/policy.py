@@ -300,14 +300,22 @@ class PlannerPolicy:
         cfg, peaks = self.config, self._s.peaks
         if cfg.peak_window_s <= 0:
             return 0.0
-        bursts = [(p, dur, seen) for _, p, dur, level, seen in peaks if not level]
+        bursts = [(t, p, dur, seen) for t, p, dur, level, seen in peaks if not level]
         if cfg.burst_absorb_fraction is None or not self._fitting(obs):
-            return max((p for p, _, _ in bursts), default=0.0)
+            return max((p for _, p, _, _ in bursts), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
-        over = [(p, dur, seen) for p, dur, seen in bursts if not absorbed(p, dur, steady, budget)]
-        if over and self._within_miss_budget(over, steady, budget):
+        over = [(t, p, dur, seen) for t, p, dur, seen in bursts if not absorbed(p, dur, steady, budget)]
+        if over and self._lone_episode([t for t, *_ in over], obs.timestamp):
             return 0.0
-        return max((p for p, _, _ in over), default=0.0)
+        if over and self._within_miss_budget([(p, dur, seen) for _, p, dur, seen in over], steady, budget):
+            return 0.0
+        return max((p for _, p, _, _ in over), default=0.0)
+
+    def _lone_episode(self, times: list[float], now: float) -> bool:
+        """The bursts the steady plan does not absorb all came within one ``lone_burst_s`` span and none since:
+        one episode that has not recurred in as long as it lasted, not a source of bursts to stand by for."""
+        span = self.config.lone_burst_s
+        return span is not None and max(times) - min(times) <= span and now - max(times) >= span
 
     def _within_miss_budget(self, over: list[tuple[float, float, float]], steady: float, budget: float) -> bool:
         """The bursts the steady plan does not absorb, recurring as seen, would miss fewer prompt tokens than

@@ -115,6 +115,10 @@ class PolicyConfig:
     # Opt-in: bench/planner (session 21) lost attainment with 0.5 on a 70B window where the reserve it dropped had
     # also met a load rise, and changed none of five fresh windows (results/diagnosis/settings_sweep21*.json).
     burst_miss_budget: float | None = None
+    # Bursts the steady plan does not absorb get no reserve once all of those in peak_window_s came within one span
+    # this long, s, and none in as long again since: one episode (a surge's tail, a clump) that has not recurred
+    # (None: kept for peak_window_s, as before). Opt-in (bench/planner, session 22).
+    lone_burst_s: float | None = None
     # A fitted burst whose arrival rate is within this factor of the prompt-token rate the router saw over the rate
     # window at the same tick is a level the load moved to, not a burst on top of it (None: every fitted burst is a
     # burst, as before session 17). A level is what the forecast, the observed floor and the drain term follow up and
@@ -184,6 +188,8 @@ class PolicyConfig:
                         f"above the burst budget {self.burst_budget_s:g} s")
         if self.burst_miss_budget is not None and not (0 <= self.burst_miss_budget <= 1):
             return f"burst miss budget {self.burst_miss_budget:g} not in [0, 1]: a share of the SLO's error budget"
+        if self.lone_burst_s is not None and not (self.lone_burst_s > 0):
+            return f"lone burst span {self.lone_burst_s:g} s must be above 0"
         if not (0 < self.attainment <= 1):
             return f"attainment {self.attainment:g} not in (0, 1]"
         if self.burst_level_ratio is not None and not self.burst_level_ratio >= 1:

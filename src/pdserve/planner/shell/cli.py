@@ -84,6 +84,11 @@ def _run_parser(sub) -> None:
                         "the peak window, they would miss fewer prompt tokens than this share of the error budget "
                         "(1 - --attainment) of the tokens that window saw ('none': every such burst gets one; "
                         "default %(default)s)")
+    g.add_argument("--lone-burst-s", type=_seconds_or_none, metavar="S",
+                   default=PolicyConfig.lone_burst_s,
+                   help="no reserve for the bursts the steady plan does not absorb once all those of the peak "
+                        "window came within one span this long and none in as long since: one episode that did not "
+                        "recur ('none': kept for the peak window; default %(default)s)")
     g.add_argument("--prefill-utilization", type=_seconds_or_none, metavar="F",
                    default=PolicyConfig.prefill_utilization,
                    help="plan each prefill replica at this fraction of its SLO-bound capacity instead of "
@@ -218,7 +223,7 @@ async def _run_local(args, stopped, log) -> int:
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
         burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
-        burst_miss_budget=args.burst_miss_budget,
+        burst_miss_budget=args.burst_miss_budget, lone_burst_s=args.lone_burst_s,
         prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise,
