@@ -29,6 +29,12 @@ def spin():
 threads = [threading.Thread(target=spin) for _ in range({n})]
 for t in threads: t.start()
 [t.join() for t in threads] if threads else spin()
+# join() returns when a thread's Python code is done, not when the kernel has let its task go: under load an ended
+# spinner's task (and its nanoseconds) still showed in /proc (session 22's fresh-clone CI read main + 0.3 s).
+import os
+deadline = time.monotonic() + 10
+while len(os.listdir("/proc/self/task")) > 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
 print("spun", time.thread_time(), time.process_time(), flush=True)
 sys.stdin.read()
 """
