@@ -10,6 +10,7 @@ loop: scale up, scale down after the window, hold when Prometheus dies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -250,6 +251,29 @@ def _prometheus_over(tmp_path: Path, ports: dict[str | None, int]) -> tuple[subp
     return prom, url
 
 
+@contextlib.contextmanager
+def _scraped(tmp_path: Path, servers: dict, feed):
+    """``feed(stop)`` running in a thread while a real Prometheus scrapes the exporters ``servers`` (role -> server,
+    None: no role label); yields a PrometheusSource over them (10 s rate window). Stops all of it on the way out."""
+    import threading
+
+    stop_feeding = threading.Event()
+    feeder = threading.Thread(target=feed, args=(stop_feeding,), daemon=True)
+    feeder.start()
+    prom = None
+    try:
+        prom, url = _prometheus_over(tmp_path, {role: server.server_port for role, server in servers.items()})
+        yield PrometheusSource(url, PromQL('namespace="test",pdserve_service="svc"', window="10s"), timeout_s=2)
+    finally:
+        stop_feeding.set()
+        feeder.join(5)
+        if prom is not None:
+            stop(prom)
+        for server in servers.values():
+            server.shutdown()
+            server.server_close()
+
+
 def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: Path):
     """The CI failure of session 5: a fresh prefill pod (series exist, no request in the window)
     made mean ISL 0/0 = NaN while decode still counted completions, so the planner held
@@ -257,35 +281,27 @@ def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: 
     Prometheus: an idle prefill exporter and a busy decode exporter; every mean and quantile
     the planner reads must come from decode's series instead of NaN."""
     import math
-    import threading
 
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
     from pdserve.planner.core.observation import PoolState
 
-    metrics, servers, ports = {}, [], {}
+    metrics, servers = {}, {}
     for role in ("prefill", "decode"):
         reg = CollectorRegistry()
         metrics[role] = (Counter("vllm:request_success", "done", registry=reg),
                          Histogram("vllm:request_prompt_tokens", "isl", buckets=(128, 512, 2048), registry=reg),
                          Histogram("vllm:time_to_first_token_seconds", "ttft", buckets=(0.1, 1.0, 10.0), registry=reg))
-        servers.append(_exporter(reg))
-        ports[role] = servers[-1].server_port
-    stop_feeding = threading.Event()
+        servers[role] = _exporter(reg)
 
-    def feed_decode() -> None:  # one completion of a 300-token prompt every 0.1 s, on decode only
+    def feed_decode(stop_feeding) -> None:  # one completion of a 300-token prompt every 0.1 s, on decode only
         done, isl, ttft = metrics["decode"]
         while not stop_feeding.wait(0.1):
             done.inc()
             isl.observe(300)
             ttft.observe(0.5)
 
-    feeder = threading.Thread(target=feed_decode, daemon=True)
-    feeder.start()
-    prom = None
-    try:
-        prom, url = _prometheus_over(tmp_path, ports)
-        source = PrometheusSource(url, PromQL('namespace="test",pdserve_service="svc"', window="10s"), timeout_s=2)
+    with _scraped(tmp_path, servers, feed_decode) as source:
         deadline, obs = time.monotonic() + 40, None
         while time.monotonic() < deadline:  # until both targets have been scraped often enough for rate()
             obs = source.observe(0.0, PoolState(1), PoolState(1))
@@ -298,14 +314,6 @@ def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: 
         assert obs.mean_isl == pytest.approx(300), obs
         assert obs.ttft_mean_s == pytest.approx(0.5), obs
         assert 0.1 < obs.ttft_tail_s <= 1.0, obs
-    finally:
-        stop_feeding.set()
-        feeder.join(5)
-        if prom is not None:
-            stop(prom)
-        for server in servers:
-            server.shutdown()
-            server.server_close()
 
 
 def test_the_output_length_never_comes_from_the_prefill_pods(tmp_path: Path):
@@ -321,36 +329,24 @@ def test_the_output_length_never_comes_from_the_prefill_pods(tmp_path: Path):
 
     from pdserve.planner.core.observation import PoolState
 
-    hists, servers, ports = {}, [], {}
+    hists, servers = {}, {}
     for role in ("prefill", "decode", None):
         reg = CollectorRegistry()
         hists[role] = (Counter("vllm:request_success", "done", registry=reg),
                        Histogram("vllm:request_prompt_tokens", "isl", buckets=(128, 512, 2048), registry=reg),
                        Histogram("vllm:request_generation_tokens", "osl", buckets=(1, 16, 256), registry=reg))
-        servers.append(_exporter(reg))
-        ports[role] = servers[-1].server_port
-    stop_feeding = threading.Event()
+        servers[role] = _exporter(reg)
     colocated = threading.Event()  # set: the untyped exporter serves too
 
-    def feed() -> None:  # prefill: one 300-token prompt every 0.1 s, 1 token generated; decode: nothing
+    def feed(stop_feeding) -> None:  # prefill: one 300-token prompt every 0.1 s, 1 token generated; decode: nothing
         while not stop_feeding.wait(0.1):
-            done, isl, osl = hists["prefill"]
-            done.inc()
-            isl.observe(300)
-            osl.observe(1)
-            if colocated.is_set():
-                done, isl, osl = hists[None]
+            for role, osl_tokens in (("prefill", 1), *(((None, 200),) if colocated.is_set() else ())):
+                done, isl, osl = hists[role]
                 done.inc()
                 isl.observe(300)
-                osl.observe(200)
+                osl.observe(osl_tokens)
 
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
-    prom = None
-    try:
-        prom, url = _prometheus_over(tmp_path, ports)
-        source = PrometheusSource(url, PromQL('namespace="test",pdserve_service="svc"', window="10s"), timeout_s=2)
-
+    with _scraped(tmp_path, servers, feed) as source:
         def observe_until(done, what: str):
             deadline, obs = time.monotonic() + 40, None
             while time.monotonic() < deadline:
@@ -367,11 +363,3 @@ def test_the_output_length_never_comes_from_the_prefill_pods(tmp_path: Path):
         colocated.set()
         obs = observe_until(lambda o: math.isfinite(o.mean_osl), "the untyped exporter's OSL")
         assert obs.mean_osl == pytest.approx(200), obs
-    finally:
-        stop_feeding.set()
-        feeder.join(5)
-        if prom is not None:
-            stop(prom)
-        for server in servers:
-            server.shutdown()
-            server.server_close()
