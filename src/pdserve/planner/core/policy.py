@@ -218,7 +218,7 @@ class PlannerPolicy:
                                    signal=cfg.arriving_signal, young=cfg.arriving_young)
         load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
                     decode_queue_tokens=q_d, prompt_tokens_floor=tokens_now,
-                    peak_prompt_tokens=self._peak(obs, steady=self._steady_prefill(rate * isl, tokens_now, capacity)),
+                    peak_prompt_tokens=self._peak(obs, now, steady=self._steady_prefill(rate * isl, tokens_now, capacity)),
                     arriving_prompt_tokens=arriving if cfg.drain_backlog else 0.0,
                     prefill_replicas=cur[0], decode_replicas=cur[1],
                     peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
@@ -293,7 +293,7 @@ class PlannerPolicy:
         while peaks and peaks[0][0] <= now - cfg.peak_window_s:
             peaks.popleft()
 
-    def _peak(self, obs: Observation, steady: float = 0.0) -> float:
+    def _peak(self, obs: Observation, now: float, steady: float = 0.0) -> float:
         """The highest short-window prompt-token rate within ``peak_window_s`` (with a burst fit
         budget: the highest fitted burst arrival rate, among the bursts the steady plan, moving
         ``steady`` prompt tokens/s, would not drain in time)."""
@@ -305,7 +305,7 @@ class PlannerPolicy:
             return max((p for _, p, _, _ in bursts), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
         over = [(t, p, dur, seen) for t, p, dur, seen in bursts if not absorbed(p, dur, steady, budget)]
-        if over and self._lone_episode([t for t, *_ in over], obs.timestamp):
+        if over and self._lone_episode([t for t, *_ in over], now):
             return 0.0
         if over and self._within_miss_budget([(p, dur, seen) for _, p, dur, seen in over], steady, budget):
             return 0.0
