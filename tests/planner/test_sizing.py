@@ -254,9 +254,9 @@ def test_policy_keeps_the_peak_for_its_window_only():
 def test_a_finite_mean_is_history_even_where_the_decode_counter_shows_no_rate():
     """Session 21's CI (e2e chaos, 60 s held): the service's only request completed before Prometheus
     first scraped its decode pod, so the decode pool's request counter was flat (rate 0) while the
-    prompt and generation histograms (any role) and the router's prompt-token counter had it. The
-    means are evidence of a completion: they are history, and the planner decides instead of holding
-    on "no ISL/OSL history" for a whole rate window."""
+    means (that run's OSL from the prefill pods, a fallback the source no longer takes) and the router's
+    prompt-token counter had it. Finite means are evidence of a completion: they are history, and the
+    planner decides instead of holding on "no ISL/OSL history" for a whole rate window."""
     pol = _policy(queue_profile())
     d = pol.decide(_obs(0, 1, 1, request_rate=0.0, mean_isl=512.0, mean_osl=1.0, router_prompt_tokens_rate=8.5), 0)
     assert not d.held, d.reason

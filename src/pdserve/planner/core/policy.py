@@ -105,10 +105,11 @@ class PlannerPolicy:
             return self._hold(cur, now, D.HOLD_MISSING, "mean ISL/OSL missing while requests flow", expl)
 
         # A finite mean is itself evidence of completions in the window, whatever the request rate
-        # says: the two come from different pods' series (the mean falls back to any role, the rate
-        # reads the decode pool's counter), and a decode pod Prometheus first scraped after it
-        # served its only request shows a flat counter. Pushing only on a positive rate held such a
-        # service on "no ISL/OSL history" for a whole rate window while the router saw tokens.
+        # says: they can come from different pods' series (the ISL falls back to any role's pods, the
+        # rate reads the decode pool's counter), and a decode pod Prometheus first scraped after it
+        # served its only request shows a flat counter. Each mean is history on its own; the OSL still
+        # needs the decode (or unlabelled) pods' histogram (source_prometheus), so a service whose
+        # decode series are flat holds on "no ISL/OSL history" until they show a completion.
         for q, v in ((s.isl, obs.mean_isl), (s.osl, obs.mean_osl)):
             if _finite(v) and v > 0:
                 self._push(q, v)
