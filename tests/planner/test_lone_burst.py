@@ -6,22 +6,20 @@ import pytest
 
 from pdserve.planner.core.policy import PolicyConfig
 
-from capacity_profiles import queue_policy
-from test_burst_miss_budget import BURST, _obs
+from test_burst_miss_budget import BURST, _after_a_window_of_background, _obs
 
 RESERVE = pytest.approx(11_000 / 7_600)  # the burst's 11,000 tokens/s at 0.85 of 9,500/s flat out: 1.45 -> 2
 
 
 def _peak_terms(lone: float | None, bursts_at: tuple[int, ...], ticks: range) -> dict[int, float]:
-    """The prefill reserve term at each tick of ``ticks`` (10 s apart) for a planner that watched 89 ticks of
-    background and then saw the 4 s, 11,000 tokens/s burst at each time in ``bursts_at``."""
-    pol = queue_policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_absorb_fraction=0.5, lone_burst_s=lone)
-    for t in range(-890, 0, 10):
-        pol.decide(_obs(t), t)
-    out = {}
+    """The prefill reserve term at 0 s and each later tick of ``ticks`` (10 s apart) for a planner that watched
+    89 ticks of background and then saw the 4 s, 11,000 tokens/s burst at 0 s and at each time in ``bursts_at``."""
+    pol, d = _after_a_window_of_background(lone_burst_s=lone)
+    out = {0: d.explanation["demand"]["terms"]["prefill_peak"]}
     for t in ticks:
-        d = pol.decide(_obs(t, **(BURST if t in bursts_at else {})), t)
-        out[t] = d.explanation["demand"]["terms"]["prefill_peak"]
+        if t > 0:
+            d = pol.decide(_obs(t, **(BURST if t in bursts_at else {})), t)
+            out[t] = d.explanation["demand"]["terms"]["prefill_peak"]
     return out
 
 
