@@ -397,3 +397,43 @@ def test_tie_offset_sets_where_rotation_among_ties_starts(cls: type[KvAwarePolic
     assert picks(12) == base
     with pytest.raises(ValueError, match="tie_offset"):
         cls(tie_offset=-1)
+
+
+@pytest.mark.parametrize("name", ["kv_aware", "prefix_approx"])
+def test_a_worker_joining_a_busy_pool_takes_its_share_not_the_whole_load(name: str) -> None:
+    """w0 serves one request a second for 300 s alone; then w1 joins (the planner added a replica).
+    Every request is done before the next, so in-flight load is zero on both and only the memory of
+    recent assignments tells them apart. Before a newcomer started at its peers' recent load it started
+    at zero, some 140 decayed requests (x 512 tokens) cheaper than w0, and took all 60 of the next
+    minute's requests."""
+    p = build_policy(name, "prefill")
+    counts: Counter[str] = Counter()
+    for i in range(360):
+        now = float(i)
+        ws = idle(1) if i < 300 else idle(2)
+        r = req(f"r{i}", [10_000 + i * 8 + k for k in range(8)])  # no shared prefix
+        d = p.select(r, ws, now)
+        p.on_routed(d, r, now)
+        p.on_finished(r.request_id, d.worker_id, now + 0.5)
+        if i >= 300:
+            counts[d.worker_id] += 1
+    assert 24 <= counts["w1"] <= 36, counts
+
+
+def test_recent_load_admits_newcomers_at_the_mean_of_their_known_peers() -> None:
+    from pdserve.router.policies.ledger import RecentLoad
+
+    r = RecentLoad(half_life_s=10.0)
+    r.admit(["a", "b"])  # a pool's first decision: equals at zero
+    assert r.value("a", 0.0) == r.value("b", 0.0) == 0.0
+    for _ in range(4):
+        r.add("a", 0.0)
+    r.add("b", 0.0)
+    r.admit(["a", "b", "c"])
+    assert r.value("c", 0.0) == pytest.approx(2.5)
+    assert r.value("c", 10.0) == pytest.approx(1.25)  # then decays like the rest
+    r.admit(["a", "c"])  # known workers keep what they have
+    assert (r.value("a", 0.0), r.value("c", 0.0)) == (pytest.approx(4.0), pytest.approx(2.5))
+    r.drop_worker("b")
+    r.admit(["a", "b"])  # back after a removal: a newcomer again
+    assert r.value("b", 0.0) == pytest.approx(4.0)

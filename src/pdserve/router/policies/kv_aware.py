@@ -62,6 +62,7 @@ class KvAwarePolicy(Policy):
             self.speculative.record(decision.worker_id, req.block_hashes, now)
 
     def _choose(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> Decision:
+        self.recent.admit([w.worker_id for w in workers])  # a worker new to the pool starts at its peers' load
         overlaps = self.overlaps(req, workers, now)
         scored = raw_scores(self, self.weights, req, workers, overlaps, self.recent, now)
         self._rotation += 1

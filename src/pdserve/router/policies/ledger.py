@@ -89,6 +89,14 @@ class RecentLoad:
     Stored scaled by 2^((t - origin) / half_life_s), so a decision reads every worker
     with one exp2 (``scale``) instead of one per worker; the origin moves forward
     before the scaled values could overflow.
+
+    A worker joining a pool that has been serving starts at the mean of its peers
+    (``admit``), not at zero: the peers each carry about rate x half_life / ln 2 / n
+    decayed requests, so a zero would make the newcomer the cheapest worker by that
+    many ``recent_request_tokens`` and it took all the traffic until its count caught
+    up. In the planner's replays (70B TP4, Azure 1x from 1,200 s) the second prefill
+    replica took 854 of the next 180 s's 1,180 requests, queued past the TTFT SLO on
+    it alone, and the planner read that as a slow engine and added a third.
     """
 
     _REBASE = 64.0  # exponent at which values are rescaled (2^64 is far from float limits)
@@ -99,6 +107,7 @@ class RecentLoad:
         self.half_life_s = half_life_s
         self._origin = 0.0
         self._scaled: dict[str, float] = {}
+        self._known: set[str] = set()
 
     def add(self, worker_id: str, now: float, amount: float = 1.0) -> None:
         e = (now - self._origin) / self.half_life_s
@@ -119,5 +128,21 @@ class RecentLoad:
     def value(self, worker_id: str, now: float) -> float:
         return self._scaled.get(worker_id, 0.0) * self.scale(now)
 
+    def admit(self, worker_ids: list[str]) -> None:
+        """Workers among ``worker_ids`` seen for the first time (or again after ``drop_worker``) start
+        at the mean value of the known ones among them; where none is known yet (a pool's first
+        decision) they all start at zero, as equals."""
+        known = self._known
+        new = [w for w in worker_ids if w not in known]
+        if not new:
+            return
+        peers = [self._scaled.get(w, 0.0) for w in worker_ids if w in known]
+        if peers:
+            seed = sum(peers) / len(peers)  # scaled values share one origin: the mean of them is the mean's
+            for w in new:
+                self._scaled[w] = seed
+        known.update(new)
+
     def drop_worker(self, worker_id: str) -> None:
         self._scaled.pop(worker_id, None)
+        self._known.discard(worker_id)
