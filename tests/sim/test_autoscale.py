@@ -178,3 +178,21 @@ def test_window_has_the_prefill_engines_own_ttft() -> None:
     assert first.ttft_p50 is not None and first.ttft_p50 > engine + 0.05 + 0.01  # ingress and hand-off at least
     # 60 s later no prefill falls in the window: unknown, not 0
     assert auto.seen[2][1].prefill_ttft_mean is None
+
+
+@pytest.mark.parametrize("policy", ["kv_aware", "prefix_approx"])
+def test_an_instance_added_to_a_busy_pool_takes_its_share_of_the_requests(policy: str) -> None:
+    """One prefill instance serves ~4 req/s of short prompts alone for 300 s (nothing queues), then
+    the autoscaler adds a second. Over the next minute the router splits new requests about evenly.
+    Before a joining worker started at its peers' recent load, the newcomer P1 took every request
+    of that minute: the router's memory of recent assignments (120 s half-life) charged P0 for the
+    ~1,000 decayed requests it had served and P1 for none."""
+    trace = synthetic_trace(2000, 4.0, (100, 300), (5, 10), seed=3)  # ~500 s of arrivals
+    auto = Scripted({30: PoolSizes(2, 1)})  # tick 30: t = 300 s
+    cfg = SimConfig(prefill_instances=1, decode_instances=1, startup_delay_s=5.0, policy=policy)
+    res = run_simulation(trace, cfg, autoscaler=auto)
+    assert res.summary.finished == 2000
+    t0 = trace.requests[0].arrival_s
+    after = [r for r in res.records if 310.0 <= r.arrival_s - t0 < 370.0]
+    share = sum(r.prefill_instance == "P1" for r in after) / len(after)
+    assert len(after) > 150 and 0.3 <= share <= 0.7, share
