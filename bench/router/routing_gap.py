@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pdserve.router.core.spec import RoutingSpec
-from pdserve.router.policies import Decision, KvAwarePolicy, RouteRequest, WorkerView, pool_weights
+from pdserve.router.policies import Decision, KvAwarePolicy, RouteRequest, pool_weights
 from pdserve.sim.config import SimConfig
 from pdserve.sim.instance import PD_BATCHED_TOKENS
 from pdserve.sim.simulator import Simulation
@@ -75,7 +75,7 @@ class RecordingKvAware(KvAwarePolicy):
         held = {i.instance_id: i.cached_prefix_blocks(keys, req.prompt_tokens) for i in insts}
         top = max(held, key=held.__getitem__)
         # the router's view (KV-event index + speculative entries) of the worker that held the most
-        seen = self.overlaps(req, [WorkerView(i.instance_id) for i in insts], now).get(top, 0)
+        seen = self.overlaps(req, [i.instance_id for i in insts], now).get(top, 0)
         self.placed.setdefault(req.request_id, (decision.worker_id, held[decision.worker_id], held[top], seen))
 
 

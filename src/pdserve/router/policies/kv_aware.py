@@ -46,8 +46,8 @@ class KvAwarePolicy(Policy):
         self.recent = RecentLoad(self.weights.recent_half_life_s)
         self.speculative = RecentRoutes(speculative_ttl_s, speculative_max_blocks) if speculative_ttl_s > 0 else None
 
-    def overlaps(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> dict[str, int]:
-        ids = [w.worker_id for w in workers]
+    def overlaps(self, req: RouteRequest, ids: list[str], now: float) -> dict[str, int]:
+        """Cached blocks of ``req``'s prompt per worker among ``ids`` (the decision's worker ids)."""
         found = self.index.overlaps(req.block_hashes, ids)
         if self.speculative is not None:
             w, n = self.speculative.overlap(req.block_hashes, now)
@@ -62,8 +62,9 @@ class KvAwarePolicy(Policy):
             self.speculative.record(decision.worker_id, req.block_hashes, now)
 
     def _choose(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> Decision:
-        self.recent.admit([w.worker_id for w in workers])  # a worker new to the pool starts at its peers' load
-        overlaps = self.overlaps(req, workers, now)
+        ids = [w.worker_id for w in workers]
+        self.recent.admit(ids)  # a worker new to the pool starts at its peers' load
+        overlaps = self.overlaps(req, ids, now)
         scored = raw_scores(self, self.weights, req, workers, overlaps, self.recent, now)
         self._rotation += 1
         best, note = pick(scored, self.weights, self._rotation, req.prompt_tokens)

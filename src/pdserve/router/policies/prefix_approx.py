@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 from pdserve.router.core.approx_index import ApproxPrefixIndex
 from pdserve.router.policies.cost import CostWeights
 from pdserve.router.policies.kv_aware import KvAwarePolicy
-from pdserve.router.policies.types import Decision, RouteRequest, WorkerView
+from pdserve.router.policies.types import Decision, RouteRequest
 
 
 class PrefixApproxPolicy(KvAwarePolicy):
@@ -30,8 +29,8 @@ class PrefixApproxPolicy(KvAwarePolicy):
                          tie_offset=tie_offset)
         self.approx = ApproxPrefixIndex(ttl_s=ttl_s, max_blocks=max_blocks)
 
-    def overlaps(self, req: RouteRequest, workers: Sequence[WorkerView], now: float) -> dict[str, int]:
-        return self.approx.overlaps(req.block_hashes, [w.worker_id for w in workers], now)
+    def overlaps(self, req: RouteRequest, ids: list[str], now: float) -> dict[str, int]:
+        return self.approx.overlaps(req.block_hashes, ids, now)
 
     def on_routed(self, decision: Decision, req: RouteRequest, now: float) -> None:
         super().on_routed(decision, req, now)  # the ledger
