@@ -132,6 +132,9 @@ SMOKES: list[Smoke] = [
           ["--run", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--every", "--trace", AZURE,
            "--duration", "0", "--limit", "150", "--warmup", "10", "--out", "{out}/sweep.json"], ["sweep.json", "sweep.png"]),
     # The planner alone on a committed 150-request run, shipped and with one setting changed.
+    Smoke("planner_pool_queueing", "bench/planner/pool_queueing.py",
+          ["--trace", AZURE, "--model-profile", "llama-3.1-8b-h100", "--pools", "1", "2", "--rho", "0.8",
+           "--requests-per-replica", "150", "--seeds", "1", "--out", "{out}/pq.json"], ["pq.json"]),
     Smoke("planner_settings_sweep", "bench/planner/settings_sweep.py",
           ["--files", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--traces", str(DATA.parent),
            "--set", "headroom=prefill_utilization:0.9,hold_prefill_on_rise:false", "--out", "{out}/settings.json"],

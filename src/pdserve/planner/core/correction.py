@@ -51,6 +51,9 @@ class LatencyCorrection:
     # Read the prefill ratio from the prefill engines' own TTFT (``Observation.prefill_ttft_mean_s``) where
     # the observation has it: what the prefill profile models, without the fixed path beyond it.
     pool_ttft: bool = False
+    # Expect the pool's TTFT, not a lone replica's, at the per-replica load (``PolicyConfig.prefill_pool_queueing``):
+    # the same model the sizing reads, so the ratio is against what the pool was sized for.
+    pool: bool = False
 
     def expected_path_ms(self, profile: CapacityProfile, kv_tokens: float) -> float:
         """What a request's TTFT holds beyond its prefill on an idle pair (0 where not modelled)."""
@@ -75,7 +78,7 @@ class LatencyCorrection:
         ttft_s = obs.prefill_ttft_mean_s if self.pool_ttft else obs.ttft_mean_s
         if _finite(ttft_s) and _finite(obs.mean_isl) and ready_p > 0:
             load = rate * obs.mean_isl * (1 - hit) / ready_p
-            exp = profile.expected_ttft_ms(obs.mean_isl, load)
+            exp = profile.expected_ttft_ms(obs.mean_isl, load, ready_p if self.pool else 1)
             if exp and exp > 0:
                 if not self.pool_ttft:
                     exp += self.expected_path_ms(profile, obs.mean_isl * (1 - hit))

@@ -65,7 +65,7 @@ class PlannerPolicy:
         self._rise: tuple[tuple[float, float] | None] | None = None
         self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s,
                                         learn_offset=config.correction_offset, ttft_path_ms=config.ttft_path_ms,
-                                        pool_ttft=config.correction_pool_ttft)
+                                        pool_ttft=config.correction_pool_ttft, pool=config.prefill_pool_queueing)
 
     @property
     def interval_s(self) -> float:
@@ -206,6 +206,8 @@ class PlannerPolicy:
         cur = (obs.prefill.replicas, obs.decode.replicas)
         capacity = Capacity(
             prefill_slo=cap_p * u_p / corr_p,
+            prefill_pool=((lambda n: (prof.prefill_capacity(isl, cfg.ttft_slo_ms, n) or cap_p) * u_p / corr_p)
+                          if cfg.prefill_pool_queueing else None),
             prefill_saturated=(prof.prefill_saturated(isl) or cap_p) / corr_p,
             decode_slo=cap_d * cfg.target_utilization / corr_d,
             link=link, link_utilization=cfg.target_utilization,
@@ -271,7 +273,7 @@ class PlannerPolicy:
     def _steady_prefill(self, tokens: float, floor: float, capacity: Capacity) -> float:
         """Prompt tokens/s the prefill pool sized for the steady load alone moves flat out."""
         fresh = max(tokens, floor) * (1 - self._s.hit)
-        replicas = max(math.ceil(fresh / capacity.prefill_slo - 1e-9), self.config.prefill_min, 1)
+        replicas = max(math.ceil(capacity.prefill_replicas(fresh) - 1e-9), self.config.prefill_min, 1)
         return replicas * capacity.prefill_saturated / (1 - self._s.hit)
 
     def _record_peak(self, obs: Observation, now: float) -> None:

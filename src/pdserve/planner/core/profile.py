@@ -42,11 +42,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pdserve.planner.core.pool_queueing import mean_utilization, tail_utilization
 
 PROFILE_VERSION = 1
 
@@ -150,13 +152,19 @@ class CapacityProfile(BaseModel):
         xs = [p.context for p in self.decode.points]
         return min(xs), max(xs)
 
-    def prefill_capacity(self, isl: float, ttft_slo_ms: float) -> float | None:
-        """Prompt tokens/s one prefill replica sustains at ``isl`` within the TTFT SLO.
+    def prefill_capacity(self, isl: float, ttft_slo_ms: float, replicas: int = 1) -> float | None:
+        """Prompt tokens/s one prefill replica sustains at ``isl`` within the TTFT SLO, as one of a pool of
+        ``replicas`` behind the router (``pdserve.planner.core.pool_queueing``; 1: the profile as measured).
 
         None when ``isl`` is outside the profile; 0.0 when the SLO is unattainable there.
         """
         groups = _group(self.prefill.points, lambda p: p.isl)
-        caps = {x: _max_under(pts, lambda p: p.ttft_tail_ms, ttft_slo_ms) for x, pts in groups.items()}
+        tail = lambda p: p.ttft_tail_ms  # noqa: E731
+        if replicas > 1:
+            q = self.tail_quantile
+            groups = {x: _pooled(pts, tail, lambda rho: tail_utilization(replicas, rho, q)) for x, pts in groups.items()}
+            tail = lambda p: p.latency  # noqa: E731
+        caps = {x: _max_under(pts, tail, ttft_slo_ms) for x, pts in groups.items()}
         return _interp_over(caps, isl)
 
     def prefill_saturated(self, isl: float) -> float | None:
@@ -181,9 +189,12 @@ class CapacityProfile(BaseModel):
         caps = {x: _max_under(pts, itl_ms, itl_slo_ms) for x, pts in groups.items()}
         return _interp_over(caps, context)
 
-    def expected_ttft_ms(self, isl: float, throughput_per_replica: float) -> float | None:
+    def expected_ttft_ms(self, isl: float, throughput_per_replica: float, replicas: int = 1) -> float | None:
+        """Mean TTFT at a per-replica load, for a pool of ``replicas`` (read at its equivalent utilisation)."""
         groups = _group(self.prefill.points, lambda p: p.isl)
-        lat = {x: _latency_at(pts, lambda p: p.ttft_mean_ms, throughput_per_replica) for x, pts in groups.items()}
+        lat = {x: _latency_at(pts, lambda p: p.ttft_mean_ms,
+                              _equivalent(pts, throughput_per_replica, lambda rho: mean_utilization(replicas, rho)))
+               for x, pts in groups.items()}
         return _interp_over(lat, isl)
 
     def expected_itl_ms(self, context: float, throughput_per_replica: float) -> float | None:
@@ -217,6 +228,27 @@ def _max_under(points: list, latency, slo: float) -> float:
             break
         prev = p
     return best
+
+
+class _PoolPoint(NamedTuple):
+    throughput: float
+    latency: float
+
+
+def _equivalent(points: list, throughput: float, utilization: Callable[[float], float]) -> float:
+    """The one-replica throughput whose latency a pool member at ``throughput`` has: utilisation taken against
+    the group's highest measured throughput (its flat-out rate; at or past it, just under it)."""
+    top = points[-1].throughput
+    if top <= 0 or throughput <= 0:
+        return throughput
+    return utilization(min(throughput / top, 0.999)) * top if throughput < top else throughput
+
+
+def _pooled(points: list, latency, utilization: Callable[[float], float]) -> list[_PoolPoint]:
+    """The group's points as a pool member sees them: each throughput at the one-replica latency of its
+    equivalent utilisation (the flat-out point keeps its own: past it nothing is measured)."""
+    return [_PoolPoint(p.throughput, _latency_at(points, latency, _equivalent(points, p.throughput, utilization)))
+            for p in points]
 
 
 def _latency_at(points: list, latency, throughput: float) -> float:

@@ -4,7 +4,8 @@ Pure arithmetic, no state, so the policy, its tests and the benchmark's bound re
 same terms. Each term is a fractional replica count:
 
 * prefill compute: prompt tokens/s to prefill (after prefix-cache hits) over what one
-  replica sustains within the TTFT SLO (the profile, derated by headroom);
+  replica sustains within the TTFT SLO (the profile, derated by headroom), optionally as one
+  of a pool of that size (``Capacity.prefill_pool``: pools behind the router queue less);
 * KV link, both ends: every prefilled token's KV crosses one prefill instance's link
   and one decode instance's link (``pdserve.common.kvlink``: a transfer holds both), so
   *each* pool needs enough instances that its links carry the KV stream;
@@ -97,6 +98,23 @@ class Capacity:
     # receivers, 184-194k tokens/s, the probe's own spread), so walking on to the limit bought decode
     # replicas for throughput the link model does not show (bench/planner, 8B Mooncake: 65 -> 16).
     link_plateau: float | None = None
+    # Per-replica prefill tokens/s within the TTFT SLO as one of a pool of ``n`` (derated like ``prefill_slo``,
+    # which is its value at 1): a pool behind the router queues less than its replicas would alone
+    # (``pdserve.planner.core.pool_queueing``). None: ``prefill_slo`` whatever the pool's size.
+    prefill_pool: Callable[[int], float] | None = None
+
+    def prefill_replicas(self, tokens: float) -> float:
+        """Prefill replicas (fractional) whose SLO capacity carries ``tokens``/s: ``tokens / prefill_slo``, or with
+        ``prefill_pool`` the point on the pool's throughput ``n x prefill_pool(n)``, linear between whole pools, so
+        that its ceiling is the smallest pool that carries the load."""
+        if self.prefill_pool is None or not (0 < tokens < math.inf):
+            return tokens / self.prefill_slo
+        pool = lambda n: n * max(self.prefill_pool(n), self.prefill_slo) if n else 0.0  # noqa: E731
+        n = max(_ceil(tokens / self.prefill_slo), 1)  # each member carries at least prefill_slo: an upper bound
+        while n > 1 and pool(n - 1) >= tokens:
+            n -= 1
+        below, at = pool(n - 1), pool(n)
+        return n - 1 + min(max((tokens - below) / (at - below), 1e-6), 1.0)
 
     def link_throughput(self, p: int, d: int) -> float:
         """KV tokens/s ``p`` prefill and ``d`` decode instances move within the wait budget."""
@@ -181,7 +199,7 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     prefill_out = q_p / drain_s + serve  # what the prefill pool moves, and sends, while it drains
     peak = max(load.peak_prompt_tokens, 0.0) * fresh
 
-    prefill_compute = tokens / cap.prefill_slo
+    prefill_compute = cap.prefill_replicas(tokens)
     prefill_drain = prefill_out / cap.prefill_saturated if q_p > 0 else 0.0
     peak_u = min(max(load.peak_utilization, 1e-6), 1.0)
     prefill_peak = peak / (cap.prefill_saturated * peak_u)
