@@ -101,6 +101,10 @@ def _run_parser(sub) -> None:
                    default=PolicyConfig.prefill_utilization_min_replicas,
                    help="use --prefill-utilization only where the prefill pool it sizes has at least N replicas "
                         "(fewer: --target-utilization; default %(default)s)")
+    g.add_argument("--prefill-pool-queueing", action=argparse.BooleanOptionalAction,
+                   default=PolicyConfig.prefill_pool_queueing,
+                   help="size the prefill pool as a pool behind the router (its members wait less than a lone "
+                        "replica at the same load), not as replicas each alone (default %(default)s)")
     g.add_argument("--prefill-headroom-on-rise", action=argparse.BooleanOptionalAction,
                    default=PolicyConfig.prefill_headroom_on_rise,
                    help="plan prefill at --target-utilization, not --prefill-utilization, while the router's "
@@ -226,7 +230,7 @@ async def _run_local(args, stopped, log) -> int:
         burst_miss_budget=args.burst_miss_budget, lone_burst_s=args.lone_burst_s,
         prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
-        prefill_headroom_on_rise=args.prefill_headroom_on_rise,
+        prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
