@@ -36,8 +36,10 @@ def queue_profile(prefill_tok_s: float = PREFILL_TOK_S) -> CapacityProfile:
 
 def queue_policy(**kw) -> PlannerPolicy:
     """A planner on ``queue_profile()`` with the settings the hand-computed policy cases assume (constant
-    predictor, 10 s ticks, no correction, no scale-down stabilisation, 0.8 utilisation), ``kw`` on top."""
+    predictor, 10 s ticks, no correction, no scale-down stabilisation, 0.8 utilisation, the prefill pool read as
+    lone replicas, releases on a rise), ``kw`` on top."""
     cfg = PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32, "decode_max": 32,
                            "ttft_slo_ms": 1000, "itl_slo_ms": 50, "correction": False, "startup_s": 30,
-                           "scale_down_stabilization_s": 0, "target_utilization": 0.8} | kw))
+                           "scale_down_stabilization_s": 0, "target_utilization": 0.8,
+                           "prefill_pool_queueing": False, "hold_prefill_on_rise": False} | kw))
     return PlannerPolicy(cfg, queue_profile())

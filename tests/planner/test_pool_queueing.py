@@ -85,3 +85,10 @@ def test_the_policy_sizes_the_prefill_pool_as_a_pool_when_asked():
     want = 2 + (rate * 1024 - 2 * per[2]) / (3 * per[3] - 2 * per[2])
     assert tb["prefill_compute"] == pytest.approx(want) and want == pytest.approx(2.787, abs=1e-3) and b.prefill == 3
     assert tb["prefill_compute"] < ta["prefill_compute"]
+
+
+def test_a_large_pool_at_a_light_load_waits_nothing_rather_than_failing():
+    # Erlang C underflows to 0 for many servers at a light load (found by test_policy's budget property).
+    assert erlang_c(400, 0.05) == 0.0
+    assert tail_utilization(400, 0.05, 0.99) == pytest.approx(0.0, abs=1e-9)
+    assert mean_utilization(400, 0.05) == 0.0

@@ -109,8 +109,10 @@ def _obs(t, p, d, **kw):
 
 
 def _policy(profile, **kw):
+    # The cases are computed by hand on the lone-replica profile (tests/planner/test_pool_queueing.py reads it as a pool).
     cfg = PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32, "decode_max": 32,
-                           "ttft_slo_ms": 1000, "itl_slo_ms": 50, "correction": False, "startup_s": 30} | kw))
+                           "ttft_slo_ms": 1000, "itl_slo_ms": 50, "correction": False, "startup_s": 30,
+                           "prefill_pool_queueing": False} | kw))
     return PlannerPolicy(cfg, profile)
 
 

@@ -52,7 +52,10 @@ class PolicyConfig:
     # No prefill replica is released while the router's prompt-token rate reads above its value at the previous tick:
     # a replica released on a rising load is back no sooner than start-up later, and the queue built meanwhile misses
     # (8B Azure 4x with prefill_utilization 0.95: 2 -> 1 prefill at 22k -> 26k -> 32k tokens/s, attainment 81 %).
-    hold_prefill_on_rise: bool = False
+    # Default since session 24, with prefill_pool_queueing (bench/planner results/diagnosis/settings_sweep24*.json):
+    # the pool reading releases prefill sooner, and alone it released two of six replicas on the 70B Azure 4x run
+    # one tick before a rise (attainment 95 %); with the hold, 99.98 % at fewer GPU-hours than before either.
+    hold_prefill_on_rise: bool = True
     # prefill_utilization only where the pool it sizes has at least this many replicas (fewer: target_utilization).
     # A lone replica planned near its SLO capacity has no neighbour to absorb a rise while another starts; the miss
     # above (8B Azure 3x from 600 s) was one replica at a compute term of 0.99. Opt-in: with 0.95 and the guard
@@ -65,8 +68,10 @@ class PolicyConfig:
     # Size the prefill pool as a pool behind the router, not as replicas each alone (pdserve.planner.core.pool_queueing):
     # its members' waits are shorter at the same per-replica load, so each carries more within the TTFT SLO (70B TP4
     # at Azure conversation's mean prompt: 0.82 of flat out alone, 0.89 in a pool of 3, 0.91 in one of 5), and the
-    # latency correction expects the pool's TTFT. Opt-in until bench/planner has replayed it.
-    prefill_pool_queueing: bool = False
+    # latency correction expects the pool's TTFT. Default since session 24, with hold_prefill_on_rise (bench/planner
+    # results/diagnosis/settings_sweep24.json: on the 27 files of session 23 the pair meets the target on 10, the
+    # planner before on 9, and no file falls under 99 %; on six fresh windows it changes no verdict).
+    prefill_pool_queueing: bool = True
     # KV links: size them with the head-of-line blocking of links held at both ends
     # (pdserve.planner.core.link_model), each transfer's tail wait within this fraction of the
     # TTFT SLO; False: every link planned at target_utilization whatever the counts.

@@ -42,7 +42,8 @@ def erlang_c(c: int, rho: float) -> float:
 
 def _tail_wait(c: int, rho: float, q: float) -> float:
     """M/M/c's q-quantile wait in units of the mean service time: ln(C / (1 - q)) / (c (1 - rho)), 0 below it."""
-    return max(math.log(erlang_c(c, rho) / (1 - q)), 0.0) / (c * (1 - rho)) if rho > 0 else 0.0
+    p_wait = erlang_c(c, rho) if rho > 0 else 0.0
+    return max(math.log(p_wait / (1 - q)), 0.0) / (c * (1 - rho)) if p_wait > 0 else 0.0  # (C underflows to 0)
 
 
 def tail_utilization(c: int, rho: float, q: float, damping: float = DAMPING) -> float:
