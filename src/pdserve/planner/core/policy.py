@@ -304,6 +304,10 @@ class PlannerPolicy:
         if cfg.peak_window_s <= 0:
             return 0.0
         bursts = [(t, p, dur, seen) for t, p, dur, level, seen in peaks if not level]
+        now_seen = obs.router_prompt_tokens_rate
+        if cfg.burst_on_level and _finite(now_seen):
+            # A burst topped the level it was seen on; on today's lower level the same excess tops less.
+            bursts = [(t, p - max(seen - now_seen, 0.0) if seen > 0 else p, dur, seen) for t, p, dur, seen in bursts]
         if cfg.burst_absorb_fraction is None or not self._fitting(obs):
             return max((p for _, p, _, _ in bursts), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000

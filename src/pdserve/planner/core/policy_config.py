@@ -140,6 +140,12 @@ class PolicyConfig:
     # window reads above 1.5x it whatever the background; 1.5 changes none of the bursty family's replays
     # (bench/planner README, session 17: 2.0 already lost a burst on 8B bursty seed 3).
     burst_level_ratio: float | None = 1.5
+    # A remembered burst is planned for on today's level: its fitted arrival rate less how far the router's prompt-token
+    # rate has fallen since the tick it was seen (never raised). Held for peak_window_s, clumps seen at a busier level
+    # read as bursts the shrunken steady plan cannot absorb, and held a reserve above what the load now needs (bench/
+    # planner validation24, 70B Azure 1x from 1,800 s: 3 prefill replicas for the last 330 s where the best schedule
+    # found runs 1). Opt-in: replayed in scratch only (session 24).
+    burst_on_level: bool = False
     # No pool shrinks while more than this many requests per ready replica wait in it.
     release_queue_per_replica: float = 1.0
     correction: bool = True

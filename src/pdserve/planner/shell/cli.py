@@ -101,6 +101,10 @@ def _run_parser(sub) -> None:
                    default=PolicyConfig.prefill_utilization_min_replicas,
                    help="use --prefill-utilization only where the prefill pool it sizes has at least N replicas "
                         "(fewer: --target-utilization; default %(default)s)")
+    g.add_argument("--burst-on-level", action=argparse.BooleanOptionalAction,
+                   default=PolicyConfig.burst_on_level,
+                   help="plan a remembered burst on today's level: its rate less how far the prompt-token rate fell "
+                        "since it was seen (default %(default)s)")
     g.add_argument("--prefill-pool-queueing", action=argparse.BooleanOptionalAction,
                    default=PolicyConfig.prefill_pool_queueing,
                    help="size the prefill pool as a pool behind the router (its members wait less than a lone "
@@ -231,6 +235,7 @@ async def _run_local(args, stopped, log) -> int:
         prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
+        burst_on_level=args.burst_on_level,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
