@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 from collections.abc import Callable, Sequence
@@ -160,11 +161,10 @@ class CapacityProfile(BaseModel):
         """
         groups = _group(self.prefill.points, lambda p: p.isl)
         tail = lambda p: p.ttft_tail_ms  # noqa: E731
-        if replicas > 1:
-            q = self.tail_quantile
-            groups = {x: _pooled(pts, tail, lambda rho: tail_utilization(replicas, rho, q)) for x, pts in groups.items()}
-            tail = lambda p: p.latency  # noqa: E731
-        caps = {x: _max_under(pts, tail, ttft_slo_ms) for x, pts in groups.items()}
+        if replicas <= 1:
+            return _interp_over({x: _max_under(pts, tail, ttft_slo_ms) for x, pts in groups.items()}, isl)
+        caps = {x: _pool_capacity(tuple((p.throughput, p.ttft_tail_ms) for p in pts), replicas, ttft_slo_ms,
+                                  self.tail_quantile) for x, pts in groups.items()}
         return _interp_over(caps, isl)
 
     def prefill_saturated(self, isl: float) -> float | None:
@@ -249,6 +249,15 @@ def _pooled(points: list, latency, utilization: Callable[[float], float]) -> lis
     equivalent utilisation (the flat-out point keeps its own: past it nothing is measured)."""
     return [_PoolPoint(p.throughput, _latency_at(points, latency, _equivalent(points, p.throughput, utilization)))
             for p in points]
+
+
+@lru_cache(maxsize=4096)
+def _pool_capacity(points: tuple[tuple[float, float], ...], replicas: int, slo_ms: float, quantile: float) -> float:
+    """One ISL group's per-member capacity in a pool of ``replicas`` (points: (throughput, tail TTFT), sorted by
+    throughput). Cached: each costs a bisection per point, and the planner asks for the same few every tick."""
+    pts = [_PoolPoint(x, lat) for x, lat in points]
+    pooled = _pooled(pts, lambda p: p.latency, lambda rho: tail_utilization(replicas, rho, quantile))
+    return _max_under(pooled, lambda p: p.latency, slo_ms)
 
 
 def _latency_at(points: list, latency, throughput: float) -> float:
