@@ -237,7 +237,7 @@ class _PoolPoint(NamedTuple):
 
 def _equivalent(points: list, throughput: float, utilization: Callable[[float], float]) -> float:
     """The one-replica throughput whose latency a pool member at ``throughput`` has: utilisation taken against
-    the group's highest measured throughput (its flat-out rate; at or past it, just under it)."""
+    the group's highest measured throughput (its flat-out rate), at most 0.999; at or past that rate, itself."""
     top = points[-1].throughput
     if top <= 0 or throughput <= 0:
         return throughput

@@ -109,12 +109,14 @@ class Capacity:
         that its ceiling is the smallest pool that carries the load."""
         if self.prefill_pool is None or not (0 < tokens < math.inf):
             return tokens / self.prefill_slo
-        pool = lambda n: n * max(self.prefill_pool(n), self.prefill_slo) if n else 0.0  # noqa: E731
+        per = self.prefill_pool
         n = max(_ceil(tokens / self.prefill_slo), 1)  # each member carries at least prefill_slo: an upper bound
-        while n > 1 and pool(n - 1) >= tokens:
-            n -= 1
-        below, at = pool(n - 1), pool(n)
-        return n - 1 + min(max((tokens - below) / (at - below), 1e-6), 1.0)
+        at = n * max(per(n), self.prefill_slo)  # the pool's throughput at n, then at each smaller size tried
+        while True:
+            below = (n - 1) * max(per(n - 1), self.prefill_slo) if n > 1 else 0.0
+            if below < tokens:
+                return n - 1 + min(max((tokens - below) / (at - below), 1e-6), 1.0)
+            n, at = n - 1, below
 
     def link_throughput(self, p: int, d: int) -> float:
         """KV tokens/s ``p`` prefill and ``d`` decode instances move within the wait budget."""

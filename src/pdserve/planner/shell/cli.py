@@ -18,6 +18,12 @@ def _seconds_or_none(text: str) -> float | None:
     return None if text.strip().lower() == "none" else float(text)
 
 
+def _switch(g: argparse._ArgumentGroup, field: str, help: str) -> None:
+    """``--field-name`` / ``--no-field-name`` for a boolean ``PolicyConfig`` field, its default the policy's."""
+    g.add_argument("--" + field.replace("_", "-"), action=argparse.BooleanOptionalAction,
+                   default=getattr(PolicyConfig, field), help=f"{help} (default %(default)s)")
+
+
 def _run_parser(sub) -> None:
     p = sub.add_parser("run", help="run the planner loop locally",
                        description="Run the forecasting planner without a cluster. With process-pool it runs local "
@@ -93,26 +99,18 @@ def _run_parser(sub) -> None:
                    default=PolicyConfig.prefill_utilization,
                    help="plan each prefill replica at this fraction of its SLO-bound capacity instead of "
                         "--target-utilization ('none': the same; default %(default)s)")
-    g.add_argument("--hold-prefill-on-rise", action=argparse.BooleanOptionalAction,
-                   default=PolicyConfig.hold_prefill_on_rise,
-                   help="release no prefill replica while the router's prompt-token rate reads above the previous "
-                        "tick's (default %(default)s)")
+    _switch(g, "hold_prefill_on_rise", "release no prefill replica while the router's prompt-token rate reads above "
+                                       "the previous tick's")
     g.add_argument("--prefill-utilization-min-replicas", type=int, metavar="N",
                    default=PolicyConfig.prefill_utilization_min_replicas,
                    help="use --prefill-utilization only where the prefill pool it sizes has at least N replicas "
                         "(fewer: --target-utilization; default %(default)s)")
-    g.add_argument("--burst-on-level", action=argparse.BooleanOptionalAction,
-                   default=PolicyConfig.burst_on_level,
-                   help="plan a remembered burst on today's level: its rate less how far the prompt-token rate fell "
-                        "since it was seen (default %(default)s)")
-    g.add_argument("--prefill-pool-queueing", action=argparse.BooleanOptionalAction,
-                   default=PolicyConfig.prefill_pool_queueing,
-                   help="size the prefill pool as a pool behind the router (its members wait less than a lone "
-                        "replica at the same load), not as replicas each alone (default %(default)s)")
-    g.add_argument("--prefill-headroom-on-rise", action=argparse.BooleanOptionalAction,
-                   default=PolicyConfig.prefill_headroom_on_rise,
-                   help="plan prefill at --target-utilization, not --prefill-utilization, while the router's "
-                        "prompt-token rate reads above the previous tick's (default %(default)s)")
+    _switch(g, "burst_on_level", "plan a remembered burst on today's level: its rate less how far the prompt-token "
+                                 "rate fell since it was seen")
+    _switch(g, "prefill_pool_queueing", "size the prefill pool as a pool behind the router (its members wait less "
+                                        "than a lone replica at the same load), not as replicas each alone")
+    _switch(g, "prefill_headroom_on_rise", "plan prefill at --target-utilization, not --prefill-utilization, while "
+                                           "the router's prompt-token rate reads above the previous tick's")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from pdserve.router.core.approx_index import ApproxPrefixIndex
 from pdserve.router.policies.cost import CostWeights
 from pdserve.router.policies.kv_aware import KvAwarePolicy
