@@ -54,6 +54,8 @@ class LatencyCorrection:
     # Expect the pool's TTFT, not a lone replica's, at the per-replica load (``PolicyConfig.prefill_pool_queueing``):
     # the same model the sizing reads, so the ratio is against what the pool was sized for.
     pool: bool = False
+    # Apply a prefill ratio under 1 down to this floor (None: never under 1 with the fixed path modelled, see factor).
+    prefill_floor: float | None = None
 
     def expected_path_ms(self, profile: CapacityProfile, kv_tokens: float) -> float:
         """What a request's TTFT holds beyond its prefill on an idle pair (0 where not modelled)."""
@@ -100,6 +102,8 @@ class LatencyCorrection:
         """The divisor for the pool's capacity now (1: the profile as it is)."""
         ratio = self.prefill if pool == "prefill" else self.decode
         if ratio < 1:
+            if pool == "prefill" and self.prefill_floor is not None:
+                return max(ratio, self.prefill_floor)
             # (With the fixed path modelled too: the M/M/1 profile over-states the queueing wait at high load,
             # 0.69 on 70B x4 at 450 s, and applied that shrank prefill under a rising load.)
             return 1.0 if (self.learn_offset or self.ttft_path_ms is not None or self.pool_ttft) and pool == "prefill" else ratio

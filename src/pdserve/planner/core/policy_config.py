@@ -150,6 +150,12 @@ class PolicyConfig:
     release_queue_per_replica: float = 1.0
     correction: bool = True
     correction_bounds: tuple[float, float] = (0.67, 1.5)
+    # A prefill ratio under 1 (the pool faster than the profile expects) applied, down to this floor (None: left
+    # unapplied, as before session 25). Before the pool model the ratio under 1 was the pool's shorter queueing wait
+    # the lone-replica profile did not model (0.67-0.76 on 70B at load) and applied it shrank prefill on a rise; with
+    # prefill_pool_queueing it reads 0.88-0.94 at load on 70B Azure (held-out 2x from 1,200 s), the profile's own
+    # error, and left unapplied it keeps a replica the pool does not need.
+    prefill_ratio_floor: float | None = None
     # A slower-than-profile pool only gets more replicas once its tail latency nears the
     # SLO: below that the SLO holds anyway and the extra replicas would be waste.
     correction_engage: float = 0.8
@@ -195,6 +201,9 @@ class PolicyConfig:
             need = gpus(self.prefill_min, self.decode_min, self.prefill_tp, self.decode_tp)
             if need > self.gpu_budget:
                 return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
+        if self.prefill_ratio_floor is not None and not (self.correction_bounds[0] <= self.prefill_ratio_floor <= 1):
+            return (f"prefill ratio floor {self.prefill_ratio_floor:g} not within the correction's lower bound "
+                    f"{self.correction_bounds[0]:g} and 1")
         if self.burst_budget_s is not None and self.burst_budget_s not in BUDGETS_S:
             return (f"burst budget {self.burst_budget_s:g} s is not one the router exports "
                     f"({', '.join(f'{b:g}' for b in BUDGETS_S)})")

@@ -111,6 +111,10 @@ def _run_parser(sub) -> None:
                                         "than a lone replica at the same load), not as replicas each alone")
     _switch(g, "prefill_headroom_on_rise", "plan prefill at --target-utilization, not --prefill-utilization, while "
                                            "the router's prompt-token rate reads above the previous tick's")
+    g.add_argument("--prefill-ratio-floor", type=_seconds_or_none, metavar="F",
+                   default=PolicyConfig.prefill_ratio_floor,
+                   help="apply a prefill latency ratio under 1 (the pool faster than its profile) down to F "
+                        "('none': never under 1; default %(default)s)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -233,7 +237,7 @@ async def _run_local(args, stopped, log) -> int:
         prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
-        burst_on_level=args.burst_on_level,
+        burst_on_level=args.burst_on_level, prefill_ratio_floor=args.prefill_ratio_floor,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
