@@ -93,7 +93,10 @@ def test_the_policy_option_is_on_by_default():
         return d.explanation["capacity"]["prefillCorrection"]
 
     assert run(correction_pool_ttft=False) > 1.45  # the client's 80 ms path read as a 1.5x slower engine
-    assert run() == 1.0
+    assert run(prefill_ratio_floor=None) == 1.0
+    # since session 25 a ratio under 1 applies (prefill_ratio_floor): the engines here answer at M/D/1's light-load
+    # TTFT, a little under what the analytic profile's pool of 8 expects
+    assert 0.85 < run() < 1.0
 
 
 def test_the_hosted_planner_derives_a_profile_that_holds_the_front_end():

@@ -1,4 +1,4 @@
-"""A prefill latency ratio under 1 applied down to a floor (opt-in: PolicyConfig.prefill_ratio_floor).
+"""A prefill latency ratio under 1 applied down to a floor (PolicyConfig.prefill_ratio_floor, 0.85 since session 25).
 
 Same analytic profile as test_correction_pool_ttft (tests/planner/conftest.py): one prefill replica moves 10k tokens/s,
 a 1024-token prompt takes 102.4 ms alone plus the M/D/1 wait. The engine answering at 0.9x its profile reads a ratio
@@ -58,4 +58,4 @@ def test_the_floor_is_checked():
         "prefill ratio floor 0.5 not within the correction's lower bound 0.67 and 1")
     assert PolicyConfig(prefill_ratio_floor=1.2).invalid() is not None
     assert PolicyConfig(prefill_ratio_floor=0.85).invalid() is None
-    assert PolicyConfig().prefill_ratio_floor is None
+    assert PolicyConfig().prefill_ratio_floor == 0.85

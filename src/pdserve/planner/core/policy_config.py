@@ -154,8 +154,11 @@ class PolicyConfig:
     # unapplied, as before session 25). Before the pool model the ratio under 1 was the pool's shorter queueing wait
     # the lone-replica profile did not model (0.67-0.76 on 70B at load) and applied it shrank prefill on a rise; with
     # prefill_pool_queueing it reads 0.88-0.94 at load on 70B Azure (held-out 2x from 1,200 s), the profile's own
-    # error, and left unapplied it keeps a replica the pool does not need.
-    prefill_ratio_floor: float | None = None
+    # error, and left unapplied it keeps a replica the pool does not need. Default since session 25 (bench/planner
+    # results/diagnosis/settings_sweep25_ratio_floor.json: on 33 files as many meet the target, eight 70B Azure files
+    # cost less and none more; 0.67 gives the same on every file; on five fresh windows, settings_sweep25_validation,
+    # it changes none).
+    prefill_ratio_floor: float | None = 0.85
     # A slower-than-profile pool only gets more replicas once its tail latency nears the
     # SLO: below that the SLO holds anyway and the extra replicas would be waste.
     correction_engage: float = 0.8
