@@ -19,7 +19,9 @@ median excess of the last ``offset_windows`` light windows: one light window can
 queue's tail (a burst's requests completing after it), another a long prompt that lifts the mean
 ISL the profile is read at but not the observed median. A ratio below 1 is then left unapplied:
 what remains below 1 is that noise (0.7..0.97 on 8B bursty at light load), and applied it shrank
-the burst reserve to 4 prefill replicas between bursts that need 5.
+the burst reserve to 4 prefill replicas between bursts that need 5. With ``prefill_floor`` (the policy's
+``prefill_ratio_floor``, 0.85 by default since session 25) a prefill ratio under 1
+is applied down to that floor: against the pool model (``pool``) what is left under 1 is the profile's own error.
 """
 
 from __future__ import annotations
