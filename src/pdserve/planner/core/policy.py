@@ -397,9 +397,10 @@ class PlannerPolicy:
         while s.recs and s.recs[0][0] < now - cfg.scale_down_stabilization_s:
             s.recs.popleft()
         before = (p, d)
-        if p < cur[0]:
+        small = cfg.scale_down_stabilization_max_replicas
+        if p < cur[0] and (small is None or p <= small):
             p = min(cur[0], max(r[1] for r in s.recs))
-        if d < cur[1]:
+        if d < cur[1] and (small is None or d <= small):
             d = min(cur[1], max(r[2] for r in s.recs))
         if (p, d) != before:
             notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")

@@ -34,6 +34,12 @@ class PolicyConfig:
     # Short: a burst's capacity is released a minute after the queue is gone, not held for
     # minutes; flapping is bounded by the queue gate below and by the start-up horizon.
     scale_down_stabilization_s: float = 60.0
+    # Stabilise only the releases that leave a pool at this many replicas or fewer (None: every release, as before).
+    # A release to one replica gives up half the pool or more and is the one a rise a start-up later punishes (8B
+    # Azure 4x without stabilisation: 2 -> 1 prefill at a compute term of 0.92, back to 2 a tick later, 545 misses
+    # in the half minute before it was ready); from a larger pool one replica is a smaller share, and holding it a
+    # minute follows a falling load a step at a time (held-out 70B 4x from 600 s). Opt-in (session 25).
+    scale_down_stabilization_max_replicas: int | None = None
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
     stale_after_s: float | None = None  # default: 3 intervals
@@ -204,6 +210,8 @@ class PolicyConfig:
             need = gpus(self.prefill_min, self.decode_min, self.prefill_tp, self.decode_tp)
             if need > self.gpu_budget:
                 return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
+        if self.scale_down_stabilization_max_replicas is not None and self.scale_down_stabilization_max_replicas < 0:
+            return f"scale-down stabilisation max replicas {self.scale_down_stabilization_max_replicas} < 0"
         if self.prefill_ratio_floor is not None and not (self.correction_bounds[0] <= self.prefill_ratio_floor <= 1):
             return (f"prefill ratio floor {self.prefill_ratio_floor:g} not within the correction's lower bound "
                     f"{self.correction_bounds[0]:g} and 1")

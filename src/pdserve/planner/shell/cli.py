@@ -115,6 +115,10 @@ def _run_parser(sub) -> None:
                    default=PolicyConfig.prefill_ratio_floor,
                    help="apply a prefill latency ratio under 1 (the pool faster than its profile) down to F "
                         "('none': never under 1; default %(default)s)")
+    g.add_argument("--scale-down-stabilization-max-replicas", type=int, metavar="N",
+                   default=PolicyConfig.scale_down_stabilization_max_replicas,
+                   help="stabilise only the releases that leave a pool at N replicas or fewer (default: every "
+                        "release)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -238,6 +242,7 @@ async def _run_local(args, stopped, log) -> int:
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
         burst_on_level=args.burst_on_level, prefill_ratio_floor=args.prefill_ratio_floor,
+        scale_down_stabilization_max_replicas=args.scale_down_stabilization_max_replicas,
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
