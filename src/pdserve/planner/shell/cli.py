@@ -14,8 +14,15 @@ from pdserve.planner.core.policy import PolicyConfig
 from pdserve.planner.core.predictors import PREDICTORS
 
 
-def _seconds_or_none(text: str) -> float | None:
+def _float_or_none(text: str) -> float | None:
     return None if text.strip().lower() == "none" else float(text)
+
+
+def _optional(g: argparse._ArgumentGroup, flag: str, field: str, metavar: str, help: str, none: str) -> None:
+    """``--flag`` for an optional float ``PolicyConfig`` field: a number, or 'none' (``none`` says what that means);
+    its default the policy's."""
+    g.add_argument(flag, type=_float_or_none, metavar=metavar, default=getattr(PolicyConfig, field),
+                   help=f"{help} ('none': {none}; default %(default)s)")
 
 
 def _switch(g: argparse._ArgumentGroup, field: str, help: str) -> None:
@@ -69,36 +76,31 @@ def _run_parser(sub) -> None:
     g.add_argument("--startup-s", type=float, default=PolicyConfig.startup_s, help="replica start-up time the forecast looks past")
     g.add_argument("--scale-to-zero", action="store_true")
     g.add_argument("--target-utilization", type=float, default=PolicyConfig.target_utilization)
-    g.add_argument("--burst-budget", type=_seconds_or_none, metavar="S", default=PolicyConfig.burst_budget_s,
-                   help="burst reserve from the router's burst gauge at this budget (0, 0.5, 1, 2, 4; 'none': "
-                        "the scrape-resolution irate() peak; default %(default)s)")
-    g.add_argument("--burst-fit-budget", type=_seconds_or_none, metavar="S", default=PolicyConfig.burst_fit_budget_s,
-                   help="with --burst-budget: a second, larger budget; the reserve is then the burst's fitted "
-                        "arrival rate ('none': the gauge at --burst-budget alone; default %(default)s)")
-    g.add_argument("--burst-absorb-fraction", type=_seconds_or_none, metavar="F",
-                   default=PolicyConfig.burst_absorb_fraction,
-                   help="no reserve for a fitted burst that the steady plan drains within this fraction of the "
-                        "TTFT SLO ('none': every fitted burst gets one; default %(default)s)")
-    g.add_argument("--burst-level-ratio", type=_seconds_or_none, metavar="X",
-                   default=PolicyConfig.burst_level_ratio,
-                   help="no reserve for a fitted burst within this factor of the prompt-token rate the router's "
-                        "rate window shows at the same time: the load moved there, the forecast follows it "
-                        "('none': every fitted burst is one; default %(default)s)")
-    g.add_argument("--burst-miss-budget", type=_seconds_or_none, metavar="F",
-                   default=PolicyConfig.burst_miss_budget,
-                   help="no reserve for the bursts the steady plan does not absorb while, recurring as seen over "
-                        "the peak window, they would miss fewer prompt tokens than this share of the error budget "
-                        "(1 - --attainment) of the tokens that window saw ('none': every such burst gets one; "
-                        "default %(default)s)")
-    g.add_argument("--lone-burst-s", type=_seconds_or_none, metavar="S",
-                   default=PolicyConfig.lone_burst_s,
-                   help="no reserve for the bursts the steady plan does not absorb once all those of the peak "
-                        "window came within one span this long and none in as long since: one episode that did not "
-                        "recur ('none': kept for the peak window; default %(default)s)")
-    g.add_argument("--prefill-utilization", type=_seconds_or_none, metavar="F",
-                   default=PolicyConfig.prefill_utilization,
-                   help="plan each prefill replica at this fraction of its SLO-bound capacity instead of "
-                        "--target-utilization ('none': the same; default %(default)s)")
+    _optional(g, "--burst-budget", "burst_budget_s", "S",
+              "burst reserve from the router's burst gauge at this budget: 0, 0.5, 1, 2 or 4 s",
+              "the scrape-resolution irate() peak")
+    _optional(g, "--burst-fit-budget", "burst_fit_budget_s", "S",
+              "with --burst-budget: a second, larger budget; the reserve is then the burst's fitted arrival rate",
+              "the gauge at --burst-budget alone")
+    _optional(g, "--burst-absorb-fraction", "burst_absorb_fraction", "F",
+              "no reserve for a fitted burst that the steady plan drains within this fraction of the TTFT SLO",
+              "every fitted burst gets one")
+    _optional(g, "--burst-level-ratio", "burst_level_ratio", "X",
+              "no reserve for a fitted burst within this factor of the prompt-token rate the router's rate window "
+              "shows at the same time: the load moved there, the forecast follows it",
+              "every fitted burst is one")
+    _optional(g, "--burst-miss-budget", "burst_miss_budget", "F",
+              "no reserve for the bursts the steady plan does not absorb while, recurring as seen over the peak "
+              "window, they would miss fewer prompt tokens than this share of the error budget (1 - --attainment) "
+              "of the tokens that window saw",
+              "every such burst gets one")
+    _optional(g, "--lone-burst-s", "lone_burst_s", "S",
+              "no reserve for the bursts the steady plan does not absorb once all those of the peak window came "
+              "within one span this long and none in as long since: one episode that did not recur",
+              "kept for the peak window")
+    _optional(g, "--prefill-utilization", "prefill_utilization", "F",
+              "plan each prefill replica at this fraction of its SLO-bound capacity instead of --target-utilization",
+              "the same")
     _switch(g, "hold_prefill_on_rise", "release no prefill replica while the router's prompt-token rate reads above "
                                        "the previous tick's")
     g.add_argument("--prefill-utilization-min-replicas", type=int, metavar="N",
@@ -111,10 +113,9 @@ def _run_parser(sub) -> None:
                                         "than a lone replica at the same load), not as replicas each alone")
     _switch(g, "prefill_headroom_on_rise", "plan prefill at --target-utilization, not --prefill-utilization, while "
                                            "the router's prompt-token rate reads above the previous tick's")
-    g.add_argument("--prefill-ratio-floor", type=_seconds_or_none, metavar="F",
-                   default=PolicyConfig.prefill_ratio_floor,
-                   help="apply a prefill latency ratio under 1 (the pool faster than its profile) down to F "
-                        "('none': never under 1; default %(default)s)")
+    _optional(g, "--prefill-ratio-floor", "prefill_ratio_floor", "F",
+              "apply a prefill latency ratio under 1 (the pool faster than its profile) down to F",
+              "never under 1")
     g.add_argument("--scale-down-stabilization-max-replicas", type=int, metavar="N",
                    default=PolicyConfig.scale_down_stabilization_max_replicas,
                    help="stabilise only the releases that leave a pool at N replicas or fewer (default: every "
@@ -138,11 +139,16 @@ def _backtest_parser(sub) -> None:
     p.add_argument("--out", type=Path, help="write results as JSON")
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pdserve planner", description="The forecasting SLA planner.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     _run_parser(sub)
     _backtest_parser(sub)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.cmd == "run" and args.actuator == "kubernetes":
         print("pdserve planner: error: on Kubernetes the planner runs inside `pdserve operator` (one kopf daemon "

@@ -1,0 +1,49 @@
+"""``pdserve planner run``'s float-or-'none' policy flags: each one's default is the policy's, 'none' (any case)
+reads as None and a number as that number, and the value reaches the PolicyConfig field the flag names."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdserve.planner.core.policy import PolicyConfig
+from pdserve.planner.shell.cli import build_parser
+
+# flag -> the PolicyConfig field it sets
+OPTIONAL = {
+    "--burst-budget": "burst_budget_s",
+    "--burst-fit-budget": "burst_fit_budget_s",
+    "--burst-absorb-fraction": "burst_absorb_fraction",
+    "--burst-level-ratio": "burst_level_ratio",
+    "--burst-miss-budget": "burst_miss_budget",
+    "--lone-burst-s": "lone_burst_s",
+    "--prefill-utilization": "prefill_utilization",
+    "--prefill-ratio-floor": "prefill_ratio_floor",
+}
+
+
+def _run_action(flag: str):
+    sub = next(a for a in build_parser()._actions if a.dest == "cmd")
+    run = sub.choices["run"]
+    return next(a for a in run._actions if flag in a.option_strings)
+
+
+@pytest.mark.parametrize("flag,field", OPTIONAL.items())
+def test_default_none_and_number(flag: str, field: str) -> None:
+    parser = build_parser()
+    dest = _run_action(flag).dest
+    assert getattr(parser.parse_args(["run"]), dest) == getattr(PolicyConfig, field)
+    assert getattr(parser.parse_args(["run", flag, "None"]), dest) is None
+    assert getattr(parser.parse_args(["run", flag, "0.5"]), dest) == 0.5
+    assert "'none': " in (_run_action(flag).help or "")
+
+
+def test_a_bad_number_is_refused_by_the_parser(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["run", "--prefill-ratio-floor", "half"])
+    assert exc.value.code == 2 and "--prefill-ratio-floor" in capsys.readouterr().err
+
+
+def test_none_reaches_the_policy(planner_cli) -> None:
+    # every optional flag at 'none' at once: a valid policy (none of them needs another), decisions made
+    rows = planner_cli(2, *(x for flag in OPTIONAL for x in (flag, "none")))
+    assert len(rows) == 2 and not rows[1]["held"]
