@@ -62,7 +62,7 @@ from baselines import ReactiveAutoscaler, smallest_static  # noqa: E402
 from bursty import BurstySpec, bursty_trace, with_history  # noqa: E402
 from feasibility import TraceFeasibility  # noqa: E402
 from references import Setup, lower_bound  # noqa: E402
-from replays import REFERENCE, best_schedule, causal_reference, run_order, run_policy, trace_feasibility  # noqa: E402
+from replays import CAUSAL, REFERENCE, best_schedule, causal_reference, run_order, run_policy, trace_feasibility  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 from variants import BY_NAME, PLOTTED, Flags, Knobs, unknown_policy  # noqa: E402
 
@@ -263,10 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             size, sims = smallest_static(trace, s_ref, start, feasible=feasible)
             out, _ = run_policy(trace, s_ref, None, size, args.warmup, startup=0.0, feas=feas)
             results[name] = out | {"size": list(size), "search_sims": sims, "max_replicas": cap}
-        elif name == "causal":
+        elif name in CAUSAL:
             if "best" not in results:
-                raise SystemExit("policy 'causal' needs 'best' (its per-interval sizes) in the same run or the --merge file")
-            results[name] = causal_reference(trace, s, results["best"], feas, args.warmup, log)
+                raise SystemExit(f"policy {name!r} needs 'best' (its per-interval sizes) in the same run or the --merge file")
+            results[name] = causal_reference(trace, s, results["best"], feas, args.warmup, log, lag=CAUSAL[name])
         elif name == "reactive":
             grid = [(args.reactive_prefill_target, args.reactive_kv_target)]
             if args.reactive_sweep:

@@ -273,16 +273,22 @@ class OnsetAutoscaler:
     began in, never before; ordered capacity is held ``hold`` intervals (long enough to arrive
     and drain what queued). Optimistic for any causal policy (it learns a whole interval's demand
     at the interval's start, up to one interval before a burst's first request); what it cannot
-    do, and no causal policy can, is have capacity up before the onset it did not foresee."""
+    do, and no causal policy can, is have capacity up before the onset it did not foresee.
+
+    With ``lag`` 1 it is the *past-need oracle*: at the tick that starts interval k it learns interval k-1's
+    hindsight size, the earliest a measurement of that interval could give it exactly: no foresight, only a
+    perfect reading of what has happened. A causal planner can match it only by measuring need exactly; it can
+    beat it only by foreseeing a rise."""
 
     needs: list[tuple[int, int]]
     t0: float
     interval_s: float
     floor: tuple[int, int]
     hold: int
+    lag: int = 0
 
     def want(self, now: float) -> tuple[int, int]:
-        k = int((now - self.t0) / self.interval_s + 1e-9)
+        k = int((now - self.t0) / self.interval_s + 1e-9) - self.lag
         ks = range(max(k - self.hold, 0), min(k, len(self.needs) - 1) + 1)
         return (max([self.floor[0], *(self.needs[j][0] for j in ks)]),
                 max([self.floor[1], *(self.needs[j][1] for j in ks)]))

@@ -84,7 +84,11 @@ def run_order(name: str) -> int:
     """Static first (its schedule is a candidate for the best found), then best, then the causal
     reference (built on the best's per-interval sizes), then the policies in the order given."""
     m = REFERENCE.fullmatch(name)
-    return (0 if m.group(1) == "static" else 1) if m else 2 if name == "causal" else 3
+    return (0 if m.group(1) == "static" else 1) if m else 2 if name in CAUSAL else 3
+
+
+# The causal references: the oracle's lag in intervals (references.OnsetAutoscaler).
+CAUSAL = {"causal": 0, "causal_past": 1}
 
 
 def best_schedule(trace: Trace, s: Setup, bound: dict, feas: TraceFeasibility, warmup_s: float, repairs: int,
@@ -135,22 +139,23 @@ def pick(cands: list[tuple[str, dict]], n_search: int) -> tuple[str, dict]:
     return max(dominating, key=lambda c: (att(c), -c[1]["gpu_hours"]))
 
 
-def causal_reference(trace: Trace, s: Setup, best: dict, feas: TraceFeasibility, warmup_s: float, log) -> dict:
+def causal_reference(trace: Trace, s: Setup, best: dict, feas: TraceFeasibility, warmup_s: float, log,
+                     lag: int = 0) -> dict:
     """The cheapest floor that, with the onset oracle on top (``references.OnsetAutoscaler``, the best
-    schedule's per-interval sizes learnt at each interval's start, held one start-up plus one
-    interval), meets 99 % of the feasible requests: grown from 1P1D on the pool the misses point at,
-    stopping at the target, the caps, or two probes that bought nothing."""
+    schedule's per-interval sizes learnt at each interval's start, or with ``lag`` 1 the past interval's,
+    held one start-up plus one interval), meets 99 % of the feasible requests: grown from 1P1D on the
+    pool the misses point at, stopping at the target, the caps, or two probes that bought nothing."""
     t0 = trace.requests[0].arrival_s
     needs = [tuple(x) for x in best["search"]["per_interval"]]
     hold = math.ceil((s.startup_s + s.interval_s) / s.interval_s)
     floor, probes, best_probe, stalls = (1, 1), [], None, 0
     while True:
-        sc = OnsetAutoscaler(needs, t0, s.interval_s, floor, hold)
+        sc = OnsetAutoscaler(needs, t0, s.interval_s, floor, hold, lag)
         out, res = run_policy(trace, s, sc, sc.want(t0), warmup_s, feas=feas)
         a = out["attainment_feasible"] or 0.0
         probes.append({"floor": list(floor), "attainment": out["attainment"], "attainment_feasible": a,
                        "attainment_after_warmup": out["attainment_after_warmup"], "gpu_hours": out["gpu_hours"]})
-        log(f"causal floor {floor[0]}P{floor[1]}D: {a:.4f} of feasible at {out['gpu_hours']:.2f} GPU-h")
+        log(f"causal (lag {lag}) floor {floor[0]}P{floor[1]}D: {a:.4f} of feasible at {out['gpu_hours']:.2f} GPU-h")
         if best_probe is None or a > (best_probe[0]["attainment_feasible"] or 0.0) + 1e-9:
             best_probe, stalls = (out, floor), 0
         else:
@@ -161,4 +166,4 @@ def causal_reference(trace: Trace, s: Setup, best: dict, feas: TraceFeasibility,
         p, d = floor
         floor = (p + 1, d) if (_blame(res.records, s.slo) == "prefill" and p < s.max_p) or d >= s.max_d else (p, d + 1)
     out, chosen = (out, floor) if a >= 0.99 else best_probe
-    return out | {"floor": list(chosen), "hold_intervals": hold, "probes": probes}
+    return out | {"floor": list(chosen), "hold_intervals": hold, "lag_intervals": lag, "probes": probes}

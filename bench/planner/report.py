@@ -20,7 +20,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 import claims  # noqa: E402
 from readme_block import replace_block, write_or_check  # noqa: E402
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
-ORDER = ["lower bound", "best", "static", "causal", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_no_level", "planner_irate", "planner_burst",
+ORDER = ["lower bound", "best", "static", "causal", "causal_past", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_no_level", "planner_irate", "planner_burst",
          "planner_fit", "planner_constant", "dynamo"]
 
 
@@ -134,6 +134,8 @@ def _label(name: str, r: dict) -> str:
         return f"static {size[0]}P{size[1]}D" + (f", <= {name[10:]} per pool" if name != "static" else "")
     if name == "causal":
         return f"causal: floor {r['floor'][0]}P{r['floor'][1]}D + onset oracle"
+    if name == "causal_past":
+        return f"causal: floor {r['floor'][0]}P{r['floor'][1]}D + past-need oracle"
     return name
 
 

@@ -191,4 +191,4 @@ PLOTTED = frozenset({v.name for v in VARIANTS if v.plotted} | set(PLOTTED_OTHERS
 
 def unknown_policy(name: str) -> str:
     return (f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference searches with N per "
-            f"pool), causal, reactive, {', '.join(NAMES)}")
+            f"pool), causal, causal_past, reactive, {', '.join(NAMES)}")

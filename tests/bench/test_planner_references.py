@@ -26,6 +26,13 @@ def test_onset_oracle_orders_at_the_interval_start_and_holds():
         (2, 1), (5, 2), (5, 2), (5, 2), (2, 1), (2, 1)]
 
 
+def test_past_need_oracle_learns_an_interval_when_it_has_ended():
+    # The same burst with lag 1: learnt at the 60 s tick (interval 1 over), held two intervals more.
+    sc = OnsetAutoscaler([(1, 1), (5, 2), (1, 1), (1, 1), (1, 1)], 0.0, 30.0, floor=(2, 1), hold=2, lag=1)
+    assert [sc.want(t) for t in (0.0, 30.0, 60.0, 90.0, 120.0, 150.0, 500.0)] == [
+        (2, 1), (2, 1), (5, 2), (5, 2), (5, 2), (2, 1), (2, 1)]
+
+
 def test_attainment_counts_only_the_feasible_requests():
     def rec(i: int, ttft: float) -> RequestRecord:
         return RequestRecord(index=i, arrival_s=0.0, input_tokens=10, output_tokens=1, first_token_s=ttft, finish_s=ttft)
