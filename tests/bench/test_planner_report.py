@@ -109,6 +109,37 @@ def test_opt_in_variants_are_rendered_from_their_diagnosis_files(tmp_path):
     assert "other.json" not in out
 
 
+def test_steady_causal_references_say_which_rule_reaches_the_target_where(tmp_path):
+    """diagnosis/causal26 (rerun.py's copies): a file counts for a rule at >= 99 % after warm-up and <= 1.15x the best
+    schedule found; files without both causal references are left out."""
+    import claims
+
+    def r(att: float, gpu_h: float, floor: list[int] | None = None) -> dict:
+        return {"attainment_feasible_after_warmup": att, "gpu_hours": gpu_h} | ({"floor": floor} if floor else {})
+
+    def doc(planner: dict, past: dict, onset: dict) -> dict:
+        return {"results": {"best": r(1.0, 2.0), "planner": planner, "causal_past": past, "causal": onset}}
+
+    root = tmp_path / "diagnosis" / "causal26"
+    (root / "heldout" / "70b_tp4").mkdir(parents=True)
+    (root / "70b_tp4").mkdir()
+    # the planner dear, the past-need oracle within reach
+    (root / "heldout" / "70b_tp4" / "w.json").write_text(json.dumps(
+        doc(r(1.0, 3.0), r(0.995, 2.2, [1, 1]), r(1.0, 2.0, [1, 1]))))
+    # the planner within reach (1.15x exactly), the past-need oracle under 99 %
+    (root / "70b_tp4" / "x.json").write_text(json.dumps(doc(r(0.999, 2.3), r(0.98, 2.0, [2, 1]), r(0.99, 2.1, [1, 1]))))
+    (root / "70b_tp4" / "y.json").write_text(json.dumps({"results": {"best": r(1.0, 1.0), "planner": r(1.0, 1.0)}}))
+    out = claims.steady_causal(tmp_path)
+    assert "(`results/diagnosis/causal26/`, 2 Azure runs" in out
+    assert "planner on 1, the past-need oracle (no foresight, each interval's need read exactly once it is over) on 1, " \
+           "the onset oracle (each interval's need at its start) on 2" in out
+    assert "where the planner does not on heldout/70b_tp4/w; the planner where it does not on 70b_tp4/x." in out
+    assert "heldout/70b_tp4/w: best 100.0 % at 2.00 GPU-h, planner 100.0 % at 1.50x, past-need floor 1P1D 99.5 % at " \
+           "1.10x, onset floor 1P1D 100.0 % at 1.00x" in out
+    assert "70b_tp4/y" not in out
+    assert claims.steady_causal(tmp_path / "none") == ""
+
+
 def test_held_out_windows_are_a_table_of_their_own_with_the_target_read(tmp_path):
     """results/heldout/<setup>/<trace>.json (windows no suite run replays): one row each, the target read on the
     planner's numbers, and not counted among the runs (nor summarised by the suite)."""
