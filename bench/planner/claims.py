@@ -296,6 +296,7 @@ def steady_causal(results: Path) -> str:
         return "/".join(f.with_suffix("").parts).removeprefix("diagnosis/")
     past_not_planner = [label(f) for f in meets["causal_past"] if f not in meets["planner"]]
     planner_not_past = [label(f) for f in meets["planner"] if f not in meets["causal_past"]]
+    neither = [label(f) for f, _ in docs if f not in meets["planner"] and f not in meets["causal_past"]]
     per = []
     for f, d in docs:
         res = d["results"]
@@ -310,7 +311,8 @@ def steady_causal(results: Path) -> str:
             f"once it is over) on {len(meets['causal_past'])}, the onset oracle (each interval's need at its start) on "
             f"{len(meets['causal'])}. The past-need oracle meets it where the planner does not on "
             f"{', '.join(past_not_planner) or 'none'}; the planner where it does not on "
-            f"{', '.join(planner_not_past) or 'none'}. Per file: {'; '.join(per)}.")
+            f"{', '.join(planner_not_past) or 'none'}; neither on {', '.join(neither) or 'none'}. "
+            f"Per file: {'; '.join(per)}.")
 
 
 def render(runs: Runs, results: Path) -> str:

@@ -133,7 +133,8 @@ def test_steady_causal_references_say_which_rule_reaches_the_target_where(tmp_pa
     assert "(`results/diagnosis/causal26/`, 2 Azure runs" in out
     assert "planner on 1, the past-need oracle (no foresight, each interval's need read exactly once it is over) on 1, " \
            "the onset oracle (each interval's need at its start) on 2" in out
-    assert "where the planner does not on heldout/70b_tp4/w; the planner where it does not on 70b_tp4/x." in out
+    assert "where the planner does not on heldout/70b_tp4/w; the planner where it does not on 70b_tp4/x; neither on " \
+           "none." in out
     assert "heldout/70b_tp4/w: best 100.0 % at 2.00 GPU-h, planner 100.0 % at 1.50x, past-need floor 1P1D 99.5 % at " \
            "1.10x, onset floor 1P1D 100.0 % at 1.00x" in out
     assert "70b_tp4/y" not in out
