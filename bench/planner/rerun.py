@@ -54,12 +54,11 @@ def recorded_argv(command: str, traces: Path | None) -> list[str]:
 
 
 def destination(src: Path, out_dir: Path) -> Path:
-    """The copy's path: ``src`` below the results folder, under ``out_dir``."""
+    """The copy's path: ``src`` below the results folder (a file elsewhere: its name), under ``out_dir``."""
     try:
-        rel = src.resolve().relative_to(RESULTS.resolve())
+        return out_dir / src.resolve().relative_to(RESULTS.resolve())
     except ValueError:
-        raise SystemExit(f"{src}: not under {RESULTS}") from None
-    return out_dir / rel
+        return out_dir / src.name
 
 
 def rerun(src: Path, dst: Path, policies: list[str], traces: Path | None) -> tuple[Path, int, str]:

@@ -203,22 +203,27 @@ def test_a_fitted_burst_the_rate_window_already_shows_is_a_level_and_gets_no_res
     # the load moved there, as a surge of a few minutes does). With burst_level_ratio 1.5 only the first is
     # reserved for (19,000 / 7,600 = 2.5 -> 3 prefill for the peak window); the level is followed by the
     # compute term while it lasts and released with it: 100 s later, back at 2,048 tokens/s, 1 prefill.
-    # Without the ratio (None, as before) the level is held as a burst: 3 prefill 100 s later.
+    # Without the ratio (None, as before) and without burst_on_level (default since session 26) the level is held
+    # as a burst: 3 prefill 100 s later. With burst_on_level alone the burst is read on today's level, 19,000 -
+    # (16,000 - 2,048) = 5,048 tokens/s, which the steady plan absorbs: 1 prefill.
     fitted = dict(router_prompt_tokens_peak=95_000 / 7, router_prompt_tokens_peak_wide=95_000 / 9)
     calm = dict(router_prompt_tokens_rate=2_048.0, router_prompt_tokens_peak=2_000.0,
                 router_prompt_tokens_peak_wide=2_000.0)
-    level, plain, burst = (_policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_level_ratio=r)
-                           for r in (1.5, None, 1.5))
-    for pol in (level, plain, burst):
+    level, plain, burst = (_policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_level_ratio=r, burst_on_level=o)
+                           for r, o in ((1.5, True), (None, False), (1.5, True)))
+    on_level = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_level_ratio=None)
+    for pol in (level, plain, burst, on_level):
         pol.decide(_obs(-100, 1, router_prompt_tokens_rate=2_048.0), -100)
     d = level.decide(_obs(0, 1, router_prompt_tokens_rate=16_000.0, **fitted), 0)
     assert d.explanation["demand"]["terms"]["prefill_peak"] == 0.0
     # (while the level lasts the absorb gate spares it either way: the steady plan for 16,000/s drains it)
     plain.decide(_obs(0, 1, router_prompt_tokens_rate=16_000.0, **fitted), 0)
+    on_level.decide(_obs(0, 1, router_prompt_tokens_rate=16_000.0, **fitted), 0)
     d = burst.decide(_obs(0, 1, router_prompt_tokens_rate=2_048.0, **fitted), 0)
     assert d.prefill == 3 and d.explanation["demand"]["terms"]["prefill_peak"] == pytest.approx(19_000 / 7_600)
     assert level.decide(_obs(100, 3, **calm), 100).prefill == 1
     assert plain.decide(_obs(100, 3, **calm), 100).prefill == 3
+    assert on_level.decide(_obs(100, 3, **calm), 100).prefill == 1
     assert burst.decide(_obs(100, 3, **calm), 100).prefill == 3
     # an unknown rate window reads no level: the burst is reserved for, as before the ratio existed
     unknown = _policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_level_ratio=1.5)
