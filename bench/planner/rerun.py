@@ -8,13 +8,12 @@ commit. The committed file is not touched.
         --out-dir bench/planner/results/diagnosis/causal26 --files bench/planner/results/heldout/70b_tp4/*.json
 
 A recorded ``--dynamo-python`` is dropped (the peer is not rerun); a recorded trace path that is not here is
-looked up under ``--traces`` by its folder and name (``settings_sweep._retarget``).
+looked up under ``--traces`` by its folder and name (``recorded.retarget``).
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import shutil
 import subprocess
 import sys
@@ -24,33 +23,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from settings_sweep import _retarget  # noqa: E402
+from recorded import recorded_argv  # noqa: E402
 
 RESULTS = HERE / "results"
-
-
-def recorded_argv(command: str, traces: Path | None) -> list[str]:
-    """``evaluate.py``'s arguments from a recorded command, without --out, --policies and --dynamo-python."""
-    cmd = shlex.split(command)
-    start = next((i for i, a in enumerate(cmd) if a.endswith("evaluate.py")), None)
-    if start is None:
-        raise SystemExit(f"not an evaluate.py command: {command[:80]!r}")
-    rest, out = cmd[start + 1:], []
-    drop = {"--out": 1, "--dynamo-python": 1}
-    i = 0
-    while i < len(rest):
-        a = rest[i]
-        if a in drop:
-            i += 1 + drop[a]
-            continue
-        if a == "--policies":
-            i += 1
-            while i < len(rest) and not rest[i].startswith("--"):
-                i += 1
-            continue
-        out.append(a)
-        i += 1
-    return _retarget(out, traces)
 
 
 def destination(src: Path, out_dir: Path) -> Path:

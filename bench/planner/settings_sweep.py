@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -33,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import report  # noqa: E402
+from recorded import recorded_argv  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
 from pdserve.planner.core.policy import PolicyConfig  # noqa: E402
@@ -53,17 +53,6 @@ def parse_set(text: str) -> tuple[str, dict[str, object]]:
             raise argparse.ArgumentTypeError(f"--set {text!r}: {field!r} is not a PolicyConfig field")
         change[field] = None if value.strip().lower() == "none" else json.loads(value)
     return name, change
-
-
-def _retarget(argv: list[str], traces: Path | None) -> list[str]:
-    """The recorded trace path, or the same file under ``traces`` (its folder and name) where it is not here."""
-    if traces is None or "--trace" not in argv:
-        return argv
-    i = argv.index("--trace") + 1
-    recorded = Path(argv[i])
-    if not recorded.exists():
-        argv = [*argv[:i], str(traces / recorded.parent.name / recorded.name), *argv[i + 1:]]
-    return argv
 
 
 def replay(job: tuple[str, list[str], dict[str, dict[str, object]]]) -> dict:
@@ -116,13 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = {}
     for f in files:
         d = json.loads(f.read_text())
-        cmd = shlex.split(d["meta"]["command"])
-        start = next(i for i, a in enumerate(cmd) if a.endswith("evaluate.py")) + 1
-        rest = cmd[start:]
-        if "--out" in rest:  # the replay writes nothing; its own output flag goes
-            i = rest.index("--out")
-            del rest[i:i + 2]
-        jobs.append((str(f), _retarget(rest, args.traces), settings))
+        jobs.append((str(f), recorded_argv(d["meta"]["command"], args.traces), settings))
         docs[str(f)] = d
     rows = []
     with ProcessPoolExecutor(max(args.jobs, 1)) as ex:

@@ -10,6 +10,7 @@ import pytest
 HERE = Path(__file__).resolve().parents[2] / "bench" / "planner"
 sys.path.insert(0, str(HERE))
 
+import recorded  # noqa: E402
 import rerun  # noqa: E402
 
 
@@ -18,18 +19,18 @@ def test_the_recorded_command_loses_out_policies_and_the_peer(tmp_path: Path) ->
     trace.write_text("")
     cmd = (f"python bench/planner/evaluate.py --trace {trace} --rate-scale 2 --out bench/x.json --policies best "
            f"planner planner_no_level --reactive-prefill-target 2.0 --dynamo-python .cache/p/bin/python --max-replicas 8")
-    assert rerun.recorded_argv(cmd, None) == ["--trace", str(trace), "--rate-scale", "2",
+    assert recorded.recorded_argv(cmd, None) == ["--trace", str(trace), "--rate-scale", "2",
                                               "--reactive-prefill-target", "2.0", "--max-replicas", "8"]
 
 
 def test_a_trace_not_here_is_looked_up_under_traces(tmp_path: Path) -> None:
-    argv = rerun.recorded_argv("python evaluate.py --trace /gone/azure/conv.csv --out x.json", tmp_path)
+    argv = recorded.recorded_argv("python evaluate.py --trace /gone/azure/conv.csv --out x.json", tmp_path)
     assert argv == ["--trace", str(tmp_path / "azure" / "conv.csv")]
 
 
 def test_not_an_evaluate_command_is_refused() -> None:
     with pytest.raises(SystemExit, match="not an evaluate.py command"):
-        rerun.recorded_argv("python suite.py --jobs 2", None)
+        recorded.recorded_argv("python suite.py --jobs 2", None)
 
 
 def test_the_copy_keeps_the_path_below_results(tmp_path: Path) -> None:
