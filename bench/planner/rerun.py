@@ -14,6 +14,7 @@ looked up under ``--traces`` by its folder and name (``recorded.retarget``).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -37,8 +38,6 @@ def destination(src: Path, out_dir: Path) -> Path:
 
 
 def rerun(src: Path, dst: Path, policies: list[str], traces: Path | None) -> tuple[Path, int, str]:
-    import json
-
     argv = recorded_argv(json.loads(src.read_text())["meta"]["command"], traces)
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dst)

@@ -1,5 +1,7 @@
 """``pdserve planner run``'s float-or-'none' policy flags: each one's default is the policy's, 'none' (any case)
-reads as None and a number as that number, and the value reaches the PolicyConfig field the flag names."""
+reads as None and a number as that number, a bad number is refused, and all eight at 'none' make a policy that
+decides. (Which PolicyConfig field each parsed value is passed to is not checked here: _run_local builds the
+config inline.)"""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def test_a_bad_number_is_refused_by_the_parser(capsys) -> None:
     assert exc.value.code == 2 and "--prefill-ratio-floor" in capsys.readouterr().err
 
 
-def test_none_reaches_the_policy(planner_cli) -> None:
+def test_all_at_none_make_a_policy_that_decides(planner_cli) -> None:
     # every optional flag at 'none' at once: a valid policy (none of them needs another), decisions made
     rows = planner_cli(2, *(x for flag in OPTIONAL for x in (flag, "none")))
     assert len(rows) == 2 and not rows[1]["held"]
