@@ -20,6 +20,14 @@ def _listening(url: str) -> bool:
         return s.connect_ex((u.hostname or "127.0.0.1", u.port or 80)) == 0
 
 
+def _why(proc: subprocess.CompletedProcess[str], out: Path) -> str:
+    """The demo's own account (it names each failed request's error) and the router's log tail: a
+    failure in a loaded CI run cannot be rerun to look."""
+    log = out / "run" / "router.log"
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no router log)"
+    return f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}\n--- router.log tail ---\n{tail}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(620)
 def test_short_demo_runs_the_loop_and_writes_the_report(tmp_path: Path) -> None:
@@ -33,7 +41,7 @@ def test_short_demo_runs_the_loop_and_writes_the_report(tmp_path: Path) -> None:
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, _why(proc, out)
     assert "requests succeeded" in proc.stdout
     for name in ("summary.md", "load_replicas.png", "latency.png", "timeline.json", "requests.csv"):
         assert (out / name).stat().st_size > 0, name

@@ -216,6 +216,9 @@ def _error(message: str) -> None:
     print(f"pdserve demo: error: {message}", file=sys.stderr)
 
 
+_ERRORS_SHOWN = 5
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     console = Console()
@@ -304,6 +307,14 @@ def main(argv: list[str]) -> int:
     for key, value in asdict(summary).items():
         console.print(f"  {key}: {value}")
     console.print("  files: " + ", ".join(f.name for f in files))
+    # Why each failed request failed, so a failed run says more than its count (the full list is in
+    # requests.csv's error column).
+    failed = [r for r in results if not r.ok]
+    for r in failed[:_ERRORS_SHOWN]:
+        console.print(f"  request {r.index} (sent at {r.sent_at:.1f} s) failed: {r.error}", style="red", markup=False,
+                      soft_wrap=True)
+    if len(failed) > _ERRORS_SHOWN:
+        console.print(f"  ... and {len(failed) - _ERRORS_SHOWN} more in requests.csv", style="red")
     return 0 if summary.requests and summary.failed == 0 else 1
 
 

@@ -33,6 +33,17 @@ class RequestResult:
         return self.error is None and self.ttft_s is not None
 
 
+def _error_message(raw: bytes) -> str:
+    """An OpenAI-style error body's message; other bodies as text."""
+    text = raw.decode(errors="replace")
+    try:
+        err = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return text
+    message = err.get("message") if isinstance(err, dict) else err
+    return message if isinstance(message, str) and message else text
+
+
 async def send_one(client: httpx.AsyncClient, url: str, model: str, req: DemoRequest, t0: float) -> RequestResult:
     res = RequestResult(req.index, time.monotonic() - t0, req.prompt_tokens)
     body = {
@@ -49,8 +60,7 @@ async def send_one(client: httpx.AsyncClient, url: str, model: str, req: DemoReq
     try:
         async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
             if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")
-                res.error = f"HTTP {resp.status_code}: {text[:200]}"
+                res.error = f"HTTP {resp.status_code}: {_error_message(await resp.aread())}"[:200]
                 return res
             async for line in resp.aiter_lines():
                 if not line.startswith("data: "):
