@@ -32,11 +32,18 @@ import bisect
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+
+
+# Dynamo's logging setup (dynamo.runtime.logging.configure_sglang_logging) writes an SGLang logging-config file into
+# the temp folder at each start and never removes it (thousands after a sweep); this script runs no SGLang. Its own
+# switch skips that step.
+os.environ.setdefault("DYN_SKIP_SGLANG_LOG_FORMATTING", "1")
 
 
 def _interp(xs: list[float], ys: list[float], x: float) -> float:

@@ -30,6 +30,12 @@ from collections import Counter
 from typing import Any
 
 
+# Dynamo's logging setup (dynamo.runtime.logging.configure_sglang_logging) writes an SGLang logging-config file into
+# the temp folder at each start and never removes it (thousands after a sweep); this script runs no SGLang. Its own
+# switch skips that step.
+os.environ.setdefault("DYN_SKIP_SGLANG_LOG_FORMATTING", "1")
+
+
 def engine_args(block_size: int, num_blocks: int, budget: int, worker_type: str) -> dict[str, Any]:
     return {
         "engine": {
