@@ -1,7 +1,6 @@
 """``pdserve planner run``'s float-or-'none' policy flags: each one's default is the policy's, 'none' (any case)
 reads as None and a number as that number, a bad number is refused, and all eight at 'none' make a policy that
-decides. (Which PolicyConfig field each parsed value is passed to is not checked here: _run_local builds the
-config inline.)"""
+decides. Which PolicyConfig field each parsed value reaches: test_cli_policy_config.py."""
 
 from __future__ import annotations
 

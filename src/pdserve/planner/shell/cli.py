@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from pdserve.planner.core.policy import PolicyConfig
+from pdserve.planner.core.profile import CapacityProfile
 from pdserve.planner.core.predictors import PREDICTORS
 
 
@@ -210,27 +211,9 @@ async def _run(args, parser) -> int:
     return await _run_local(args, stopped, log)
 
 
-async def _run_local(args, stopped, log) -> int:
-    from pdserve.planner.shell.actuator_process_pool import ProcessPool
-    from pdserve.planner.core.actuator_static import RecordingActuator
-    from pdserve.planner.shell.loop import Actuator, MetricSource, run_loop
-    from pdserve.planner.shell.metrics import PlannerMetrics
-    from pdserve.planner.core.policy import PlannerPolicy
-    from pdserve.planner.core.profile import CapacityProfile
-    from pdserve.planner.core.profile_model import derive_profile
-    from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
-    from pdserve.planner.shell.source_scrape import ScrapeSource, parse_target
-    from pdserve.planner.core.spec_config import rate_window
-
-    if args.profile:
-        profile = CapacityProfile.load(args.profile)
-    else:
-        # Front end included where the correction reads the prefill pods' TTFT, which holds it (PolicyConfig).
-        profile = derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
-                                 include_frontend=PolicyConfig.correction_pool_ttft)
-        speedup = args.mock_speedup or _worker_speedup(args.worker_arg)
-        if speedup != 1.0:
-            profile = profile.time_scaled(speedup)
+def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyConfig:
+    """The policy the ``run`` flags name, each flag to its field (pure; ValueError names a bad combination).
+    The TP sizes default to the capacity profile's."""
     cfg = PolicyConfig(
         ttft_slo_ms=args.ttft_ms, itl_slo_ms=args.itl_ms, attainment=args.attainment,
         interval_s=args.interval or PolicyConfig.interval_s,
@@ -252,6 +235,30 @@ async def _run_local(args, stopped, log) -> int:
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
+    return cfg
+
+
+async def _run_local(args, stopped, log) -> int:
+    from pdserve.planner.shell.actuator_process_pool import ProcessPool
+    from pdserve.planner.core.actuator_static import RecordingActuator
+    from pdserve.planner.shell.loop import Actuator, MetricSource, run_loop
+    from pdserve.planner.shell.metrics import PlannerMetrics
+    from pdserve.planner.core.policy import PlannerPolicy
+    from pdserve.planner.core.profile_model import derive_profile
+    from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
+    from pdserve.planner.shell.source_scrape import ScrapeSource, parse_target
+    from pdserve.planner.core.spec_config import rate_window
+
+    if args.profile:
+        profile = CapacityProfile.load(args.profile)
+    else:
+        # Front end included where the correction reads the prefill pods' TTFT, which holds it (PolicyConfig).
+        profile = derive_profile(args.model_profile, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
+                                 include_frontend=PolicyConfig.correction_pool_ttft)
+        speedup = args.mock_speedup or _worker_speedup(args.worker_arg)
+        if speedup != 1.0:
+            profile = profile.time_scaled(speedup)
+    cfg = policy_config(args, profile)
     service, ns = args.service or "local", args.namespace or "default"
     pool = None
     actuator: Actuator
