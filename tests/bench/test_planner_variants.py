@@ -57,7 +57,7 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
     results, cfgs, legend = run(tmp_path, monkeypatch, ["reactive", *ALL])
     assert list(results) == ["reactive", *ALL]
     pw = PolicyConfig.peak_window_s
-    shipped = {"burst_budget_s": 2.0, "burst_fit_budget_s": 4.0, "burst_absorb_fraction": 0.5}
+    shipped = {"burst_budget_s": 2.0, "burst_fit_budget_s": 4.0, "burst_absorb_fraction": 0.9}
     # Written out by hand: each variant's own knobs, then planner_next2's parts, shipped since session 15 (PRE15: off,
     # as the planner before session 15 had them, for the development variants measured against that planner).
     young = {"arriving_young": "peak"}
@@ -127,7 +127,7 @@ def test_burst_flags_and_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert results["planner_burst"]["params"] == {"peak_window_s": 120.0, "burst_budget_s": 1.0, **pre15}
     # The shipped planner keeps its own burst settings whatever the burst flags say.
     assert results["planner"]["params"] == {"peak_window_s": 120.0, "burst_budget_s": 2.0, "burst_fit_budget_s": 4.0,
-                                            "burst_absorb_fraction": 0.5, **next2}
+                                            "burst_absorb_fraction": 0.9, **next2}
     assert [p["burst_budget_s"] for p in results["planner_burst"]["sweep"]] == [1.0, 0.0]
     assert list(results["planner_burst"]["sweep"][0]) == ["burst_budget_s", "attainment", "attainment_after_warmup",
                                                           "gpu_hours"]

@@ -33,7 +33,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--target-utilization", "0.8"): ("target_utilization", 0.8),
     ("--burst-budget", "1"): ("burst_budget_s", 1.0),
     ("--burst-fit-budget", "none"): ("burst_fit_budget_s", None),
-    ("--burst-absorb-fraction", "0.9"): ("burst_absorb_fraction", 0.9),
+    ("--burst-absorb-fraction", "0.5"): ("burst_absorb_fraction", 0.5),
     ("--burst-level-ratio", "2"): ("burst_level_ratio", 2.0),
     ("--burst-miss-budget", "0.5"): ("burst_miss_budget", 0.5),
     ("--lone-burst-s", "300"): ("lone_burst_s", 300.0),

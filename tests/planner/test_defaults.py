@@ -65,17 +65,18 @@ def test_evaluation_runs_the_shipped_defaults() -> None:
 
 
 def test_the_shipped_burst_reserve_is_the_fitted_one_with_the_absorb_gate() -> None:
-    """Session 9: what bench/planner evaluates as ``planner`` and what the CLI ships."""
+    """Session 9: what bench/planner evaluates as ``planner`` and what the CLI ships; the gate at 0.9 of the TTFT SLO
+    since session 27 (0.5 before)."""
     import argparse
 
     from pdserve.planner.shell import cli
 
     cfg = PolicyConfig()
-    assert (cfg.burst_budget_s, cfg.burst_fit_budget_s, cfg.burst_absorb_fraction) == (2.0, 4.0, 0.5)
+    assert (cfg.burst_budget_s, cfg.burst_fit_budget_s, cfg.burst_absorb_fraction) == (2.0, 4.0, 0.9)
     assert cfg.invalid() is None
     parser = argparse.ArgumentParser()
     cli._run_parser(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["run"])
-    assert (args.burst_budget, args.burst_fit_budget, args.burst_absorb_fraction) == (2.0, 4.0, 0.5)
+    assert (args.burst_budget, args.burst_fit_budget, args.burst_absorb_fraction) == (2.0, 4.0, 0.9)
     off = parser.parse_args(["run", "--burst-budget", "none", "--burst-fit-budget", "none"])
     assert (off.burst_budget, off.burst_fit_budget) == (None, None)
