@@ -128,8 +128,8 @@ class PolicyConfig:
     # 0.9 since session 27 (0.5 from session 9): on the 47 files looked at by session 26 (bench/planner results/
     # diagnosis/settings_sweep26_absorb.json) it meets the target on as many, costs less on 8 (70B Azure windows, an
     # 8B Azure 3.25x one) and more on none, and moves attainment only on two Mooncake windows (-0.19 / +0.19 points);
-    # on seven fresh windows named before the replay (settings_sweep27_validation.json, 8B bursty seeds 4 and 5
-    # among them) it changes nothing.
+    # on seven windows named before the replay (settings_sweep27_validation.json; five fresh, 8B bursty seeds 4 and 5
+    # among them, two the first halves of windows session 18 replayed) it changes nothing.
     burst_absorb_fraction: float | None = 0.9
     # Bursts the steady plan does not absorb get no reserve while, recurring as seen over peak_window_s, they would
     # miss fewer prompt tokens than this share of the SLO's error budget (1 - attainment) of the tokens that window
