@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import statistics
+import shutil
 import sys
 import tempfile
 import threading
@@ -107,8 +108,20 @@ def summary(latencies: list[float]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    load_before = os.getloadavg()[0]
+    """One measurement in a fresh cluster folder, removed afterwards (kept, and named, when the run fails: it holds
+    the control plane's and the operator's logs)."""
     workdir = Path(tempfile.mkdtemp(prefix="pdserve-bench-op-"))
+    try:
+        result = measure(args, workdir)
+    except BaseException:
+        print(f"reconcile_latency: the cluster's and the operator's logs are kept in {workdir}", file=sys.stderr)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     with LocalCluster(k8s_bin_dir(), workdir) as cluster:
         # Every resource needs 2 GPUs (1 prefill + 1 decode, TP 1), 3 after the change.
         cluster.add_gpu_nodes(2, gpus=max(8, 2 * args.resources))

@@ -133,14 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     from pdserve.tokenization.testing import build_bpe_tokenizer, shipped_mistral_tokenizer
 
     cbor_chain = VllmBlockHasher("sha256_cbor", "0.33.0", "0")  # what pdserve.common.hashing computed
-    bpe_dir = build_bpe_tokenizer(tempfile.mkdtemp(prefix="pdserve-bpe-"))
-    sources = {"mock": ("", "mock"), "auto_bpe": (str(bpe_dir), "auto"),
-               "mistral_tekken": (str(shipped_mistral_tokenizer("tekken")), "mistral")}
     toks, load_s = {}, {}
-    for name, (src, mode) in sources.items():
-        t0 = time.perf_counter()
-        toks[name] = load_tokenizer(src, mode)
-        load_s[name] = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="pdserve-bpe-") as tmp:  # each tokenizer loads into memory
+        bpe_dir = build_bpe_tokenizer(tmp)
+        sources = {"mock": ("", "mock"), "auto_bpe": (str(bpe_dir), "auto"),
+                   "mistral_tekken": (str(shipped_mistral_tokenizer("tekken")), "mistral")}
+        for name, (src, mode) in sources.items():
+            t0 = time.perf_counter()
+            toks[name] = load_tokenizer(src, mode)
+            load_s[name] = time.perf_counter() - t0
     raw_bpe = toks["auto_bpe"].hf.backend_tokenizer  # the Rust tokenizer transformers wraps
 
     rows = []

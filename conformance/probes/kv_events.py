@@ -15,6 +15,7 @@ the batch as builtins with each event's type tag, or the decoder's error.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from typing import Any
@@ -48,7 +49,8 @@ def publish(batches: list[dict[str, Any]]) -> list[list[str]]:
     from vllm.config.kv_events import KVEventsConfig
     from vllm.distributed import kv_events as kv
 
-    endpoint = f"ipc://{tempfile.mkdtemp(prefix='kvev-')}/pub"
+    ipc_dir = tempfile.mkdtemp(prefix="kvev-")  # the socket's folder, removed below
+    endpoint = f"ipc://{ipc_dir}/pub"
     config = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint, topic="kv")
     publisher = kv.EventPublisherFactory.create(config, data_parallel_rank=0)
     assert isinstance(publisher, kv.ZmqEventPublisher), type(publisher)
@@ -69,6 +71,7 @@ def publish(batches: list[dict[str, Any]]) -> list[list[str]]:
         publisher.shutdown()
         sub.close(0)
         ctx.term()
+        shutil.rmtree(ipc_dir, ignore_errors=True)
     return frames
 
 

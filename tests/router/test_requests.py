@@ -24,7 +24,8 @@ def parse_request(raw: bytes, kind):
     if _TOK is None:
         import tempfile
 
-        _TOK = load_tokenizer(str(build_bpe_tokenizer(tempfile.mkdtemp(prefix="pdserve-bpe-"))))
+        with tempfile.TemporaryDirectory(prefix="pdserve-bpe-") as d:  # loaded into memory; the files can go
+            _TOK = load_tokenizer(str(build_bpe_tokenizer(d)))
     return _parse(raw, kind, _TOK)
 
 
