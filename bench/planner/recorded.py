@@ -22,7 +22,8 @@ def retarget(argv: list[str], traces: Path | None) -> list[str]:
 
 
 def recorded_argv(command: str, traces: Path | None) -> list[str]:
-    """``evaluate.py``'s arguments from a recorded command, without --out, --policies and --dynamo-python."""
+    """``evaluate.py``'s arguments from a recorded command, without --out, --policies, --dynamo-python and --merge
+    (a replay says for itself whether it merges: rerun.py adds one, and a recorded one would pile up a copy each)."""
     cmd = shlex.split(command)
     start = next((i for i, a in enumerate(cmd) if a.endswith("evaluate.py")), None)
     if start is None:
@@ -31,6 +32,8 @@ def recorded_argv(command: str, traces: Path | None) -> list[str]:
     while i < len(rest):
         if rest[i] in _OWN:
             i += 2
+        elif rest[i] == "--merge":
+            i += 1
         elif rest[i] == "--policies":
             i += 1
             while i < len(rest) and not rest[i].startswith("--"):

@@ -23,6 +23,12 @@ def test_the_recorded_command_loses_out_policies_and_the_peer(tmp_path: Path) ->
                                               "--reactive-prefill-target", "2.0", "--max-replicas", "8"]
 
 
+def test_a_recorded_merge_is_dropped() -> None:
+    # causal26's copies, rerun twice, recorded "--merge --merge --policies planner --merge"
+    cmd = "python evaluate.py --rate-scale 1 --merge --merge --policies planner --merge --out x.json"
+    assert recorded.recorded_argv(cmd, None) == ["--rate-scale", "1"]
+
+
 def test_a_trace_not_here_is_looked_up_under_traces(tmp_path: Path) -> None:
     argv = recorded.recorded_argv("python evaluate.py --trace /gone/azure/conv.csv --out x.json", tmp_path)
     assert argv == ["--trace", str(tmp_path / "azure" / "conv.csv")]
