@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -33,15 +33,20 @@ class RequestResult:
         return self.error is None and self.ttft_s is not None
 
 
-def _error_message(raw: bytes) -> str:
-    """An OpenAI-style error body's message; other bodies as text."""
+def error_message(err: object) -> str:
+    """The text of an OpenAI-style ``error`` value: its ``message``, or the value itself where it has none (a bare
+    string, or an object without one). Also read by pdserve.loadgen.aiperf for aiperf's per-request records."""
+    return str(err.get("message", err)) if isinstance(err, Mapping) else str(err)
+
+
+def _body_error(raw: bytes) -> str:
+    """An error response's OpenAI-style message; a body without one as text."""
     text = raw.decode(errors="replace")
     try:
         err = json.loads(text).get("error")
     except (ValueError, AttributeError):
         return text
-    message = err.get("message") if isinstance(err, dict) else err
-    return message if isinstance(message, str) and message else text
+    return error_message(err) if err else text
 
 
 async def send_one(client: httpx.AsyncClient, url: str, model: str, req: DemoRequest, t0: float) -> RequestResult:
@@ -60,7 +65,7 @@ async def send_one(client: httpx.AsyncClient, url: str, model: str, req: DemoReq
     try:
         async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
             if resp.status_code != 200:
-                res.error = f"HTTP {resp.status_code}: {_error_message(await resp.aread())}"[:200]
+                res.error = f"HTTP {resp.status_code}: {_body_error(await resp.aread())}"[:200]
                 return res
             async for line in resp.aiter_lines():
                 if not line.startswith("data: "):
@@ -70,7 +75,7 @@ async def send_one(client: httpx.AsyncClient, url: str, model: str, req: DemoReq
                     break
                 chunk = json.loads(data)
                 if "error" in chunk:
-                    res.error = str(chunk["error"].get("message", chunk["error"]))[:200]
+                    res.error = error_message(chunk["error"])[:200]
                     return res
                 usage = chunk.get("usage")
                 if usage:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pdserve.demo.replay import RequestResult
+from pdserve.demo.replay import RequestResult, error_message
 
 # The aiperf release this module is written and tested against (the `load` extra pins it).
 AIPERF_VERSION = "0.13.0"
@@ -123,9 +123,9 @@ def parse_record(obj: Mapping[str, Any], requests: Mapping[int, Scheduled]) -> R
     res = RequestResult(req.index, req.send_at_s, req.prompt_tokens)
     error = obj.get("error")
     if error:
-        msg = error.get("message", error) if isinstance(error, Mapping) else error
         code = error.get("code") if isinstance(error, Mapping) else None
-        res.error = (f"HTTP {code}: {msg}" if code else str(msg))[:200]
+        msg = error_message(error)
+        res.error = (f"HTTP {code}: {msg}" if code else msg)[:200]
         return Record(res, req.send_at_s, start, end)
     res.ttft_s = _value(metrics, "time_to_first_token", 1e-3)
     chunks = metrics.get("inter_chunk_latency", {}).get("value")
