@@ -6,8 +6,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-# Flags a replay of the window sets for itself (with their value): where to write, which policies, the peer's python.
-_OWN = ("--out", "--dynamo-python")
+# Flags a replay of the window sets for itself, with how many values each takes (None: every value up to the next
+# flag): where to write, the peer's python, which policies, and whether it merges (rerun.py adds its own --merge, and
+# a recorded one would pile up a copy each time).
+_OWN: dict[str, int | None] = {"--out": 1, "--dynamo-python": 1, "--policies": None, "--merge": 0}
 
 
 def retarget(argv: list[str], traces: Path | None) -> list[str]:
@@ -22,8 +24,7 @@ def retarget(argv: list[str], traces: Path | None) -> list[str]:
 
 
 def recorded_argv(command: str, traces: Path | None) -> list[str]:
-    """``evaluate.py``'s arguments from a recorded command, without --out, --policies, --dynamo-python and --merge
-    (a replay says for itself whether it merges: rerun.py adds one, and a recorded one would pile up a copy each)."""
+    """``evaluate.py``'s arguments from a recorded command, without the flags a replay sets for itself (``_OWN``)."""
     cmd = shlex.split(command)
     start = next((i for i, a in enumerate(cmd) if a.endswith("evaluate.py")), None)
     if start is None:
@@ -31,13 +32,9 @@ def recorded_argv(command: str, traces: Path | None) -> list[str]:
     rest, out, i = cmd[start + 1:], [], 0
     while i < len(rest):
         if rest[i] in _OWN:
-            i += 2
-        elif rest[i] == "--merge":
-            i += 1
-        elif rest[i] == "--policies":
-            i += 1
-            while i < len(rest) and not rest[i].startswith("--"):
-                i += 1
+            arity, i = _OWN[rest[i]], i + 1
+            while i < len(rest) and (arity is None or arity > 0) and not rest[i].startswith("--"):
+                i, arity = i + 1, None if arity is None else arity - 1
         else:
             out.append(rest[i])
             i += 1

@@ -8,24 +8,24 @@ import pytest
 
 from pdserve.planner.core.policy import PolicyConfig
 from pdserve.planner.shell.cli import build_parser
-
-# flag -> the PolicyConfig field it sets
-OPTIONAL = {
-    "--burst-budget": "burst_budget_s",
-    "--burst-fit-budget": "burst_fit_budget_s",
-    "--burst-absorb-fraction": "burst_absorb_fraction",
-    "--burst-level-ratio": "burst_level_ratio",
-    "--burst-miss-budget": "burst_miss_budget",
-    "--lone-burst-s": "lone_burst_s",
-    "--prefill-utilization": "prefill_utilization",
-    "--prefill-ratio-floor": "prefill_ratio_floor",
-}
+from tests.planner.test_cli_policy_config import FLAGS
 
 
 def _run_action(flag: str):
     sub = next(a for a in build_parser()._actions if a.dest == "cmd")
     run = sub.choices["run"]
     return next(a for a in run._actions if flag in a.option_strings)
+
+
+# flag -> the PolicyConfig field it sets: the flags of test_cli_policy_config's table whose help offers 'none'
+OPTIONAL = {argv[0]: field for argv, (field, _) in FLAGS.items()
+            if not argv[0].startswith("--no-") and "'none': " in (_run_action(argv[0]).help or "")}
+
+
+def test_the_optional_flags_are_the_eight() -> None:
+    assert set(OPTIONAL) == {"--burst-budget", "--burst-fit-budget", "--burst-absorb-fraction", "--burst-level-ratio",
+                             "--burst-miss-budget", "--lone-burst-s", "--prefill-utilization",
+                             "--prefill-ratio-floor"}
 
 
 @pytest.mark.parametrize("flag,field", OPTIONAL.items())

@@ -1,4 +1,6 @@
+import functools
 import json
+import tempfile
 
 import pytest
 from hypothesis import given, settings
@@ -11,22 +13,20 @@ from pdserve.tokenization import load_tokenizer
 from pdserve.tokenization.testing import build_bpe_tokenizer
 
 
+@functools.cache
+def _tokenizer():
+    """One BPE tokenizer for the module: the fixture's and the hypothesis tests' (which take no fixture)."""
+    with tempfile.TemporaryDirectory(prefix="pdserve-bpe-") as d:  # loaded into memory; the files can go
+        return load_tokenizer(str(build_bpe_tokenizer(d)))
+
+
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    return load_tokenizer(str(build_bpe_tokenizer(tmp_path_factory.mktemp("bpe"))))
-
-
-_TOK = None
+def tok():
+    return _tokenizer()
 
 
 def parse_request(raw: bytes, kind):
-    global _TOK
-    if _TOK is None:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="pdserve-bpe-") as d:  # loaded into memory; the files can go
-            _TOK = load_tokenizer(str(build_bpe_tokenizer(d)))
-    return _parse(raw, kind, _TOK)
+    return _parse(raw, kind, _tokenizer())
 
 
 def test_completion_prompt_forms(tok) -> None:
