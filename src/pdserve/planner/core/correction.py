@@ -58,13 +58,6 @@ class LatencyCorrection:
     pool: bool = False
     # Apply a prefill ratio under 1 down to this floor (None: never under 1 with the fixed path modelled, see factor).
     prefill_floor: float | None = None
-    # Read the prefill ratio only in steady windows: no backlog (more than one queued request per ready replica) at
-    # this tick or the one before, and as many ready replicas as then. A window that drained a backlog, or served
-    # part of it on fewer replicas, holds queueing the steady-state profile does not model; read as a slower engine
-    # it engages a ratio up to its bound on the compute term for ``hold_s`` on top of the drain term that already
-    # sizes for the backlog (bench/planner validation27, 70B Azure 3x from 600 s: 1.38..1.50 after the start's queue).
-    steady_only: bool = False
-    _last: tuple[bool, float] | None = None  # (backlog, ready prefill) at the previous update
 
     def expected_path_ms(self, profile: CapacityProfile, kv_tokens: float) -> float:
         """What a request's TTFT holds beyond its prefill on an idle pair (0 where not modelled)."""
@@ -87,8 +80,6 @@ class LatencyCorrection:
         # With pool_ttft a window without the engines' TTFT (no prefill completed in it) leaves the ratio as it is:
         # the client's TTFT is another quantity, not a stand-in.
         ttft_s = obs.prefill_ttft_mean_s if self.pool_ttft else obs.ttft_mean_s
-        if self.steady_only and not self._steady(obs, ready_p):
-            ttft_s = float("nan")
         if _finite(ttft_s) and _finite(obs.mean_isl) and ready_p > 0:
             load = rate * obs.mean_isl * (1 - hit) / ready_p
             exp = profile.expected_ttft_ms(obs.mean_isl, load, ready_p if self.pool else 1)
@@ -108,13 +99,6 @@ class LatencyCorrection:
             exp = profile.expected_itl_ms(obs.mean_isl + obs.mean_osl / 2, rate * obs.mean_osl / ready_d)
             if exp and exp > 0:
                 self.decode = 0.5 * self.decode + 0.5 * min(max(obs.itl_mean_s * 1000 / exp, lo), hi)
-
-    def _steady(self, obs: Observation, ready: float) -> bool:
-        """No prefill backlog now or at the previous update, and the same ready replicas (remembers this one)."""
-        waiting = obs.prefill_waiting if _finite(obs.prefill_waiting) else obs.waiting
-        backlog = not _finite(waiting) or waiting > max(ready, 1)
-        last, self._last = self._last, (backlog, ready)
-        return not backlog and last is not None and not last[0] and last[1] == ready
 
     def factor(self, pool: str, tail_s: float, slo_ms: float, now: float) -> float:
         """The divisor for the pool's capacity now (1: the profile as it is)."""

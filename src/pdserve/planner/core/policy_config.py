@@ -209,9 +209,6 @@ class PolicyConfig:
     # the engine's front end as the pods' histogram does: a measured one does, a derived one is derived so
     # (include_frontend=correction_pool_ttft in spec_config.load_profile_for and the planner CLI).
     correction_pool_ttft: bool = True
-    # The prefill ratio read only from steady windows (LatencyCorrection.steady_only): none where a backlog drained or
-    # the ready replicas changed. Opt-in.
-    correction_steady_only: bool = False
     explode_ratio: float = 4.0
     history_len: int = 240
 
