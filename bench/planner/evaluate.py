@@ -365,6 +365,15 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
         if proc.returncode != 0:
             raise SystemExit(f"dynamo_peer.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         d = json.loads(res_path.read_text())
+    return score_replay(d, trace, s, warmup_s, feas, paid_from_s) | {
+        "calibration": d["calibration"], "planner_config": d["planner_config"],
+        "dynamo_version": d["dynamo_version"], "bootstrap": d["planner_metadata"].get("bootstrap")}
+
+
+def score_replay(d: dict, trace: Trace, s: Setup, warmup_s: float, feas: TraceFeasibility,
+                 paid_from_s: float = 0.0) -> dict:
+    """A replay in Dynamo's engine (``dynamo_peer.run``'s shape: per-request records, ticks with each pool's active
+    and starting workers), scored like ours: a request attains when it completed within the TTFT and the TPOT SLO."""
     slo = s.slo
     n = int(trace.duration_s // s.interval_s) + 1
     ok, cnt = [0] * n, [0] * n
@@ -407,8 +416,7 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
         **feas.score([h for _, h in sorted(hits, key=lambda x: x[0])]),
         "finished": sum(r["status"] == "completed" for r in d["requests"]),
         "max_prefill": max((x[1] for x in series), default=1), "max_decode": max((x[2] for x in series), default=1),
-        "sim_wall_s": d["wall_s"], "calibration": d["calibration"], "planner_config": d["planner_config"],
-        "dynamo_version": d["dynamo_version"], "bootstrap": d["planner_metadata"].get("bootstrap"),
+        "sim_wall_s": d["wall_s"],
         "series": {"replicas": series, "interval_attainment": [round(o / c, 4) if c else None for o, c in zip(ok, cnt)]},
     }
 
