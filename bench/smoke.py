@@ -148,6 +148,10 @@ SMOKES: list[Smoke] = [
           # dynamo.replay.planner itself imports only after dynamo_peer.py's aisimulate shim (PyPI's aisimulate
           # is a stub): checking it here skipped this smoke on every peers venv.
           peer_imports=("dynamo.replay.api", "aiconfigurator_core")),
+    Smoke("planner_cross_engine", "bench/planner/cross_engine.py",
+          ["--files", "bench/planner/results/70b_tp4/bursty_seed1.json", "--limit", "300", "--policies", "planner", "dynamo",
+           "static", "--out", "{out}/cross.json"], ["cross.json"], timeout_s=300, needs_peers=True,
+          peer_imports=("dynamo.replay.api",)),
     Smoke("engine_speed", "bench/worker/engine_speed.py", ["--trace", AZURE, "--limit", "50", "--out-dir", "{out}"]),
     Smoke("calibration", "bench/worker/calibration.py", ["--requests-per-level", "1", "--out-dir", "{out}"],
           ["calibration_results.json"], timeout_s=180),

@@ -91,18 +91,19 @@ def _write(path: Path, rows: list[dict]) -> None:
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
-def calibrate(cal: dict, work: Path) -> dict:
-    """Measure the mocker at speed 1 and return the ratios that match pdserve's engine."""
+def calibrate(cal: dict, work: Path, isl: int = 4096) -> dict:
+    """Measure the mocker at speed 1 and return the ratios that match pdserve's engine: one prefill at ``isl``
+    (4096 by default, as every committed Dynamo result was calibrated), one decode step at batch 32, context 1024."""
     from dynamo.replay import api
 
     one = work / "cal_prefill.jsonl"
-    _write(one, [{"timestamp": 0, "input_length": 4096, "output_length": 1, "hash_ids": list(range(64))}])
+    _write(one, [{"timestamp": 0, "input_length": isl, "output_length": 1, "hash_ids": list(range(-(-isl // 64)))}])
     rep = api.run_trace_replay(str(one), prefill_engine_args=engine_args(cal, "prefill", 1.0, 1.0),
                                decode_engine_args=engine_args(cal, "decode", 1.0, 1.0), capture_per_request=True,
                                trace_block_size=64)
     r = rep.per_request[0]
     mock_prefill_ms = r["source_held_ms"] - r["prefill_admit_ms"]
-    ours_prefill_ms = EngineSession(cal).predict_prefill(1, 4096, 0)
+    ours_prefill_ms = EngineSession(cal).predict_prefill(1, isl, 0)
     n, ctx = 32, 1024
     batch = work / "cal_decode.jsonl"
     _write(batch, [{"timestamp": 0, "input_length": ctx, "output_length": 64, "hash_ids": list(range(k * 100, k * 100 + 16))}
@@ -112,25 +113,42 @@ def calibrate(cal: dict, work: Path) -> dict:
                                trace_block_size=64)
     mock_itl_ms = sorted(x["itl_ms"] for x in rep.per_request)[n // 2]
     ours_itl_ms = EngineSession(cal).predict_decode(n, ctx + 32)
-    return {"prefill_isl4096_mocker_ms": mock_prefill_ms, "prefill_isl4096_pdserve_ms": ours_prefill_ms,
+    return {f"prefill_isl{isl}_mocker_ms": mock_prefill_ms, f"prefill_isl{isl}_pdserve_ms": ours_prefill_ms,
             "speedup_ratio": mock_prefill_ms / ours_prefill_ms,
             "decode_b32_ctx1024_mocker_itl_ms": mock_itl_ms, "decode_b32_ctx1024_pdserve_itl_ms": ours_itl_ms,
             "decode_speedup_ratio": mock_itl_ms / ours_itl_ms}
 
 
 def check(cal: dict, work: Path, ratios: dict) -> dict:
-    """The calibrated mocker against pdserve's engine at other points (reported, not tuned)."""
+    """The calibrated mocker against pdserve's engine at other points (reported, not tuned): one prefill at two
+    other ISLs, and the decode step (median ITL of a batch that arrives together) at other batch sizes and contexts,
+    where the single decode ratio fitted at batch 32, context 1024 need not hold (the mocker's timing model is its
+    own)."""
     from dynamo.replay import api
 
+    def mocker(rows: list[dict], name: str) -> list[dict]:
+        f = work / f"chk_{name}.jsonl"
+        _write(f, rows)
+        return api.run_trace_replay(str(f), prefill_engine_args=engine_args(cal, "prefill", ratios["speedup_ratio"], 1.0),
+                                    decode_engine_args=engine_args(cal, "decode", 1.0, ratios["decode_speedup_ratio"]),
+                                    capture_per_request=True, trace_block_size=64).per_request
+
     out = {}
-    for isl in (1024, 8192):
-        f = work / f"chk_{isl}.jsonl"
-        _write(f, [{"timestamp": 0, "input_length": isl, "output_length": 1, "hash_ids": list(range(isl // 64))}])
-        r = api.run_trace_replay(str(f), prefill_engine_args=engine_args(cal, "prefill", ratios["speedup_ratio"], 1.0),
-                                 decode_engine_args=engine_args(cal, "decode", 1.0, ratios["decode_speedup_ratio"]),
-                                 capture_per_request=True, trace_block_size=64).per_request[0]
+    for isl in (1024, 4096, 8192):
+        r = mocker([{"timestamp": 0, "input_length": isl, "output_length": 1, "hash_ids": list(range(isl // 64))}],
+                   f"prefill{isl}")[0]
         out[f"prefill_isl{isl}_ratio_mocker_to_pdserve"] = \
             (r["source_held_ms"] - r["prefill_admit_ms"]) / EngineSession(cal).predict_prefill(1, isl, 0)
+    kv_tokens = cal["num_gpu_blocks"] * cal["block_size"]
+    for n, ctx in ((8, 1024), (128, 1024), (32, 4096), (128, 4096)):
+        if n * (ctx + 64) > kv_tokens:
+            continue
+        rows = [{"timestamp": 0, "input_length": ctx, "output_length": 64,
+                 "hash_ids": list(range(k * 1000, k * 1000 + ctx // 64))} for k in range(n)]
+        itl = sorted(x["itl_ms"] for x in mocker(rows, f"decode{n}_{ctx}") if x.get("itl_ms") is not None)
+        if itl:
+            out[f"decode_b{n}_ctx{ctx}_ratio_mocker_to_pdserve"] = \
+                itl[len(itl) // 2] / EngineSession(cal).predict_decode(n, ctx + 32)
     return out
 
 
