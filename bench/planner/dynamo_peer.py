@@ -91,9 +91,29 @@ def _write(path: Path, rows: list[dict]) -> None:
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
+def decode_itl_ms(cal: dict, work: Path, n: int, ctx: int, decode_speedup: float) -> float:
+    """The mocker's decode step with ``n`` sequences of context ``ctx`` (+ up to 64 generated): the median ITL of
+    ``n`` requests that arrive together, their prefills and KV transfers made a thousand times faster so that all
+    ``n`` decode as one batch. (At their real speed the prefills come one after another, each request decodes its
+    tokens nearly alone, and the ITL read is a small batch's: Dynamo results before session 28 were calibrated so,
+    their mocker's decode at a real batch of 32 a seventh slower than pdserve's engine on 70B TP4.)"""
+    from dynamo.replay import api
+
+    fast = cal | {"kv_link_gbytes_per_s": cal["kv_link_gbytes_per_s"] * 1000}
+    f = work / f"decode_{n}_{ctx}.jsonl"
+    _write(f, [{"timestamp": 0, "input_length": ctx, "output_length": 64,
+                "hash_ids": list(range(k * 1000, k * 1000 + -(-ctx // 64)))} for k in range(n)])
+    rep = api.run_trace_replay(str(f), prefill_engine_args=engine_args(fast, "prefill", 1000.0, 1.0),
+                               decode_engine_args=engine_args(fast, "decode", 1.0, decode_speedup),
+                               capture_per_request=True, trace_block_size=64)
+    itl = sorted(x["itl_ms"] for x in rep.per_request if x.get("itl_ms") is not None)
+    return itl[len(itl) // 2]
+
+
 def calibrate(cal: dict, work: Path, isl: int = 4096) -> dict:
     """Measure the mocker at speed 1 and return the ratios that match pdserve's engine: one prefill at ``isl``
-    (4096 by default, as every committed Dynamo result was calibrated), one decode step at batch 32, context 1024."""
+    (the trace's mean prompt where evaluate.py runs it; 4096 before session 28), one decode step at batch 32,
+    context 1024 (``decode_itl_ms``)."""
     from dynamo.replay import api
 
     one = work / "cal_prefill.jsonl"
@@ -105,13 +125,7 @@ def calibrate(cal: dict, work: Path, isl: int = 4096) -> dict:
     mock_prefill_ms = r["source_held_ms"] - r["prefill_admit_ms"]
     ours_prefill_ms = EngineSession(cal).predict_prefill(1, isl, 0)
     n, ctx = 32, 1024
-    batch = work / "cal_decode.jsonl"
-    _write(batch, [{"timestamp": 0, "input_length": ctx, "output_length": 64, "hash_ids": list(range(k * 100, k * 100 + 16))}
-                   for k in range(n)])
-    rep = api.run_trace_replay(str(batch), prefill_engine_args=engine_args(cal, "prefill", 1.0, 1.0),
-                               decode_engine_args=engine_args(cal, "decode", 1.0, 1.0), capture_per_request=True,
-                               trace_block_size=64)
-    mock_itl_ms = sorted(x["itl_ms"] for x in rep.per_request)[n // 2]
+    mock_itl_ms = decode_itl_ms(cal, work, n, ctx, 1.0)
     ours_itl_ms = EngineSession(cal).predict_decode(n, ctx + 32)
     return {f"prefill_isl{isl}_mocker_ms": mock_prefill_ms, f"prefill_isl{isl}_pdserve_ms": ours_prefill_ms,
             "speedup_ratio": mock_prefill_ms / ours_prefill_ms,
@@ -121,7 +135,7 @@ def calibrate(cal: dict, work: Path, isl: int = 4096) -> dict:
 
 def check(cal: dict, work: Path, ratios: dict) -> dict:
     """The calibrated mocker against pdserve's engine at other points (reported, not tuned): one prefill at two
-    other ISLs, and the decode step (median ITL of a batch that arrives together) at other batch sizes and contexts,
+    other ISLs, and the decode step (``decode_itl_ms``) at other batch sizes and contexts,
     where the single decode ratio fitted at batch 32, context 1024 need not hold (the mocker's timing model is its
     own)."""
     from dynamo.replay import api
@@ -140,15 +154,10 @@ def check(cal: dict, work: Path, ratios: dict) -> dict:
         out[f"prefill_isl{isl}_ratio_mocker_to_pdserve"] = \
             (r["source_held_ms"] - r["prefill_admit_ms"]) / EngineSession(cal).predict_prefill(1, isl, 0)
     kv_tokens = cal["num_gpu_blocks"] * cal["block_size"]
-    for n, ctx in ((8, 1024), (128, 1024), (32, 4096), (128, 4096)):
-        if n * (ctx + 64) > kv_tokens:
-            continue
-        rows = [{"timestamp": 0, "input_length": ctx, "output_length": 64,
-                 "hash_ids": list(range(k * 1000, k * 1000 + ctx // 64))} for k in range(n)]
-        itl = sorted(x["itl_ms"] for x in mocker(rows, f"decode{n}_{ctx}") if x.get("itl_ms") is not None)
-        if itl:
+    for n, ctx in ((8, 1024), (128, 1024), (32, 4096), (128, 2048), (256, 1024)):
+        if n * (ctx + 64) <= kv_tokens and n <= cal["max_num_seqs"]:
             out[f"decode_b{n}_ctx{ctx}_ratio_mocker_to_pdserve"] = \
-                itl[len(itl) // 2] / EngineSession(cal).predict_decode(n, ctx + 32)
+                decode_itl_ms(cal, work, n, ctx, ratios["decode_speedup_ratio"]) / EngineSession(cal).predict_decode(n, ctx + 32)
     return out
 
 
@@ -284,6 +293,9 @@ def main() -> int:
     ap.add_argument("--calibration", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--limit", type=int, help="only the first N requests of the trace (quick runs)")
+    ap.add_argument("--calibrate-isl", type=int, default=4096,
+                    help="the prompt length the mocker's prefill speed is matched to pdserve's at (evaluate.py passes "
+                         "the trace's mean: the two prefill times are not proportional)")
     ap.add_argument("--planner-json", type=json.loads, default={},
                     help="keys merged into Dynamo's planner_config (its field names), e.g. '{\"min_endpoint\": 2}'")
     args = ap.parse_args()
@@ -294,7 +306,7 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.trace.write_text("\n".join(rows) + "\n")
     work = args.out.parent
-    ratios = calibrate(cal, work)
+    ratios = calibrate(cal, work, args.calibrate_isl)
     ratios |= check(cal, work, ratios)
     res = run(cal, args.trace, work, ratios, args.planner_json)
     import dynamo
