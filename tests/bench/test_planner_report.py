@@ -173,3 +173,26 @@ def test_held_out_windows_are_a_table_of_their_own_with_the_target_read(tmp_path
     assert [r.split(" | ")[0].endswith("(fresh)") for r in rows] == [False, True, False]  # a, azure_conv_x2_from600, b
     assert rows[1].endswith("| met | 100.0 %, 1.50x | " + f"{d['meta']['commit'][:8]}, "
                             f"{d['meta']['loadavg_before']['1m']:.1f} |") and rows[0].count("| - |") >= 1
+
+
+def test_the_cross_engine_runs_are_a_table_with_their_counts_read_from_the_file(tmp_path):
+    """cross_engine.py's file (results/cross_engine.json): one row per run, the counts in the prose read from it."""
+    def pol(att, gpu_h):
+        return {"dynamo_engine": {"attainment_after_warmup": att, "gpu_hours": gpu_h}}
+
+    rows = [
+        {"file": "bench/planner/results/8b_1gpu/azure_conv_x4.json",
+         "calibration": {"prefill_isl": 1195, "decode_b128_ctx2048_ratio_mocker_to_pdserve": 1.2},
+         "policies": {"planner": pol(1.0, 0.5) | {"pdserve_sim": {"attainment_after_warmup": 1.0, "gpu_hours": 0.45}},
+                      "dynamo": pol(0.39, 0.35), "best": pol(1.0, 0.41), "static": pol(1.0, 0.5)}},
+        {"file": "bench/planner/results/heldout/70b_tp4/azure_conv_x4_from600.json", "calibration": {"prefill_isl": 1200},
+         "policies": {"planner": pol(0.7, 5.0), "dynamo": pol(0.8, 3.0), "best": pol(0.2, 3.7)}},
+    ]
+    meta = {"commit": "abcdef0123", "loadavg_before": {"1m": 1.5}}
+    (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows}))
+    block = report.cross_engine(tmp_path)
+    assert "on 1 of 2 runs and at least 99 % on 1; the best schedule found holds 99 % in this engine on 1." in block
+    assert "| 8b_1gpu/azure_conv_x4 | 1195; 1.20 | 100.0 % at 0.50 | 39.0 % at 0.35 | 100.0 % at 0.41 | 100.0 % at 0.50 | " \
+           "- | 100.0 % at 0.45 |" in block
+    assert "| heldout/70b_tp4/azure_conv_x4_from600 | 1200; - | 70.0 % at 5.00 |" in block
+    assert report.cross_engine(tmp_path / "none") == ""
