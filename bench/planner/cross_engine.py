@@ -23,6 +23,7 @@ Policies: ``planner`` (pdserve's, closed loop), ``dynamo`` (Dynamo's SLA planner
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -42,6 +43,7 @@ from dynamo_engine import EngineView, PlannerDriver, RouterView, ScheduleDriver 
 from recorded import recorded_argv  # noqa: E402
 from references import ScheduleAutoscaler, dynamo_inputs  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
+from settings_sweep import parse_set  # noqa: E402
 from variants import Flags, Knobs  # noqa: E402
 
 SCHEMA = "pdserve.planner-cross-engine/1"
@@ -90,8 +92,8 @@ def schedule_of(name: str, res: dict, s, interval_s: float) -> tuple[list[tuple[
     return steps, (1, 1)
 
 
-def one_file(job: tuple[Path, Path | None, list[str], int | None, str]) -> dict:
-    path, traces, policies, limit, calibrate_at = job
+def one_file(job: tuple[Path, Path | None, list[str], int | None, str, dict[str, dict]]) -> dict:
+    path, traces, policies, limit, calibrate_at, settings = job
     doc = json.loads(path.read_text())
     argv = recorded_argv(doc["meta"]["command"], traces) + (["--limit", str(limit)] if limit else [])
     args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
@@ -113,14 +115,16 @@ def one_file(job: tuple[Path, Path | None, list[str], int | None, str]) -> dict:
         out["calibration"] = ratios | {"prefill_isl": isl}
         arrivals = [(r.arrival_s, r.input_tokens) for r in trace.requests]
         kv_tokens = cal["num_gpu_blocks"] * cal["block_size"]
-        for name in policies:
+        for name in [*policies, *(f"planner@{k}" for k in settings)]:
             if name == "dynamo":
                 d = dynamo_peer.run(cal, tr, work, ratios)
-            elif name == "planner":
+            elif name.startswith("planner") and name != "planner_schedule":
                 from pdserve.planner.core.policy import PlannerPolicy
                 from pdserve.planner.core.sim_hook import PlannerAutoscaler
 
                 cfg, prof = evaluate.planner_config(args, s, Knobs(), Flags.of(args, s))
+                change = settings.get(name.partition("@")[2], {})
+                cfg = dataclasses.replace(cfg, **change)
                 driver = PlannerDriver(t0, s.interval_s, last, autoscaler=PlannerAutoscaler(PlannerPolicy(cfg, prof)),
                                        router=RouterView(arrivals), engines=EngineView(kv_tokens))
                 d = replay(cal, tr, ratios, driver, (1, 1))
@@ -132,7 +136,7 @@ def one_file(job: tuple[Path, Path | None, list[str], int | None, str]) -> dict:
                 d = replay(cal, tr, ratios, ScheduleDriver(t0, s.interval_s, last, steps=steps), initial)
             scored = evaluate.score_replay(d, trace, s, args.warmup, feas, hist_end)
             key = "planner" if name == "planner_schedule" else name
-            sim = res.get(key, {})
+            sim = res.get(key, {}) if "@" not in name else {}
             out["policies"][name] = {
                 "dynamo_engine": {k: scored[k] for k in ("attainment_after_warmup", "attainment_feasible_after_warmup",
                                                           "gpu_hours", "max_prefill", "max_decode", "sim_wall_s")
@@ -160,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, help="trace root, where a file's recorded trace path is not on this machine")
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--set", dest="settings", type=parse_set, action="append", default=[], metavar="NAME=FIELD:VALUE",
+                    help="also the planner with these PolicyConfig fields changed, as 'planner@NAME' "
+                         "(settings_sweep.py's syntax)")
     ap.add_argument("--calibrate-isl", default="mean",
                     help="the prompt length the mocker's prefill speed is matched at: 'mean' (the window's mean prompt, "
                          "default: the mocker's prefill time is not proportional to pdserve's, 1.5x it at 1,024 tokens "
@@ -169,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
     with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
-        rows = list(ex.map(one_file, [(f, args.traces, args.policies, args.limit, args.calibrate_isl)
-                                     for f in args.files]))
+        rows = list(ex.map(one_file, [(f, args.traces, args.policies, args.limit, args.calibrate_isl,
+                                      dict(args.settings)) for f in args.files]))
     write_result(args.out, {"schema": SCHEMA, "engine": "Dynamo 1.6.1 offline replay (mocker), calibrated to pdserve's "
-                            "engine numbers (dynamo_peer.calibrate)", "policies": args.policies, "rows": rows}, run)
+                            "engine numbers (dynamo_peer.calibrate)", "policies": args.policies,
+                            "settings": dict(args.settings), "rows": rows}, run)
     return 0
 
 

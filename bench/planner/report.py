@@ -114,6 +114,7 @@ def cross_engine(results: Path) -> str:
         r = (row["policies"].get(name) or {}).get(key)
         return f"{_pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}" if r else "-"
 
+    settings = d.get("settings", {})
     rows, ahead, met, best_met = [], 0, 0, 0
     for row in d["rows"]:
         cal = row["calibration"]
@@ -128,7 +129,8 @@ def cross_engine(results: Path) -> str:
         dec = cal.get("decode_b128_ctx2048_ratio_mocker_to_pdserve")
         rows.append(f"| {name} | {cal.get('prefill_isl', '-')}; {'-' if dec is None else f'{dec:.2f}'} | "
                     f"{cell(row, 'planner')} | {cell(row, 'dynamo')} | {cell(row, 'best')} | {cell(row, 'static')} | "
-                    f"{cell(row, 'planner_schedule')} | {cell(row, 'planner', 'pdserve_sim')} |")
+                    f"{cell(row, 'planner_schedule')} | {cell(row, 'planner', 'pdserve_sim')} |"
+                    + "".join(f" {cell(row, f'planner@{k}')} |" for k in settings))
     m = d["meta"]
     return "\n".join([
         "#### The runs in another engine model: Dynamo's offline replay (`cross_engine.py`, `results/cross_engine.json`)", "",
@@ -142,8 +144,9 @@ def cross_engine(results: Path) -> str:
         f"at least 99 % on {met}; the best schedule found holds 99 % in this engine on {best_met}.", "",
         "| run | prefill matched at (tokens); decode step vs ours | planner (closed loop) | Dynamo's planner | "
         "best schedule (open loop) | static (open loop) | planner's decisions (open loop) | planner in pdserve's "
-        "simulator |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |", *rows, ""])
+        "simulator |" + "".join(f" planner with {', '.join(f'{f} {v}' for f, v in ch.items())} (closed loop) |"
+                                for ch in settings.values()),
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(settings), *rows, ""])
 
 
 def _pct(x: float | None) -> str:

@@ -14,7 +14,8 @@ restores the planner a file was run with must too).
         --set 'prefill=prefill_utilization:0.95' --set 'both=prefill_utilization:0.95,hold_prefill_on_rise:true' \\
         --out /tmp/settings.json
 
-A ``--set`` is ``NAME=FIELD:VALUE[,FIELD:VALUE...]`` with VALUE a JSON literal (``none`` for None); fields are
+A ``--set`` is ``NAME=FIELD:VALUE[,FIELD:VALUE...]`` with VALUE a JSON literal (``none`` for None; a list for a
+tuple field, e.g. ``correction_bounds:[0.67,4.0]``); fields are
 ``PolicyConfig``'s. Files default to every run and held-out window under ``--results``.
 """
 
@@ -47,11 +48,18 @@ def parse_set(text: str) -> tuple[str, dict[str, object]]:
     if not sep or not name or not body:
         raise argparse.ArgumentTypeError(f"--set {text!r}: expected NAME=FIELD:VALUE[,FIELD:VALUE...]")
     change: dict[str, object] = {}
-    for part in body.split(","):
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(body):  # commas inside a JSON list or object belong to its value
+        depth += (ch in "[{") - (ch in "]}")
+        if ch == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    for part in [*parts, body[start:]]:
         field, sep, value = part.partition(":")
         if not sep or field not in FIELDS:
             raise argparse.ArgumentTypeError(f"--set {text!r}: {field!r} is not a PolicyConfig field")
-        change[field] = None if value.strip().lower() == "none" else json.loads(value)
+        v = None if value.strip().lower() == "none" else json.loads(value)
+        change[field] = tuple(v) if isinstance(v, list) and isinstance(getattr(PolicyConfig, field), tuple) else v
     return name, change
 
 

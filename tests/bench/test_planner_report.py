@@ -196,3 +196,10 @@ def test_the_cross_engine_runs_are_a_table_with_their_counts_read_from_the_file(
            "- | 100.0 % at 0.45 |" in block
     assert "| heldout/70b_tp4/azure_conv_x4_from600 | 1200; - | 70.0 % at 5.00 |" in block
     assert report.cross_engine(tmp_path / "none") == ""
+    # a planner setting replayed beside it (cross_engine.py --set) is a column of its own
+    rows[0]["policies"]["planner@wide"] = pol(0.995, 0.6)
+    (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows,
+                                                            "settings": {"wide": {"correction_bounds": [0.67, 4.0]}}}))
+    block = report.cross_engine(tmp_path)
+    assert "| planner with correction_bounds [0.67, 4.0] (closed loop) |" in block
+    assert "| 100.0 % at 0.45 | 99.5 % at 0.60 |" in block and "| 70.0 % at 5.00 |" in block
