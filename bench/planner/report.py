@@ -102,6 +102,32 @@ def peers_at_planner_gpu_hours(results: Path) -> str:
 CROSS_ENGINE = "cross_engine.json"  # cross_engine.py: runs replayed in Dynamo's engine
 
 
+def cross_engine_counts(d: dict) -> dict[str, int]:
+    """cross_engine.py's file read as counts: where each planner meets 99 %, which attains more, which is cheaper
+    where both meet it (GPU-hours within half a percent count as equal)."""
+    def get(row: dict, name: str) -> dict | None:
+        return (row["policies"].get(name) or {}).get("dynamo_engine")
+
+    out = dict.fromkeys(("runs", "planner_met", "dynamo_met", "best_met", "planner_more", "dynamo_more", "both_met",
+                         "planner_cheaper", "dynamo_cheaper"), 0)
+    for row in d["rows"]:
+        p, y, b = get(row, "planner"), get(row, "dynamo"), get(row, "best")
+        pa, ya = (None if r is None else r["attainment_after_warmup"] or 0.0 for r in (p, y))
+        out["runs"] += 1
+        out["planner_met"] += pa is not None and pa >= 0.99
+        out["dynamo_met"] += ya is not None and ya >= 0.99
+        out["best_met"] += b is not None and (b["attainment_after_warmup"] or 0.0) >= 0.99
+        if p is None or y is None or pa is None or ya is None:
+            continue
+        out["planner_more"] += pa > ya + 5e-4
+        out["dynamo_more"] += ya > pa + 5e-4
+        if pa >= 0.99 and ya >= 0.99:
+            out["both_met"] += 1
+            out["planner_cheaper"] += p["gpu_hours"] < 0.995 * y["gpu_hours"]
+            out["dynamo_cheaper"] += y["gpu_hours"] < 0.995 * p["gpu_hours"]
+    return out
+
+
 def cross_engine(results: Path) -> str:
     """The runs replayed in Dynamo's offline replay engine (``cross_engine.py``): pdserve's planner closed loop, Dynamo's
     planner, the run's schedules open loop, beside the planner's numbers in pdserve's simulator."""
@@ -115,22 +141,17 @@ def cross_engine(results: Path) -> str:
         return f"{_pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}" if r else "-"
 
     settings = d.get("settings", {})
-    rows, ahead, met, best_met = [], 0, 0, 0
+    rows = []
     for row in d["rows"]:
         cal = row["calibration"]
         run = Path(row["file"]).with_suffix("")
-        name = f"{run.parent.name}/{run.name}" if run.parent.parent.name != HELDOUT_DIR else \
-            f"{HELDOUT_DIR}/{run.parent.name}/{run.name}"
-        pl, dy, be = (row["policies"].get(k, {}).get("dynamo_engine") for k in ("planner", "dynamo", "best"))
-        if pl and dy:
-            ahead += (pl["attainment_after_warmup"] or 0) > (dy["attainment_after_warmup"] or 0)
-        met += bool(pl and (pl["attainment_after_warmup"] or 0) >= 0.99)
-        best_met += bool(be and (be["attainment_after_warmup"] or 0) >= 0.99)
+        name = "/".join(run.parts[run.parts.index("results") + 1:]) if "results" in run.parts else run.name
         dec = cal.get("decode_b128_ctx2048_ratio_mocker_to_pdserve")
         rows.append(f"| {name} | {cal.get('prefill_isl', '-')}; {'-' if dec is None else f'{dec:.2f}'} | "
                     f"{cell(row, 'planner')} | {cell(row, 'dynamo')} | {cell(row, 'best')} | {cell(row, 'static')} | "
                     f"{cell(row, 'planner_schedule')} | {cell(row, 'planner', 'pdserve_sim')} |"
                     + "".join(f" {cell(row, f'planner@{k}')} |" for k in settings))
+    c = cross_engine_counts(d)
     m = d["meta"]
     return "\n".join([
         "#### The runs in another engine model: Dynamo's offline replay (`cross_engine.py`, `results/cross_engine.json`)", "",
@@ -140,8 +161,11 @@ def cross_engine(results: Path) -> str:
         "(round robin). pdserve's planner runs closed loop on what Dynamo's replay shows it (no tail latencies, no "
         "prefill-engine TTFT: its prefill latency correction stays at 1); the best schedule found, the static size "
         "and the planner's decisions are the run's, from pdserve's simulator, replayed open loop. Attainment after "
-        f"warm-up at GPU-hours. The planner attains more than Dynamo's planner on {ahead} of {len(d['rows'])} runs and "
-        f"at least 99 % on {met}; the best schedule found holds 99 % in this engine on {best_met}.", "",
+        f"warm-up at GPU-hours. Of {c['runs']} runs and windows, the planner attains at least 99 % on {c['planner_met']} "
+        f"and Dynamo's planner on {c['dynamo_met']}; the planner attains more on {c['planner_more']}, Dynamo's planner "
+        f"on {c['dynamo_more']}; where both attain at least 99 % ({c['both_met']}), the planner spends fewer GPU-hours "
+        f"on {c['planner_cheaper']} and Dynamo's planner on {c['dynamo_cheaper']}. The best schedule found on pdserve's "
+        f"simulator holds 99 % in this engine on {c['best_met']}.", "",
         "| run | prefill matched at (tokens); decode step vs ours | planner (closed loop) | Dynamo's planner | "
         "best schedule (open loop) | static (open loop) | planner's decisions (open loop) | planner in pdserve's "
         "simulator |" + "".join(f" planner with {', '.join(f'{f} {v}' for f, v in ch.items())} (closed loop) |"
