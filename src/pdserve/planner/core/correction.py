@@ -58,6 +58,9 @@ class LatencyCorrection:
     pool: bool = False
     # Apply a prefill ratio under 1 down to this floor (None: never under 1 with the fixed path modelled, see factor).
     prefill_floor: float | None = None
+    # The decode ratio's bounds where they differ from ``bounds`` (None: the same). The decode ratio reads the ITL,
+    # which no queue in front of the pool inflates, so it can be trusted further than the prefill one.
+    decode_bounds: tuple[float, float] | None = None
 
     def expected_path_ms(self, profile: CapacityProfile, kv_tokens: float) -> float:
         """What a request's TTFT holds beyond its prefill on an idle pair (0 where not modelled)."""
@@ -98,7 +101,8 @@ class LatencyCorrection:
         if _finite(obs.itl_mean_s) and _finite(obs.mean_isl) and _finite(obs.mean_osl) and ready_d > 0:
             exp = profile.expected_itl_ms(obs.mean_isl + obs.mean_osl / 2, rate * obs.mean_osl / ready_d)
             if exp and exp > 0:
-                self.decode = 0.5 * self.decode + 0.5 * min(max(obs.itl_mean_s * 1000 / exp, lo), hi)
+                dlo, dhi = self.decode_bounds or self.bounds
+                self.decode = 0.5 * self.decode + 0.5 * min(max(obs.itl_mean_s * 1000 / exp, dlo), dhi)
 
     def factor(self, pool: str, tail_s: float, slo_ms: float, now: float) -> float:
         """The divisor for the pool's capacity now (1: the profile as it is)."""

@@ -66,7 +66,8 @@ class PlannerPolicy:
         self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s,
                                         learn_offset=config.correction_offset, ttft_path_ms=config.ttft_path_ms,
                                         pool_ttft=config.correction_pool_ttft, pool=config.prefill_pool_queueing,
-                                        prefill_floor=config.prefill_ratio_floor)
+                                        prefill_floor=config.prefill_ratio_floor,
+                                        decode_bounds=config.correction_bounds_decode)
 
     @property
     def interval_s(self) -> float:

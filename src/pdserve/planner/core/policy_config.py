@@ -167,6 +167,10 @@ class PolicyConfig:
     release_queue_per_replica: float = 1.0
     correction: bool = True
     correction_bounds: tuple[float, float] = (0.67, 1.5)
+    # The decode ratio's own bounds (None: correction_bounds). Opt-in. Judged on Dynamo's engine model (bench/planner
+    # cross_engine.py), whose decode step at 70B TP4 runs up to 1.9x the profile's at large batches and contexts, the
+    # decode ratio sat at the 1.5 bound and the pool stayed short of decode (70B Azure 4x: 73 % after warm-up).
+    correction_bounds_decode: tuple[float, float] | None = None
     # A prefill ratio under 1 (the pool faster than the profile expects) applied, down to this floor (None: left
     # unapplied, as before session 25). Before the pool model the ratio under 1 was the pool's shorter queueing wait
     # the lone-replica profile did not model (0.67-0.76 on 70B at load) and applied it shrank prefill on a rise; with
@@ -223,6 +227,9 @@ class PolicyConfig:
                 return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
         if self.scale_down_stabilization_max_replicas is not None and self.scale_down_stabilization_max_replicas < 0:
             return f"scale-down stabilisation max replicas {self.scale_down_stabilization_max_replicas} < 0"
+        if self.correction_bounds_decode is not None and not (
+                0 < self.correction_bounds_decode[0] <= 1 <= self.correction_bounds_decode[1]):
+            return f"decode correction bounds {self.correction_bounds_decode} must hold 1 and be above 0"
         if self.prefill_ratio_floor is not None and not (self.correction_bounds[0] <= self.prefill_ratio_floor <= 1):
             return (f"prefill ratio floor {self.prefill_ratio_floor:g} not within the correction's lower bound "
                     f"{self.correction_bounds[0]:g} and 1")

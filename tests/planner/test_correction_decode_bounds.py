@@ -1,0 +1,42 @@
+"""The decode latency ratio's own bounds (opt-in: PolicyConfig.correction_bounds_decode).
+
+The analytic profile (tests/planner/conftest.py, capacity_profiles.queue_profile); the engine here decodes three times
+slower than it: the shipped bounds hold the decode ratio at 1.5, decode bounds of (0.67, 4) let it read 3, and the
+prefill ratio keeps the shared bounds either way."""
+
+import pytest
+from capacity_profiles import queue_profile
+from test_policy import obs
+
+from pdserve.planner.core.correction import LatencyCorrection
+from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
+
+
+def slow_decode_windows(n: int = 12):
+    prof = queue_profile()
+    exp_itl = prof.expected_itl_ms(1024 + 100, 10.0 * 200 / 4)  # 10 req/s x 200 tokens over 4 decode replicas
+    exp_ttft = prof.expected_ttft_ms(1024.0, 10.0 * 1024 / 4, 1)
+    return [obs(0, p=4, d=4, rate=10.0, isl=1024.0, osl=200.0, itl_mean_s=3 * exp_itl / 1000, itl_tail_s=0.04,
+                ttft_mean_s=3 * exp_ttft / 1000, ttft_tail_s=0.9)] * n
+
+
+def fed(**kw) -> LatencyCorrection:
+    corr = LatencyCorrection((0.67, 1.5), 0.8, 300.0, **kw)
+    for w in slow_decode_windows():
+        corr.update(w, queue_profile(), 0.0)
+    return corr
+
+
+def test_the_decode_ratio_reads_up_to_its_own_bound():
+    shipped, wide = fed(), fed(decode_bounds=(0.67, 4.0))
+    assert shipped.decode == pytest.approx(1.5, rel=1e-3) and wide.decode == pytest.approx(3.0, rel=1e-3)
+    assert shipped.prefill == pytest.approx(1.5, rel=1e-3) and wide.prefill == pytest.approx(1.5, rel=1e-3)
+    assert wide.factor("decode", float("nan"), 50.0, now=0.0) == pytest.approx(3.0, rel=1e-3)
+
+
+def test_the_policy_passes_them_and_refuses_bounds_without_one():
+    assert PlannerPolicy(PolicyConfig(correction_bounds_decode=(0.67, 4.0)), queue_profile())._corr.decode_bounds == (
+        0.67, 4.0)
+    assert PlannerPolicy(PolicyConfig(), queue_profile())._corr.decode_bounds is None
+    assert "decode correction bounds" in (PolicyConfig(correction_bounds_decode=(1.2, 4.0)).invalid() or "")
+    assert PolicyConfig(correction_bounds_decode=(0.5, 4.0)).invalid() is None
