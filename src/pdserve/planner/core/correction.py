@@ -61,6 +61,14 @@ class LatencyCorrection:
     # The decode ratio's bounds where they differ from ``bounds`` (None: the same). The decode ratio reads the ITL,
     # which no queue in front of the pool inflates, so it can be trusted further than the prefill one.
     decode_bounds: tuple[float, float] | None = None
+    # Read the decode ratio as a line in the per-replica decode load (``decode_ratio_at``), fitted over the last
+    # ``curve_windows`` windows, not as one number: an engine whose decode step grows faster with its batch than the
+    # profile's reads near 1 with the pool large and far above it with the pool small, and the one number read at a
+    # large pool released replicas into a batch the profile under-stated (bench/planner cross_engine.py, held-out 70B
+    # Azure 4x from 600 s on Dynamo's engine: 0.93 at 4 decode replicas, 2.8 two minutes after releasing to 1).
+    decode_curve: bool = False
+    curve_windows: int = 40
+    decode_points: deque = field(default_factory=deque)  # (per-replica decode tokens/s, observed / profile ITL)
 
     def expected_path_ms(self, profile: CapacityProfile, kv_tokens: float) -> float:
         """What a request's TTFT holds beyond its prefill on an idle pair (0 where not modelled)."""
@@ -102,7 +110,31 @@ class LatencyCorrection:
             exp = profile.expected_itl_ms(obs.mean_isl + obs.mean_osl / 2, rate * obs.mean_osl / ready_d)
             if exp and exp > 0:
                 dlo, dhi = self.decode_bounds or self.bounds
-                self.decode = 0.5 * self.decode + 0.5 * min(max(obs.itl_mean_s * 1000 / exp, dlo), dhi)
+                raw = min(max(obs.itl_mean_s * 1000 / exp, dlo), dhi)
+                self.decode = 0.5 * self.decode + 0.5 * raw
+                if self.decode_curve:
+                    self.decode_points.append((rate * obs.mean_osl / ready_d, raw))
+                    while len(self.decode_points) > self.curve_windows:
+                        self.decode_points.popleft()
+
+    def decode_ratio_at(self, load: float) -> float | None:
+        """The decode ratio at a per-replica decode load (tokens/s) from the least-squares line through the recent
+        windows' (load, ratio), within the decode bounds; None without a line to read: ``decode_curve`` off, fewer
+        than six windows, loads that span less than 1.5x, or a ratio that falls with load (noise, not a batch cost)."""
+        pts = list(self.decode_points)
+        if not self.decode_curve or len(pts) < 6:
+            return None
+        xs = [x for x, _ in pts]
+        if min(xs) <= 0 or max(xs) < 1.5 * min(xs):
+            return None
+        n, mx = len(pts), sum(xs) / len(pts)
+        my = sum(y for _, y in pts) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+        if slope <= 0:
+            return None
+        lo, hi = self.decode_bounds or self.bounds
+        return min(max(my + slope * (load - mx), lo), hi)
 
     def factor(self, pool: str, tail_s: float, slo_ms: float, now: float) -> float:
         """The divisor for the pool's capacity now (1: the profile as it is)."""

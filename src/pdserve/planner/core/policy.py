@@ -67,7 +67,8 @@ class PlannerPolicy:
                                         learn_offset=config.correction_offset, ttft_path_ms=config.ttft_path_ms,
                                         pool_ttft=config.correction_pool_ttft, pool=config.prefill_pool_queueing,
                                         prefill_floor=config.prefill_ratio_floor,
-                                        decode_bounds=config.correction_bounds_decode)
+                                        decode_bounds=config.correction_bounds_decode,
+                                        decode_curve=config.correction_decode_curve)
 
     @property
     def interval_s(self) -> float:
@@ -177,6 +178,8 @@ class PlannerPolicy:
             self._corr.update(obs, prof, s.hit)
         corr_p = self._corr.factor("prefill", obs.ttft_tail_s, cfg.ttft_slo_ms, now)
         corr_d = self._corr.factor("decode", obs.itl_tail_s, cfg.itl_slo_ms, now)
+        if corr_d != 1.0 and (curved := self._curved_decode_capacity(context)) is not None:
+            corr_d = cap_d / max(curved, 1e-9)  # the capacity where the load-dependent ratio meets the SLO
         link = prof.kv_link.tokens_per_s if prof.kv_link is not None else None
         self._record_peak(obs, now)
         u_p = self._prefill_utilization(obs)
@@ -200,6 +203,24 @@ class PlannerPolicy:
             "terms": terms.to_dict(),
         }
         return want
+
+    def _curved_decode_capacity(self, context: float) -> float | None:
+        """Decode tokens/s per replica within the ITL SLO when the engine's ITL is the profile's times the ratio read
+        at that load (``LatencyCorrection.decode_ratio_at``): the load x where x = capacity(SLO / ratio(x)), by
+        bisection (the right side falls as x rises, the ratio's line rising with load). None: no line to read."""
+        corr, prof, slo = self._corr, self.profile, self.config.itl_slo_ms
+        if corr.decode_ratio_at(0.0) is None:
+            return None
+
+        def room(x: float) -> float:
+            r = corr.decode_ratio_at(x)
+            return (prof.decode_capacity(context, slo / r) or 0.0) - x if r else -x
+
+        lo, hi = 0.0, max(prof.decode_capacity(context, slo / (corr.decode_bounds or corr.bounds)[0]) or 0.0, 1.0)
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if room(mid) > 0 else (lo, mid)
+        return lo
 
     def _terms(self, u_p: float, cap_p: float, cap_d: float, corr_p: float, corr_d: float, link: float | None,
                isl: float, osl: float, rate: float, obs: Observation, now: float) -> tuple[tuple[int, int], Any, Load, Capacity]:

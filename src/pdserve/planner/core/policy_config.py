@@ -171,6 +171,9 @@ class PolicyConfig:
     # cross_engine.py), whose decode step at 70B TP4 runs up to 1.9x the profile's at large batches and contexts, the
     # decode ratio sat at the 1.5 bound and the pool stayed short of decode (70B Azure 4x: 73 % after warm-up).
     correction_bounds_decode: tuple[float, float] | None = None
+    # The decode ratio as a line in the per-replica decode load, the pool sized where the profile's ITL times the
+    # ratio at that load meets the SLO (LatencyCorrection.decode_curve). Opt-in.
+    correction_decode_curve: bool = False
     # A prefill ratio under 1 (the pool faster than the profile expects) applied, down to this floor (None: left
     # unapplied, as before session 25). Before the pool model the ratio under 1 was the pool's shorter queueing wait
     # the lone-replica profile did not model (0.67-0.76 on 70B at load) and applied it shrank prefill on a rise; with
