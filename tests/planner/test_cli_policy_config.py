@@ -45,6 +45,8 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--prefill-headroom-on-rise",): ("prefill_headroom_on_rise", True),
     ("--prefill-ratio-floor", "0.9"): ("prefill_ratio_floor", 0.9),
     ("--scale-down-stabilization-max-replicas", "1"): ("scale_down_stabilization_max_replicas", 1),
+    ("--correction-decode-curve",): ("correction_decode_curve", True),
+    ("--decode-correction-max", "3"): ("correction_bounds_decode", (0.67, 3.0)),
 }
 # Policy-group flags that choose the capacity profile rather than a PolicyConfig field.
 PROFILE_FLAGS = {"--profile", "--model-profile", "--mock-speedup"}
@@ -85,3 +87,9 @@ def test_defaults_are_the_policy_s_but_the_slo_and_the_profile_s_tp() -> None:
 def test_a_bad_combination_is_a_value_error_naming_it() -> None:
     with pytest.raises(ValueError, match="prefill min 3 > max 2"):
         _config("--prefill-min", "3", "--prefill-max", "2")
+
+
+def test_the_decode_correction_max_at_the_shared_bound_is_no_bound_of_its_own_and_under_1_is_refused() -> None:
+    assert _config("--decode-correction-max", str(PolicyConfig.correction_bounds[1])).correction_bounds_decode is None
+    with pytest.raises(ValueError, match="decode correction bounds"):
+        _config("--decode-correction-max", "0.9")

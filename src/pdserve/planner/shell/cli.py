@@ -114,6 +114,12 @@ def _run_parser(sub) -> None:
                                         "than a lone replica at the same load), not as replicas each alone")
     _switch(g, "prefill_headroom_on_rise", "plan prefill at --target-utilization, not --prefill-utilization, while "
                                            "the router's prompt-token rate reads above the previous tick's")
+    _switch(g, "correction_decode_curve", "read the decode latency ratio as a line in the per-replica decode load "
+                                          "and size decode where the profile's ITL times it meets the ITL SLO")
+    g.add_argument("--decode-correction-max", type=float, metavar="F",
+                   default=(PolicyConfig.correction_bounds_decode or PolicyConfig.correction_bounds)[1],
+                   help="the highest decode latency ratio (observed over profile ITL) the planner applies; the prefill "
+                        f"ratio keeps {PolicyConfig.correction_bounds[1]:g} (default %(default)s)")
     _optional(g, "--prefill-ratio-floor", "prefill_ratio_floor", "F",
               "apply a prefill latency ratio under 1 (the pool faster than its profile) down to F",
               "never under 1")
@@ -232,6 +238,9 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
         burst_on_level=args.burst_on_level, prefill_ratio_floor=args.prefill_ratio_floor,
         scale_down_stabilization_max_replicas=args.scale_down_stabilization_max_replicas,
+        correction_decode_curve=args.correction_decode_curve,
+        correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]
+                                  else (PolicyConfig.correction_bounds[0], args.decode_correction_max)),
     )
     if (bad := cfg.invalid()) is not None:
         raise ValueError(bad)
