@@ -1,4 +1,5 @@
-"""The decode latency ratio's own bounds (opt-in: PolicyConfig.correction_bounds_decode).
+"""The decode latency ratio's own bounds and its line in the load (PolicyConfig.correction_bounds_decode and
+correction_decode_curve, shipped since session 28).
 
 The analytic profile (tests/planner/conftest.py, capacity_profiles.queue_profile); the engine here decodes three times
 slower than it: the shipped bounds hold the decode ratio at 1.5, decode bounds of (0.67, 4) let it read 3, and the
@@ -37,7 +38,8 @@ def test_the_decode_ratio_reads_up_to_its_own_bound():
 def test_the_policy_passes_them_and_refuses_bounds_without_one():
     assert PlannerPolicy(PolicyConfig(correction_bounds_decode=(0.67, 4.0)), queue_profile())._corr.decode_bounds == (
         0.67, 4.0)
-    assert PlannerPolicy(PolicyConfig(), queue_profile())._corr.decode_bounds is None
+    assert PlannerPolicy(PolicyConfig(), queue_profile())._corr.decode_bounds == (0.67, 4.0)  # shipped
+    assert PlannerPolicy(PolicyConfig(correction_bounds_decode=None), queue_profile())._corr.decode_bounds is None
     assert "decode correction bounds" in (PolicyConfig(correction_bounds_decode=(1.2, 4.0)).invalid() or "")
     assert PolicyConfig(correction_bounds_decode=(0.5, 4.0)).invalid() is None
 
@@ -67,4 +69,4 @@ def test_the_pool_is_sized_where_the_profile_times_the_ratio_at_that_load_meets_
     assert x is not None and 0 < x < prof.decode_capacity(ctx, slo)
     # at x the profile's capacity at SLO / ratio(x) is x itself (the fixed point), up to the bisection's resolution
     assert prof.decode_capacity(ctx, slo / pol._corr.decode_ratio_at(x)) == pytest.approx(x, rel=1e-3)
-    assert PlannerPolicy(PolicyConfig(), queue_profile())._curved_decode_capacity(ctx) is None
+    assert PlannerPolicy(PolicyConfig(correction_decode_curve=False), queue_profile())._curved_decode_capacity(ctx) is None

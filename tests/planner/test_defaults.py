@@ -80,3 +80,19 @@ def test_the_shipped_burst_reserve_is_the_fitted_one_with_the_absorb_gate() -> N
     assert (args.burst_budget, args.burst_fit_budget, args.burst_absorb_fraction) == (2.0, 4.0, 0.9)
     off = parser.parse_args(["run", "--burst-budget", "none", "--burst-fit-budget", "none"])
     assert (off.burst_budget, off.burst_fit_budget) == (None, None)
+
+
+def test_the_decode_ratio_is_read_as_a_line_within_its_own_bounds() -> None:
+    """Session 28: judged on Dynamo's engine model (bench/planner cross_engine.py); the same replays in pdserve's
+    simulator (results/diagnosis/settings_sweep28_decode_curve.json)."""
+    import argparse
+
+    from pdserve.planner.shell import cli
+
+    cfg = PolicyConfig()
+    assert cfg.correction_decode_curve and cfg.correction_bounds_decode == (0.67, 4.0)
+    assert cfg.correction_bounds == (0.67, 1.5)  # the prefill ratio keeps the shared bounds
+    parser = argparse.ArgumentParser()
+    cli._run_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["run"])
+    assert args.correction_decode_curve and args.decode_correction_max == 4.0

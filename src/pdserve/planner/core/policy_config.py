@@ -167,13 +167,18 @@ class PolicyConfig:
     release_queue_per_replica: float = 1.0
     correction: bool = True
     correction_bounds: tuple[float, float] = (0.67, 1.5)
-    # The decode ratio's own bounds (None: correction_bounds). Opt-in. Judged on Dynamo's engine model (bench/planner
-    # cross_engine.py), whose decode step at 70B TP4 runs up to 1.9x the profile's at large batches and contexts, the
-    # decode ratio sat at the 1.5 bound and the pool stayed short of decode (70B Azure 4x: 73 % after warm-up).
-    correction_bounds_decode: tuple[float, float] | None = None
-    # The decode ratio as a line in the per-replica decode load, the pool sized where the profile's ITL times the
-    # ratio at that load meets the SLO (LatencyCorrection.decode_curve). Opt-in.
-    correction_decode_curve: bool = False
+    # The decode ratio's own bounds (None: correction_bounds), and the decode ratio read as a line in the per-replica
+    # decode load with the pool sized where the profile's ITL times the ratio at that load meets the SLO
+    # (LatencyCorrection.decode_curve). Default since session 28. The decode ratio reads the ITL, which no queue in
+    # front of the pool inflates (the prefill ratio keeps 1.5: there a backlog reads as slowness). Judged on Dynamo's
+    # engine model (bench/planner cross_engine.py), whose 70B TP4 decode step runs up to 1.9x the profile's at large
+    # batches and contexts, the ratio sat at 1.5 and the pool stayed short of decode, and one ratio read at a large
+    # pool released decode into a batch where the engine was far slower than the profile: 70B Azure 4x 73 % -> 87 %,
+    # held-out 70B 4x from 600 s 31 % -> 100 %, validation27's 70B 3x 98.4 % -> 100 % (results/cross_engine.json,
+    # planner@curve). In pdserve's simulator, whose profile is its engine's, it changes none of the 54 looked-at
+    # files (results/diagnosis/settings_sweep28_decode_curve.json).
+    correction_bounds_decode: tuple[float, float] | None = (0.67, 4.0)
+    correction_decode_curve: bool = True
     # A prefill ratio under 1 (the pool faster than the profile expects) applied, down to this floor (None: left
     # unapplied, as before session 25). Before the pool model the ratio under 1 was the pool's shorter queueing wait
     # the lone-replica profile did not model (0.67-0.76 on 70B at load) and applied it shrank prefill on a rise; with
