@@ -96,7 +96,7 @@ def decode_itl_ms(cal: dict, work: Path, n: int, ctx: int, decode_speedup: float
     ``n`` requests that arrive together, their prefills and KV transfers made a thousand times faster so that all
     ``n`` decode as one batch. (At their real speed the prefills come one after another, each request decodes its
     tokens nearly alone, and the ITL read is a small batch's: Dynamo results before session 28 were calibrated so,
-    their mocker's decode at a real batch of 32 a seventh slower than pdserve's engine on 70B TP4.)"""
+    their mocker's decode at a real batch of 32 a sixth slower than pdserve's engine on 70B TP4.)"""
     from dynamo.replay import api
 
     fast = cal | {"kv_link_gbytes_per_s": cal["kv_link_gbytes_per_s"] * 1000}
