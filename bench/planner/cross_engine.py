@@ -57,6 +57,7 @@ def replay(cal: dict, trace_path: Path, ratios: dict, driver, initial: tuple[int
     # 1.6.1's public run_trace_replay takes a planner_config for its own planner only; its Rust loop (below) takes
     # any scaling policy with initial_tick_ms() and on_tick(), as its own planner adapter is passed.
     wall = time.perf_counter()
+    execution = api._normalize_execution_model("mooncake", None)
     native = api._run_mocker_trace_replay(
         [str(trace_path)], extra_engine_args=None,
         prefill_engine_args=dynamo_peer.engine_args(cal, "prefill", ratios["speedup_ratio"], 1.0),
@@ -65,11 +66,10 @@ def replay(cal: dict, trace_path: Path, ratios: dict, driver, initial: tuple[int
         num_decode_workers=initial[1], replay_concurrency=None, agentic_lanes=None, replay_mode="offline",
         router_mode="round_robin", arrival_speedup_ratio=1.0, trace_block_size=cal["hash_block_tokens"],
         trace_format="mooncake", trace_shared_prefix_ratio=0.0, trace_num_prefix_groups=0, report_jsonl_path=None,
-        max_sim_time_ms=None, model_name=None, execution_model=api._normalize_execution_model("mooncake", None),
+        max_sim_time_ms=None, model_name=None, execution_model=execution,
         weka_nested_timestamp_basis=None, sla_ttft_ms=cal["ttft_ms"], sla_itl_ms=cal["itl_ms"],
         capture_per_request=True, capture_planner_details=False, kv_event_lag_ms=None, scaling_policy=driver)
-    rep = api._materialize_offline_report(native, planner=None,
-                                          execution_model=api._normalize_execution_model("mooncake", None))
+    rep = api._materialize_offline_report(native, planner=None, execution_model=execution)
     return {"wall_s": round(time.perf_counter() - wall, 1), "gpu_hours": rep.summary.get("gpu_hours"),
             "requests": [{"arrival_ms": r["arrival_time_ms"], "ttft_ms": r.get("ttft_ms"),
                           "e2e_ms": r.get("e2e_latency_ms"), "output_length": r.get("output_length"),
@@ -116,6 +116,7 @@ def one_file(job: tuple[Path, Path | None, list[str], int | None, str, dict[str,
         arrivals = [(r.arrival_s, r.input_tokens) for r in trace.requests]
         kv_tokens = cal["num_gpu_blocks"] * cal["block_size"]
         for name in [*policies, *(f"planner@{k}" for k in settings)]:
+            key = "planner" if name == "planner_schedule" else name  # its row in the committed file
             if name == "dynamo":
                 d = dynamo_peer.run(cal, tr, work, ratios)
             elif name.startswith("planner") and name != "planner_schedule":
@@ -129,14 +130,12 @@ def one_file(job: tuple[Path, Path | None, list[str], int | None, str, dict[str,
                                        router=RouterView(arrivals), engines=EngineView(kv_tokens))
                 d = replay(cal, tr, ratios, driver, (1, 1))
             else:
-                key = "planner" if name == "planner_schedule" else name
                 if key not in res or "series" not in res[key]:
                     continue
                 steps, initial = schedule_of(name, res, s, s.interval_s)
                 d = replay(cal, tr, ratios, ScheduleDriver(t0, s.interval_s, last, steps=steps), initial)
             scored = evaluate.score_replay(d, trace, s, args.warmup, feas, hist_end)
-            key = "planner" if name == "planner_schedule" else name
-            sim = res.get(key, {}) if "@" not in name else {}
+            sim = res.get(key, {})
             out["policies"][name] = {
                 "dynamo_engine": {k: scored[k] for k in ("attainment_after_warmup", "attainment_feasible_after_warmup",
                                                           "gpu_hours", "max_prefill", "max_decode", "sim_wall_s")

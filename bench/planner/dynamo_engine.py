@@ -32,7 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from pdserve.sim.autoscale import PoolMetrics, PoolSizes, WindowMetrics
-from pdserve.sim.windows import RATE_WINDOW_S, WindowTracker
+from pdserve.sim.windows import RATE_WINDOW_S, WindowTracker, _between
 
 
 def pool_counts(snapshot: dict[str, Any], role: str) -> tuple[int, int, int]:
@@ -75,8 +75,7 @@ class RouterView:
         tr = self.tracker
         end = tr.last_scrape(now)
         start = end - tr.window_s
-        times = [a[0] for a in tr.arrivals]
-        arr = list(tr.arrivals)[bisect.bisect_right(times, start):bisect.bisect_right(times, end)]
+        arr = _between(tr.arrivals, start, end)  # the simulator's own window read
         return {"start_s": start, "end_s": end, "arrivals": len(arr),
                 "prompt_tokens_rate": sum(a[1] for a in arr) / tr.window_s,
                 "prompt_tokens_peak_rate": tr._peak(end, interval_s), "prompt_tokens_burst": tr._burst(end, interval_s)}
