@@ -14,10 +14,13 @@ load and N runs when the file has a ``meta`` block (``bench/resultmeta.py``), or
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from statistics import median
+from types import ModuleType
 from typing import Any
 
 from readme_block import replace_block
@@ -81,13 +84,19 @@ def planner(d: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+@cache
+def _planner_report() -> ModuleType:
+    """bench/planner/report.py, imported once (its folder joins sys.path once, not on every call)."""
+    folder = str(REPO / "bench" / "planner")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module("report")
+
+
 def cross_engine(d: dict[str, Any]) -> str:
     """bench/planner/cross_engine.py: the committed runs and windows replayed in Dynamo's engine model (the counts are
     bench/planner/report.py's, which renders the full table)."""
-    sys.path.insert(0, str(REPO / "bench" / "planner"))
-    from report import cross_engine_counts
-
-    c = cross_engine_counts(d)
+    c = _planner_report().cross_engine_counts(d)
     parts = [f"{c['runs']} runs and windows in Dynamo 1.6.1's offline replay (its mocker, calibrated to pdserve's "
              f"engine numbers; both planners told those numbers): >= 99 % on {c['planner_met']}/{c['runs']} for "
              f"pdserve's planner (closed loop), {c['dynamo_met']}/{c['runs']} for Dynamo's; pdserve's attains more on "

@@ -31,6 +31,11 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+def file_sd(job: str, targets: Path) -> dict[str, Any]:
+    """A scrape config reading its targets (and their labels) from a JSON file Prometheus re-reads every second."""
+    return {"job_name": job, "file_sd_configs": [{"files": [str(targets)], "refresh_interval": "1s"}]}
+
+
 class PrometheusServer:
     """`with PrometheusServer(scrape_configs) as prom: prom.query("up")`."""
 
@@ -119,7 +124,9 @@ class PrometheusServer:
         if not self._wait_ready(60.0):
             raise RuntimeError(f"prometheus did not come back on port {self.port}:\n{self._log_tail()}")
 
-    def _wait_ready(self, timeout: float = 30.0) -> bool:
+    def _wait_ready(self, timeout: float = 120.0) -> bool:
+        # Generous: a Prometheus opening its TSDB beside a CI run of the suite twice over took more than 30 s (a
+        # flake at 5d9b5da); a server that exits (its port taken) answers at once, so a retry is not delayed.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:

@@ -32,7 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from pdserve.sim.autoscale import PoolMetrics, PoolSizes, WindowMetrics
-from pdserve.sim.windows import RATE_WINDOW_S, WindowTracker, _between
+from pdserve.sim.windows import RATE_WINDOW_S, WindowTracker
 
 
 def pool_counts(snapshot: dict[str, Any], role: str) -> tuple[int, int, int]:
@@ -74,11 +74,10 @@ class RouterView:
     def signals(self, now: float, interval_s: float) -> dict[str, Any]:
         tr = self.tracker
         end = tr.last_scrape(now)
-        start = end - tr.window_s
-        arr = _between(tr.arrivals, start, end)  # the simulator's own window read
-        return {"start_s": start, "end_s": end, "arrivals": len(arr),
-                "prompt_tokens_rate": sum(a[1] for a in arr) / tr.window_s,
-                "prompt_tokens_peak_rate": tr._peak(end, interval_s), "prompt_tokens_burst": tr._burst(end, interval_s)}
+        w = tr.router_window(end, interval_s)  # the simulator's own read of the router's counters
+        return {"start_s": end - tr.window_s, "end_s": end, "arrivals": w.arrivals,
+                "prompt_tokens_rate": w.prompt_tokens_rate, "prompt_tokens_peak_rate": w.prompt_tokens_peak_rate,
+                "prompt_tokens_burst": w.prompt_tokens_burst}
 
 
 @dataclass

@@ -110,19 +110,23 @@ def decode_itl_ms(cal: dict, work: Path, n: int, ctx: int, decode_speedup: float
     return itl[len(itl) // 2]
 
 
+def prefill_ms(cal: dict, work: Path, isl: int, speedup: float, decode_speedup: float) -> float:
+    """The mocker's prefill of one ``isl``-token prompt on an idle pair at these speed ratios: admitted to KV held."""
+    from dynamo.replay import api
+
+    f = work / f"prefill_{isl}_{speedup:g}.jsonl"
+    _write(f, [{"timestamp": 0, "input_length": isl, "output_length": 1, "hash_ids": list(range(-(-isl // 64)))}])
+    r = api.run_trace_replay(str(f), prefill_engine_args=engine_args(cal, "prefill", speedup, 1.0),
+                             decode_engine_args=engine_args(cal, "decode", 1.0, decode_speedup),
+                             capture_per_request=True, trace_block_size=64).per_request[0]
+    return float(r["source_held_ms"] - r["prefill_admit_ms"])
+
+
 def calibrate(cal: dict, work: Path, isl: int = 4096) -> dict:
     """Measure the mocker at speed 1 and return the ratios that match pdserve's engine: one prefill at ``isl``
     (the trace's mean prompt where evaluate.py runs it; 4096 before session 28), one decode step at batch 32,
     context 1024 (``decode_itl_ms``)."""
-    from dynamo.replay import api
-
-    one = work / "cal_prefill.jsonl"
-    _write(one, [{"timestamp": 0, "input_length": isl, "output_length": 1, "hash_ids": list(range(-(-isl // 64)))}])
-    rep = api.run_trace_replay(str(one), prefill_engine_args=engine_args(cal, "prefill", 1.0, 1.0),
-                               decode_engine_args=engine_args(cal, "decode", 1.0, 1.0), capture_per_request=True,
-                               trace_block_size=64)
-    r = rep.per_request[0]
-    mock_prefill_ms = r["source_held_ms"] - r["prefill_admit_ms"]
+    mock_prefill_ms = prefill_ms(cal, work, isl, 1.0, 1.0)
     ours_prefill_ms = EngineSession(cal).predict_prefill(1, isl, 0)
     n, ctx = 32, 1024
     mock_itl_ms = decode_itl_ms(cal, work, n, ctx, 1.0)
@@ -138,21 +142,11 @@ def check(cal: dict, work: Path, ratios: dict) -> dict:
     other ISLs, and the decode step (``decode_itl_ms``) at other batch sizes and contexts,
     where the single decode ratio fitted at batch 32, context 1024 need not hold (the mocker's timing model is its
     own)."""
-    from dynamo.replay import api
-
-    def mocker(rows: list[dict], name: str) -> list[dict]:
-        f = work / f"chk_{name}.jsonl"
-        _write(f, rows)
-        return api.run_trace_replay(str(f), prefill_engine_args=engine_args(cal, "prefill", ratios["speedup_ratio"], 1.0),
-                                    decode_engine_args=engine_args(cal, "decode", 1.0, ratios["decode_speedup_ratio"]),
-                                    capture_per_request=True, trace_block_size=64).per_request
-
     out = {}
     for isl in (1024, 4096, 8192):
-        r = mocker([{"timestamp": 0, "input_length": isl, "output_length": 1, "hash_ids": list(range(isl // 64))}],
-                   f"prefill{isl}")[0]
         out[f"prefill_isl{isl}_ratio_mocker_to_pdserve"] = \
-            (r["source_held_ms"] - r["prefill_admit_ms"]) / EngineSession(cal).predict_prefill(1, isl, 0)
+            prefill_ms(cal, work, isl, ratios["speedup_ratio"], ratios["decode_speedup_ratio"]) \
+            / EngineSession(cal).predict_prefill(1, isl, 0)
     kv_tokens = cal["num_gpu_blocks"] * cal["block_size"]
     for n, ctx in ((8, 1024), (128, 1024), (32, 4096), (128, 2048), (256, 1024)):
         if n * (ctx + 64) <= kv_tokens and n <= cal["max_num_seqs"]:

@@ -12,10 +12,9 @@ import pytest
 from prometheus_client import start_http_server
 
 from pdserve.planner.core.observation import PoolState
-from pdserve.planner.shell.actuator_process_pool import free_port
 from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
 from pdserve.router.shell.metrics import RouterMetrics
-from test_prometheus_loop import start, stop, wait_http
+from prometheus_server import PrometheusServer, file_sd
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -37,32 +36,22 @@ def test_prometheus_returns_the_burst_gauge_at_the_planners_budget(tmp_path: Pat
     targets = tmp_path / "targets.json"
     targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{server.server_port}"],
                                     "labels": {"namespace": "test", "pdserve_service": "svc"}}]))
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: router\n"
-        f"    file_sd_configs: [{{files: ['{targets}'], refresh_interval: 1s}}]\n")
-    prom_port = free_port()
-    prom = start(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                  f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-                 tmp_path / "prometheus.log")
     try:
-        url = f"http://127.0.0.1:{prom_port}"
-        wait_http(url + "/-/ready")
-        sel = 'namespace="test",pdserve_service="svc"'
-        sources = {b: PrometheusSource(url, PromQL(sel, window="10s", peak_range="10s", scrape="1s",
-                                                   burst_budget_s=b), timeout_s=2) for b in (2.0, 0.0, None)}
-        seen: dict = {}
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
-            seen = {b: s.observe(0.0, PoolState(1), PoolState(1)).router_prompt_tokens_peak for b, s in sources.items()}
-            if seen[2.0] > 0 and seen[0.0] > 0 and seen[None] == seen[None]:
-                break
-            time.sleep(0.5)
-        assert seen[2.0] == pytest.approx(54_000), seen
-        assert seen[0.0] == pytest.approx(90_000), seen
-        assert seen[None] == pytest.approx(0.0), seen  # the scrape-resolution irate peak of a still counter
+        with PrometheusServer([file_sd("router", targets)]) as prom:
+            url = prom.url
+            sel = 'namespace="test",pdserve_service="svc"'
+            sources = {b: PrometheusSource(url, PromQL(sel, window="10s", peak_range="10s", scrape="1s",
+                                                       burst_budget_s=b), timeout_s=2) for b in (2.0, 0.0, None)}
+            seen: dict = {}
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                seen = {b: s.observe(0.0, PoolState(1), PoolState(1)).router_prompt_tokens_peak for b, s in sources.items()}
+                if seen[2.0] > 0 and seen[0.0] > 0 and seen[None] == seen[None]:
+                    break
+                time.sleep(0.5)
+            assert seen[2.0] == pytest.approx(54_000), seen
+            assert seen[0.0] == pytest.approx(90_000), seen
+            assert seen[None] == pytest.approx(0.0), seen  # the scrape-resolution irate peak of a still counter
     finally:
-        stop(prom)
         server.shutdown()
         server.server_close()

@@ -48,15 +48,18 @@ def test_the_decode_ratio_as_a_line_in_the_load():
     corr = LatencyCorrection((0.67, 1.5), 0.8, 300.0, decode_bounds=(0.67, 4.0), decode_curve=True)
     assert corr.decode_ratio_at(100.0) is None  # no windows yet
     # ratio = 0.5 + 0.001 x at loads 500..3000 tokens/s per replica
-    corr.decode_points.extend((x, 0.5 + 0.001 * x) for x in (500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0))
+    for x, y in [(x, 0.5 + 0.001 * x) for x in (500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0)]:
+        corr.record_decode(x, y)
     assert corr.decode_ratio_at(1000.0) == pytest.approx(1.5)
     assert corr.decode_ratio_at(2000.0) == pytest.approx(2.5)
     assert corr.decode_ratio_at(10_000.0) == 4.0 and corr.decode_ratio_at(0.0) == pytest.approx(0.67)  # bounded
     flat = LatencyCorrection((0.67, 1.5), 0.8, 300.0, decode_curve=True)
-    flat.decode_points.extend((x, 1.2 - 0.0001 * x) for x in (500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0))
+    for x, y in [(x, 1.2 - 0.0001 * x) for x in (500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0)]:
+        flat.record_decode(x, y)
     assert flat.decode_ratio_at(1000.0) is None  # a ratio falling with load is noise, not a batch cost
     narrow = LatencyCorrection((0.67, 1.5), 0.8, 300.0, decode_curve=True)
-    narrow.decode_points.extend((x, 1.0 + 0.001 * x) for x in (1000.0, 1100.0, 1200.0, 1000.0, 1100.0, 1200.0))
+    for x, y in [(x, 1.0 + 0.001 * x) for x in (1000.0, 1100.0, 1200.0, 1000.0, 1100.0, 1200.0)]:
+        narrow.record_decode(x, y)
     assert narrow.decode_ratio_at(1000.0) is None  # loads within 1.5x of each other: no line
 
 
@@ -64,7 +67,8 @@ def test_the_pool_is_sized_where_the_profile_times_the_ratio_at_that_load_meets_
     pol = PlannerPolicy(PolicyConfig(correction_bounds_decode=(0.67, 4.0), correction_decode_curve=True),
                         queue_profile())
     prof, slo, ctx = pol.profile, pol.config.itl_slo_ms, 1124.0
-    pol._corr.decode_points.extend((x, 0.5 + 0.001 * x) for x in (500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0))
+    for x, y in [(x, 0.5 + 0.001 * x) for x in (500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0)]:
+        pol._corr.record_decode(x, y)
     x = pol._curved_decode_capacity(ctx)
     assert x is not None and 0 < x < prof.decode_capacity(ctx, slo)
     # at x the profile's capacity at SLO / ratio(x) is x itself (the fixed point), up to the bisection's resolution

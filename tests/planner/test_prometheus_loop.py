@@ -30,6 +30,7 @@ from pdserve.planner.shell.loop import run_loop
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.profile import CapacityProfile
 from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
+from prometheus_server import PrometheusServer, file_sd
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -64,16 +65,20 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(10)
 
 
-def wait_http(url: str, timeout: float = 30.0) -> None:
+def wait_http(url: str, timeout: float = 120.0, *, proc: subprocess.Popen, log: Path) -> None:
+    """Until ``url`` answers 200; fails fast, with ``log``'s tail, if ``proc`` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited with {proc.returncode} before it was ready\n"
+                               f"{log.read_text(errors='replace')[-2000:]}")
         try:
             if httpx.get(url, timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise TimeoutError(url)
+    raise TimeoutError(f"{url} not ready after {timeout:.0f} s\n{log.read_text(errors='replace')[-2000:]}")
 
 
 def write_targets(pool: ProcessPool, path: Path) -> None:
@@ -128,28 +133,20 @@ async def test_planner_scales_with_prometheus(tmp_path: Path):
     discovery = tmp_path / "discovery.json"
     pool = ProcessPool(model="mock", worker_args=worker_args, discovery_file=discovery, log_dir=tmp_path)
     targets = tmp_path / "targets.json"
-    prom_port, router_port = free_port(), free_port()
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: workers\n"
-        f"    file_sd_configs: [{{files: ['{targets}'], refresh_interval: 1s}}]\n")
+    router_port = free_port()
     procs: list[subprocess.Popen] = []
+    prom = PrometheusServer([file_sd("workers", targets)])
     try:
         pool.scale("prefill", 1)
         pool.scale("decode", 1)
         write_targets(pool, targets)
         assert pool.wait_ready(40), "workers did not start"
-        prom = start(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                      f"--storage.tsdb.path={tmp_path / 'tsdb'}", "--storage.tsdb.retention.time=1h",
-                      f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log")
-        procs.append(prom)
+        prom.__enter__()
         procs.append(start([sys.executable, "-m", "pdserve.cli", "router", "--host", "127.0.0.1", "--port",
                             str(router_port), "--discovery-file", str(discovery), "--tokenizer-mode", "mock"],
                            tmp_path / "router.log"))
-        prom_url, router = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{router_port}"
-        wait_http(prom_url + "/-/ready")
-        wait_http(router + "/health")
+        prom_url, router = prom.url, f"http://127.0.0.1:{router_port}"
+        wait_http(router + "/health", proc=procs[-1], log=tmp_path / "router.log")
 
         cfg = PolicyConfig(ttft_slo_ms=1000, itl_slo_ms=50, interval_s=2.0, predictor="constant",
                            prefill_min=1, prefill_max=4, decode_min=1, decode_max=4,
@@ -187,7 +184,7 @@ async def test_planner_scales_with_prometheus(tmp_path: Path):
         assert counts.completed + len(counts.failed) == counts.sent, counts
         assert len(counts.failed) <= 0.01 * counts.sent, counts.failed
 
-        stop(prom)  # Prometheus dies: the planner must hold, not scale down or up
+        prom.kill()  # Prometheus dies: the planner must hold, not scale down or up
         phase[0] = "no-prometheus"
         sizes = (len(pool.workers["prefill"]), len(pool.workers["decode"]))
         await asyncio.sleep(3 * cfg.interval_s + 1)
@@ -199,6 +196,7 @@ async def test_planner_scales_with_prometheus(tmp_path: Path):
     finally:
         for p in procs:
             stop(p)
+        prom.__exit__(None, None, None)
         pool.close()
 
 
@@ -227,28 +225,14 @@ def _exporter(reg):
     return server
 
 
-def _prometheus_over(tmp_path: Path, ports: dict[str | None, int]) -> tuple[subprocess.Popen, str]:
-    """A real Prometheus scraping each port every second, labelled with its role (None: no role label)."""
+def _prometheus_over(tmp_path: Path, ports: dict[str | None, int]) -> PrometheusServer:
+    """A real Prometheus (started) scraping each port every second, labelled with its role (None: no role label)."""
     targets = tmp_path / "targets.json"
     targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"],
                                     "labels": {"namespace": "test", "pdserve_service": "svc"}
                                     | ({"pdserve_role": role} if role else {})}
                                    for role, port in ports.items()]))
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: workers\n"
-        f"    file_sd_configs: [{{files: ['{targets}'], refresh_interval: 1s}}]\n")
-    prom_port = free_port()
-    prom = start(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                  f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log")
-    url = f"http://127.0.0.1:{prom_port}"
-    try:
-        wait_http(url + "/-/ready")
-    except BaseException:
-        stop(prom)
-        raise
-    return prom, url
+    return PrometheusServer([file_sd("workers", targets)]).__enter__()
 
 
 @contextlib.contextmanager
@@ -260,15 +244,13 @@ def _scraped(tmp_path: Path, servers: dict, feed):
     stop_feeding = threading.Event()
     feeder = threading.Thread(target=feed, args=(stop_feeding,), daemon=True)
     feeder.start()
-    prom = None
     try:
-        prom, url = _prometheus_over(tmp_path, {role: server.server_port for role, server in servers.items()})
-        yield PrometheusSource(url, PromQL('namespace="test",pdserve_service="svc"', window="10s"), timeout_s=2)
+        with _prometheus_over(tmp_path, {role: server.server_port for role, server in servers.items()}) as prom:
+            yield PrometheusSource(prom.url, PromQL('namespace="test",pdserve_service="svc"', window="10s"),
+                                   timeout_s=2)
     finally:
         stop_feeding.set()
         feeder.join(5)
-        if prom is not None:
-            stop(prom)
         for server in servers.values():
             server.shutdown()
             server.server_close()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdserve.common.burst import BUDGETS_S, BurstMeter
@@ -47,6 +48,18 @@ _EMPTY = PoolMetrics(ready=0, starting=0, draining=0, running=0, waiting=0, kv_u
 
 SCRAPE_S = 15.0  # the chart's PodMonitor interval
 RATE_WINDOW_S = 60.0  # the planner's PromQL window ("1m")
+
+
+@dataclass(frozen=True)
+class RouterWindow:
+    """What the router's own counters say at a scrape: requests routed in the rate window, their prompt-token rate,
+    the highest rate between consecutive scrapes over the last interval, and the burst gauge's highest value per
+    budget over the same scrapes."""
+
+    arrivals: int
+    prompt_tokens_rate: float
+    prompt_tokens_peak_rate: float
+    prompt_tokens_burst: dict[float, float]
 
 
 class WindowTracker:
@@ -122,6 +135,14 @@ class WindowTracker:
             prefix_hit_ratio=hits / queries if queries else None,
         )
 
+    def router_window(self, end: float, interval_s: float) -> RouterWindow:
+        """The router side alone at the scrape ``end`` (``snapshot`` adds the engines'; bench/planner's Dynamo replay
+        feeds arrivals only and reads this)."""
+        arr = _between(self.arrivals, end - self.window_s, end)
+        return RouterWindow(arrivals=len(arr), prompt_tokens_rate=sum(a[1] for a in arr) / self.window_s,
+                            prompt_tokens_peak_rate=self._peak(end, interval_s),
+                            prompt_tokens_burst=self._burst(end, interval_s))
+
     def _peak(self, end: float, interval_s: float) -> float:
         """Highest prompt-token rate between consecutive scrapes over the last interval."""
         best, s = 0.0, end
@@ -152,7 +173,7 @@ class WindowTracker:
             self.done.popleft()
         while self.prefills and self.prefills[0][0] <= horizon:
             self.prefills.popleft()
-        arr = _between(self.arrivals, start, end)
+        router = self.router_window(end, interval_s)
         done = _between(self.done, start, end)
         n = len(done)
         ttft = sorted(d[3] for d in done)
@@ -166,7 +187,7 @@ class WindowTracker:
         return WindowMetrics(
             start_s=start,
             end_s=end,
-            arrivals=len(arr),
+            arrivals=router.arrivals,
             request_rate=n / self.window_s,
             mean_isl=sum(d[1] for d in done) / n if n else None,
             mean_osl=sum(d[2] for d in done) / n if n else None,
@@ -177,10 +198,10 @@ class WindowTracker:
             itl_p90=percentile(tpot, 90),
             prefill=prefill,
             decode=decode,
-            prompt_tokens_rate=sum(a[1] for a in arr) / self.window_s,
+            prompt_tokens_rate=router.prompt_tokens_rate,
             inflight=self.inflight,
-            prompt_tokens_peak_rate=self._peak(end, interval_s),
-            prompt_tokens_burst=self._burst(end, interval_s),
+            prompt_tokens_peak_rate=router.prompt_tokens_peak_rate,
+            prompt_tokens_burst=router.prompt_tokens_burst,
             prefill_ttft_mean=sum(engine_ttft) / len(engine_ttft) if engine_ttft else None,
             prefill_ttft_p90=percentile(engine_ttft, 90),
         )

@@ -69,6 +69,14 @@ class LatencyCorrection:
     decode_curve: bool = False
     curve_windows: int = 40
     decode_points: deque = field(default_factory=deque)  # (per-replica decode tokens/s, observed / profile ITL)
+    # The line through ``decode_points`` as (mean load, mean ratio, slope), fitted once per window in ``update``
+    # (the policy reads it ~40 times a tick, bisecting for the load where it meets the SLO); None: no line to read.
+    _decode_line: tuple[float, float, float] | None = field(default=None, repr=False)
+
+    @property
+    def decode_limits(self) -> tuple[float, float]:
+        """The decode ratio's bounds: ``decode_bounds``, else the shared ``bounds``."""
+        return self.decode_bounds or self.bounds
 
     def expected_path_ms(self, profile: CapacityProfile, kv_tokens: float) -> float:
         """What a request's TTFT holds beyond its prefill on an idle pair (0 where not modelled)."""
@@ -109,20 +117,25 @@ class LatencyCorrection:
         if _finite(obs.itl_mean_s) and _finite(obs.mean_isl) and _finite(obs.mean_osl) and ready_d > 0:
             exp = profile.expected_itl_ms(obs.mean_isl + obs.mean_osl / 2, rate * obs.mean_osl / ready_d)
             if exp and exp > 0:
-                dlo, dhi = self.decode_bounds or self.bounds
+                dlo, dhi = self.decode_limits
                 raw = min(max(obs.itl_mean_s * 1000 / exp, dlo), dhi)
                 self.decode = 0.5 * self.decode + 0.5 * raw
                 if self.decode_curve:
-                    self.decode_points.append((rate * obs.mean_osl / ready_d, raw))
-                    while len(self.decode_points) > self.curve_windows:
-                        self.decode_points.popleft()
+                    self.record_decode(rate * obs.mean_osl / ready_d, raw)
 
-    def decode_ratio_at(self, load: float) -> float | None:
-        """The decode ratio at a per-replica decode load (tokens/s) from the least-squares line through the recent
-        windows' (load, ratio), within the decode bounds; None without a line to read: ``decode_curve`` off, fewer
-        than six windows, loads that span less than 1.5x, or a ratio that falls with load (noise, not a batch cost)."""
+    def record_decode(self, load: float, ratio: float) -> None:
+        """One window's (per-replica decode tokens/s, bounded ITL ratio) into the line ``decode_ratio_at`` reads."""
+        self.decode_points.append((load, ratio))
+        while len(self.decode_points) > self.curve_windows:
+            self.decode_points.popleft()
+        self._decode_line = self._fit_decode_line()
+
+    def _fit_decode_line(self) -> tuple[float, float, float] | None:
+        """The least-squares line through the recent windows' (load, ratio) as (mean load, mean ratio, slope); None
+        with fewer than six windows, loads that span less than 1.5x, or a ratio that falls with load (noise, not a
+        batch cost)."""
         pts = list(self.decode_points)
-        if not self.decode_curve or len(pts) < 6:
+        if len(pts) < 6:
             return None
         xs = [x for x, _ in pts]
         if min(xs) <= 0 or max(xs) < 1.5 * min(xs):
@@ -131,9 +144,16 @@ class LatencyCorrection:
         my = sum(y for _, y in pts) / n
         sxx = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-        if slope <= 0:
+        return (mx, my, slope) if slope > 0 else None
+
+    def decode_ratio_at(self, load: float) -> float | None:
+        """The decode ratio at a per-replica decode load (tokens/s) on the line fitted through the recent windows'
+        (load, ratio) (``_fit_decode_line``), within the decode bounds; None without a line to read (``decode_curve``
+        off, or no line fitted)."""
+        if not self.decode_curve or self._decode_line is None:
             return None
-        lo, hi = self.decode_bounds or self.bounds
+        mx, my, slope = self._decode_line
+        lo, hi = self.decode_limits
         return min(max(my + slope * (load - mx), lo), hi)
 
     def factor(self, pool: str, tail_s: float, slo_ms: float, now: float) -> float:

@@ -216,7 +216,7 @@ class PlannerPolicy:
             r = corr.decode_ratio_at(x)
             return (prof.decode_capacity(context, slo / r) or 0.0) - x if r else -x
 
-        lo, hi = 0.0, max(prof.decode_capacity(context, slo / (corr.decode_bounds or corr.bounds)[0]) or 0.0, 1.0)
+        lo, hi = 0.0, max(prof.decode_capacity(context, slo / corr.decode_limits[0]) or 0.0, 1.0)
         for _ in range(40):
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if room(mid) > 0 else (lo, mid)
