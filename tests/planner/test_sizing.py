@@ -1,5 +1,6 @@
 """The sizing terms on small hand-computed cases (link-bound decode, burst drain) and in the policy."""
 
+import dataclasses
 import math
 
 import pytest
@@ -90,6 +91,36 @@ def test_decode_links_carry_the_prefill_drain():
     t = size(load, cap, drain_s=30, startup_s=60)
     assert t.decode_link == 0 and t.decode_drain == 2 and t.decode == 2
     assert t.binding()["decode"] == "drain"
+
+
+def test_a_decode_queue_is_decode_work():
+    # 20 req/s x 200 generated tokens = 4,000 tokens/s against 3,000 per replica within the ITL SLO: 1.33 -> 2.
+    # 600 requests wait in the decode pool (its batch full: the links are idle, 1,000-token prompts). Worked off
+    # within 30 s they add 600 x 200 / 30 = 4,000 tokens/s: (4,000 + 4,000) / 3,000 = 2.67 -> 3 decode replicas.
+    cap = Capacity(prefill_slo=50_000, prefill_saturated=60_000, decode_slo=3_000, link=LINK, link_utilization=0.8)
+    load = Load(rate=20, isl=1000, osl=200, decode_queue_tokens=600 * 1000, prefill_replicas=1, decode_replicas=2,
+                decode_queue_compute=True)
+    t = size(load, cap, drain_s=30)
+    assert t.decode_compute == pytest.approx(4_000 / 3_000) and t.decode_drain == pytest.approx(8_000 / 3_000)
+    assert t.decode == 3 and t.binding()["decode"] == "drain"
+    # Read as KV waiting for links alone (before session 29): 600,000 tokens / 30 s + 20,000 arriving = 40,000 KV
+    # tokens/s, which the one decode link compute asks for carries at 80 %: no drain term, the queue unseen.
+    t_link = size(dataclasses.replace(load, decode_queue_compute=False), cap, drain_s=30)
+    assert t_link.decode_drain == 0 and t_link.decode == 2
+    # An empty decode queue adds nothing.
+    assert size(dataclasses.replace(load, decode_queue_tokens=0.0), cap, drain_s=30).decode_drain == 0
+
+
+def test_the_policy_sizes_decode_for_its_queue_with_decode_queue_compute():
+    def decide(**change):
+        pol = PlannerPolicy(PolicyConfig(predictor="constant", interval_s=30.0, **change), queue_profile())
+        obs = Observation(timestamp=0.0, prefill=PoolState(2), decode=PoolState(1), window_s=60.0, request_rate=4.0,
+                          mean_isl=1024.0, mean_osl=256.0, prefill_waiting=0.0, decode_waiting=400.0, waiting=400.0)
+        return pol.decide(obs, 0.0)
+
+    shipped, queued = decide(), decide(decode_queue_compute=True)
+    assert queued.decode > shipped.decode, (shipped.reason, queued.reason)
+    assert queued.explanation["demand"]["terms"]["binding_decode"] == "drain"
 
 
 def test_arrival_floor_beats_a_low_forecast():

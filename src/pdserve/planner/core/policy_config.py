@@ -163,6 +163,13 @@ class PolicyConfig:
     # on 70B bursty seed 0 (under 99 % either way); on five fresh windows (settings_sweep26_validation.json) it costs
     # less on one and changes no verdict. Session 24 had left it opt-in: no verdict changed then.
     burst_on_level: bool = True
+    # Size decode for its queue's work as well as for its links (sizing.Load.decode_queue_compute): requests waiting in
+    # the decode pool, for their KV or for a batch slot, each still generate their output; the pool serves the
+    # arrivals and works that backlog off within drain_s at its SLO capacity. Without it a decode pool whose batch is
+    # full (the engine slower per step than its profile, so the slots turn over slowly) queues requests for admission
+    # that only the link terms read, and they see links idle (bench/planner cross_engine.py, 70B Azure 4x on Dynamo's
+    # engine: 315 -> 612 requests queued at decode over 30 s, the client's TTFT 12 -> 20 s, decode held at 2).
+    decode_queue_compute: bool = False
     # No pool shrinks while more than this many requests per ready replica wait in it.
     release_queue_per_replica: float = 1.0
     correction: bool = True

@@ -25,7 +25,10 @@ same terms. Each term is a fractional replica count:
   arriving than the current pool moves builds that queue too, so this term also asks
   for it before anything is queued. The decode side drains the same way over its links,
   and its links must also carry what the prefill pool sends while *it* drains (both ends:
-  a prefill queue drained flat out is a KV stream at the prefill pool's drain rate).
+  a prefill queue drained flat out is a KV stream at the prefill pool's drain rate). With
+  ``decode_queue_compute`` the decode queue is decode work as well: its requests' outputs,
+  worked off within ``drain_s`` at the SLO capacity on top of the arrivals (a pool whose
+  batch is full queues requests for a slot, which no link term sees).
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ class Load:
     # The usable share is a Poisson probe's; real arrivals and a forecast that lags a ramp run a
     # link at the threshold into a queue that outlives the next decision (bench/planner, 70B x4).
     link_release: float | None = None
+    # A decode queue is decode work too (``PolicyConfig.decode_queue_compute``): the requests waiting in the decode
+    # pool (for their KV or for a batch slot) each still generate ``osl`` tokens, so the decode pool is sized to serve
+    # the arrivals *and* work that backlog off within the drain time at its SLO capacity, not only to carry its KV
+    # over the links. False: the decode queue is read as KV waiting for links alone (before session 29).
+    decode_queue_compute: bool = False
 
     @property
     def prompt_tokens(self) -> float:
@@ -206,6 +214,11 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     peak_u = min(max(load.peak_utilization, 1e-6), 1.0)
     prefill_peak = peak / (cap.prefill_saturated * peak_u)
     decode_compute = load.rate * load.osl / cap.decode_slo
+    # The decode backlog as requests (the queue arrives in prompt tokens: vLLM counts requests, the policy scaled them
+    # by the mean ISL), each still to generate its output, worked off within the drain time on top of the arrivals.
+    q_d_requests = max(load.decode_queue_tokens, 0.0) / load.isl if load.isl > 0 else 0.0
+    decode_backlog = ((load.rate + q_d_requests / drain_s) * load.osl / cap.decode_slo
+                      if load.decode_queue_compute and q_d_requests > 0 else 0.0)
     # Links, both ends: the pair (P, D) whose links carry each KV stream, starting from what
     # compute asks for each pool (more prefill senders also ease the receivers' links).
     p0, d0 = _ceil(max(prefill_compute, prefill_drain, prefill_peak)), _ceil(decode_compute)
@@ -238,7 +251,7 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
         prefill_drain=prefill_drain,
         decode_compute=decode_compute,
         decode_link=over(steady[1], d0),
-        decode_drain=over(drain[1], d0),
+        decode_drain=max(over(drain[1], d0), decode_backlog),
     )
 
 
