@@ -8,10 +8,12 @@ setup and feasibility exactly (``evaluate.load_run``); the mocker is calibrated 
 Dynamo's planner in that file (``references.dynamo_inputs``, ``dynamo_peer.calibrate``); every replay is scored like
 the file's (``evaluate.score_replay``: attainment after the file's warm-up, GPU-hours from its scored window on).
 The mocker's prefill speed is matched at the window's mean prompt length (``--calibrate-isl``): its prefill time is
-not proportional to pdserve's, so the committed runs' match at 4,096 tokens leaves it a third or more slower at
-Azure conversation's prompts, and every planner here is then judged on an engine slower than the one it was told
-of (``calibration`` in each row reports the match at other lengths and batch sizes). Dynamo's planner is replayed
-here again on the same calibration.
+not proportional to pdserve's, so a match at 4,096 tokens leaves it a third or more slower at Azure conversation's
+prompts. Since session 29 it is matched flat out (``--calibrate-prefill``, ``dynamo_peer.calibrate``): matched one
+request alone, its batched prefill ran about one and a half times pdserve's engine flat out at those prompts, an
+engine faster than the one every planner was told of (``calibration`` in each row reports the match alone and flat
+out at other lengths, and the decode step at other batch sizes). Dynamo's planner is replayed here again on the same
+calibration.
 
     .cache/peers-venv/bin/python bench/planner/cross_engine.py --traces /path/to/traces \\
         --files bench/planner/results/8b_1gpu/azure_conv_x4.json ... --out bench/planner/results/cross_engine.json
@@ -92,8 +94,8 @@ def schedule_of(name: str, res: dict, s, interval_s: float) -> tuple[list[tuple[
     return steps, (1, 1)
 
 
-def one_file(job: tuple[Path, Path | None, list[str], int | None, str, dict[str, dict]]) -> dict:
-    path, traces, policies, limit, calibrate_at, settings = job
+def one_file(job: tuple[Path, Path | None, list[str], int | None, str, str, dict[str, dict]]) -> dict:
+    path, traces, policies, limit, calibrate_at, prefill_match, settings = job
     doc = json.loads(path.read_text())
     argv = recorded_argv(doc["meta"]["command"], traces) + (["--limit", str(limit)] if limit else [])
     args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
@@ -110,7 +112,7 @@ def one_file(job: tuple[Path, Path | None, list[str], int | None, str, dict[str,
         cal = json.loads(cal_path.read_text())
         isl = (round(sum(r.input_tokens for r in trace.requests) / len(trace.requests)) if calibrate_at == "mean"
                else int(calibrate_at))
-        ratios = dynamo_peer.calibrate(cal, work, isl)
+        ratios = dynamo_peer.calibrate(cal, work, isl, prefill_match)
         ratios |= dynamo_peer.check(cal, work, ratios)
         out["calibration"] = ratios | {"prefill_isl": isl}
         arrivals = [(r.arrival_s, r.input_tokens) for r in trace.requests]
@@ -170,13 +172,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="the prompt length the mocker's prefill speed is matched at: 'mean' (the window's mean prompt, "
                          "default: the mocker's prefill time is not proportional to pdserve's, 1.5x it at 1,024 tokens "
                          "when matched at 4,096) or a number (4096: as every committed Dynamo result)")
+    ap.add_argument("--calibrate-prefill", choices=dynamo_peer.PREFILL_MATCH, default="flat-out",
+                    help="match the mocker's prefill flat out (its throughput with the batch full, default since "
+                         "session 29) or alone (one request's latency, the committed runs before)")
     ap.add_argument("--limit", type=int, help="only the first N requests of each window (quick runs: not the file's run)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
     with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
         rows = list(ex.map(one_file, [(f, args.traces, args.policies, args.limit, args.calibrate_isl,
-                                      dict(args.settings)) for f in args.files]))
+                                      args.calibrate_prefill, dict(args.settings)) for f in args.files]))
     write_result(args.out, {"schema": SCHEMA, "engine": "Dynamo 1.6.1 offline replay (mocker), calibrated to pdserve's "
                             "engine numbers (dynamo_peer.calibrate)", "policies": args.policies,
                             "settings": dict(args.settings), "rows": rows}, run)

@@ -14,8 +14,10 @@ bytes per token, link bandwidth, KV blocks per replica, TP, the SLO and the limi
 What is Dynamo's and what is ours:
 * the replay engine is Dynamo's mocker (its polynomial timing model); we calibrate it
   to pdserve's engine numbers with its own knobs: ``speedup_ratio`` (prefill) and
-  ``decode_speedup_ratio`` so that one ISL-4096 prefill and one 32-sequence decode step
-  at context 1024 take what pdserve's engine model says, its KV capacity
+  ``decode_speedup_ratio`` so that its prefill flat out at the trace's mean prompt (one
+  request alone at 4,096 tokens until session 28, alone at the mean prompt in session 28;
+  ``calibrate``) and one 32-sequence decode step at context 1024 take what pdserve's
+  engine model says, its KV capacity
   (``num_gpu_blocks``), KV transfer (bytes per token, bandwidth) and start-up delay;
   the achieved calibration error is measured and reported;
 * the planner is Dynamo's SLA planner (``optimization_target="sla"``, ARIMA load
@@ -122,24 +124,68 @@ def prefill_ms(cal: dict, work: Path, isl: int, speedup: float, decode_speedup: 
     return float(r["source_held_ms"] - r["prefill_admit_ms"])
 
 
-def calibrate(cal: dict, work: Path, isl: int = 4096) -> dict:
-    """Measure the mocker at speed 1 and return the ratios that match pdserve's engine: one prefill at ``isl``
-    (the trace's mean prompt where evaluate.py runs it; 4096 before session 28), one decode step at batch 32,
-    context 1024 (``decode_itl_ms``)."""
+def prefill_flat_out(cal: dict, work: Path, isl: int, speedup: float, n: int = 256) -> float:
+    """The mocker's prefill flat out (prompt tokens/s): ``n`` prompts of ``isl`` tokens arriving together at one prefill
+    worker (its own batching decides how many share a step), from the first prompt's KV held to the last; the KV link
+    made a thousand times faster so that no transfer holds the worker back."""
+    from dynamo.replay import api
+
+    fast = cal | {"kv_link_gbytes_per_s": cal["kv_link_gbytes_per_s"] * 1000}
+    blocks = -(-isl // 64)
+    f = work / f"flat_out_{isl}_{speedup:g}.jsonl"
+    _write(f, [{"timestamp": 0, "input_length": isl, "output_length": 1,
+                "hash_ids": list(range(k * (blocks + 1), k * (blocks + 1) + blocks))} for k in range(n)])
+    rep = api.run_trace_replay(str(f), prefill_engine_args=engine_args(fast, "prefill", speedup, 1.0),
+                               decode_engine_args=engine_args(fast, "decode", 1.0, 1.0), capture_per_request=True,
+                               trace_block_size=64)
+    held = sorted(r["source_held_ms"] for r in rep.per_request)
+    return (n - 1) * isl / ((held[-1] - held[0]) / 1000)
+
+
+def pdserve_flat_out(cal: dict, isl: int) -> float:
+    """pdserve's engine flat out at ``isl`` (prompt tokens/s): what its planner's profile calls saturated."""
+    return _interp([float(x) for x in cal["prefill_isl"]], [float(x) for x in cal["prefill_flat_out_tokens_per_s"]],
+                   float(isl))
+
+
+PREFILL_MATCH = ("flat-out", "alone")
+
+
+def calibrate(cal: dict, work: Path, isl: int = 4096, match: str = "flat-out") -> dict:
+    """Measure the mocker at speed 1 and return the ratios that match pdserve's engine: the prefill at ``isl`` (the
+    trace's mean prompt where evaluate.py runs it; 4096 before session 28), and one decode step at batch 32, context
+    1024 (``decode_itl_ms``).
+
+    ``match`` says which prefill: ``flat-out`` (since session 29) its throughput with the worker's batch full
+    (``prefill_flat_out``), what a pool's capacity is; ``alone`` one request on an idle worker, its latency (sessions
+    up to 28). The two are not proportional: matched alone at the Azure conversation's mean prompt, the mocker
+    prefilled about one and a half times pdserve's engine flat out (its batched step is cheaper than ours), a pool
+    of its prefill workers that much larger than the engine numbers both planners are told. Both are reported."""
+    if match not in PREFILL_MATCH:
+        raise ValueError(f"prefill match {match!r}: expected one of {PREFILL_MATCH}")
     mock_prefill_ms = prefill_ms(cal, work, isl, 1.0, 1.0)
     ours_prefill_ms = EngineSession(cal).predict_prefill(1, isl, 0)
+    out: dict = {"prefill_match": match, f"prefill_isl{isl}_mocker_ms": mock_prefill_ms,
+                 f"prefill_isl{isl}_pdserve_ms": ours_prefill_ms}
+    if match == "flat-out":
+        mock_flat, ours_flat = prefill_flat_out(cal, work, isl, 1.0), pdserve_flat_out(cal, isl)
+        speedup = ours_flat / mock_flat  # the mocker's throughput scales with its speed-up, its times inversely
+        out |= {f"prefill_isl{isl}_flat_out_mocker_tokens_per_s": mock_flat,
+                f"prefill_isl{isl}_flat_out_pdserve_tokens_per_s": ours_flat,
+                f"prefill_isl{isl}_alone_ratio_mocker_to_pdserve": mock_prefill_ms / speedup / ours_prefill_ms}
+    else:
+        speedup = mock_prefill_ms / ours_prefill_ms
     n, ctx = 32, 1024
     mock_itl_ms = decode_itl_ms(cal, work, n, ctx, 1.0)
     ours_itl_ms = EngineSession(cal).predict_decode(n, ctx + 32)
-    return {f"prefill_isl{isl}_mocker_ms": mock_prefill_ms, f"prefill_isl{isl}_pdserve_ms": ours_prefill_ms,
-            "speedup_ratio": mock_prefill_ms / ours_prefill_ms,
-            "decode_b32_ctx1024_mocker_itl_ms": mock_itl_ms, "decode_b32_ctx1024_pdserve_itl_ms": ours_itl_ms,
-            "decode_speedup_ratio": mock_itl_ms / ours_itl_ms}
+    return out | {"speedup_ratio": speedup,
+                  "decode_b32_ctx1024_mocker_itl_ms": mock_itl_ms, "decode_b32_ctx1024_pdserve_itl_ms": ours_itl_ms,
+                  "decode_speedup_ratio": mock_itl_ms / ours_itl_ms}
 
 
 def check(cal: dict, work: Path, ratios: dict) -> dict:
-    """The calibrated mocker against pdserve's engine at other points (reported, not tuned): one prefill at two
-    other ISLs, and the decode step (``decode_itl_ms``) at other batch sizes and contexts,
+    """The calibrated mocker against pdserve's engine at other points (reported, not tuned): the prefill alone and flat
+    out at three ISLs, and the decode step (``decode_itl_ms``) at other batch sizes and contexts,
     where the single decode ratio fitted at batch 32, context 1024 need not hold (the mocker's timing model is its
     own)."""
     out = {}
@@ -147,6 +193,9 @@ def check(cal: dict, work: Path, ratios: dict) -> dict:
         out[f"prefill_isl{isl}_ratio_mocker_to_pdserve"] = \
             prefill_ms(cal, work, isl, ratios["speedup_ratio"], ratios["decode_speedup_ratio"]) \
             / EngineSession(cal).predict_prefill(1, isl, 0)
+        if "prefill_flat_out_tokens_per_s" in cal:  # engine numbers written since session 29
+            out[f"prefill_isl{isl}_flat_out_ratio_mocker_to_pdserve"] = \
+                prefill_flat_out(cal, work, isl, ratios["speedup_ratio"]) / pdserve_flat_out(cal, isl)
     kv_tokens = cal["num_gpu_blocks"] * cal["block_size"]
     for n, ctx in ((8, 1024), (128, 1024), (32, 4096), (128, 2048), (256, 1024)):
         if n * (ctx + 64) <= kv_tokens and n <= cal["max_num_seqs"]:
@@ -290,6 +339,9 @@ def main() -> int:
     ap.add_argument("--calibrate-isl", type=int, default=4096,
                     help="the prompt length the mocker's prefill speed is matched to pdserve's at (evaluate.py passes "
                          "the trace's mean: the two prefill times are not proportional)")
+    ap.add_argument("--calibrate-prefill", choices=PREFILL_MATCH, default="flat-out",
+                    help="match the mocker's prefill to pdserve's flat out (its throughput with the batch full, what a "
+                         "pool's capacity is; default since session 29) or alone (one request's latency, as before)")
     ap.add_argument("--planner-json", type=json.loads, default={},
                     help="keys merged into Dynamo's planner_config (its field names), e.g. '{\"min_endpoint\": 2}'")
     args = ap.parse_args()
@@ -300,7 +352,7 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.trace.write_text("\n".join(rows) + "\n")
     work = args.out.parent
-    ratios = calibrate(cal, work, args.calibrate_isl)
+    ratios = calibrate(cal, work, args.calibrate_isl, args.calibrate_prefill)
     ratios |= check(cal, work, ratios)
     res = run(cal, args.trace, work, ratios, args.planner_json)
     import dynamo

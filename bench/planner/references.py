@@ -303,7 +303,7 @@ def dynamo_inputs(trace: Trace, s: Setup, *, max_replicas: int, out_dir) -> tupl
     import json
     from pathlib import Path
 
-    from pdserve.planner.core.profile_model import _prefill_alone_s
+    from pdserve.planner.core.profile_model import _prefill_alone_s, prefill_flat_out
     from pdserve.worker.perf import PerfModel, load_profile
 
     out = Path(out_dir)
@@ -329,6 +329,8 @@ def dynamo_inputs(trace: Trace, s: Setup, *, max_replicas: int, out_dir) -> tupl
             dec[str(ctx)] = {"batch": bs, "ms": [1000 * pm.step_time(decode_contexts=[ctx] * b) for b in bs]}
     cal = {
         "prefill_isl": isls, "prefill_ms": [1000 * _prefill_alone_s(pm, i, 8192) for i in isls], "decode": dec,
+        # what the planner's profile calls saturated (derive_profile): the mocker's prefill is matched to it
+        "prefill_flat_out_tokens_per_s": [prefill_flat_out(pm, i, 8192) for i in isls],
         "kv_bytes_per_token": pm.kv_bytes_per_token, "kv_link_gbytes_per_s": s.kv_link_gbps / 8,
         "block_size": 64, "num_gpu_blocks": kv_tokens // 64, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
         "max_model_len": pm.profile.model.max_position_embeddings, "tp": s.tp_p, "startup_s": s.startup_s,

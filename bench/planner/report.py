@@ -147,7 +147,11 @@ def cross_engine(results: Path) -> str:
         run = Path(row["file"]).with_suffix("")
         name = "/".join(run.parts[run.parts.index("results") + 1:]) if "results" in run.parts else run.name
         dec = cal.get("decode_b128_ctx2048_ratio_mocker_to_pdserve")
-        rows.append(f"| {name} | {cal.get('prefill_isl', '-')}; {'-' if dec is None else f'{dec:.2f}'} | "
+        isl = cal.get("prefill_isl")
+        alone = cal.get(f"prefill_isl{isl}_alone_ratio_mocker_to_pdserve")
+        match = (f"{isl} {cal.get('prefill_match', 'alone')}" if isl is not None else "-") \
+            + ("" if alone is None else f" (alone {alone:.2f})")
+        rows.append(f"| {name} | {match}; {'-' if dec is None else f'{dec:.2f}'} | "
                     f"{cell(row, 'planner')} | {cell(row, 'dynamo')} | {cell(row, 'best')} | {cell(row, 'static')} | "
                     f"{cell(row, 'planner_schedule')} | {cell(row, 'planner', 'pdserve_sim')} |"
                     + "".join(f" {cell(row, f'planner@{k}')} |" for k in settings))
@@ -156,8 +160,10 @@ def cross_engine(results: Path) -> str:
     return "\n".join([
         "#### The runs in another engine model: Dynamo's offline replay (`cross_engine.py`, `results/cross_engine.json`)", "",
         f"Commit {m['commit'][:8]}, load {m['loadavg_before']['1m']:.1f}. Each run's window in Dynamo 1.6.1's mocker, "
-        "calibrated to pdserve's engine numbers (prefill matched at the window's mean prompt; the mocker's decode step "
-        "at batch 128 and context 2,048 over pdserve's is the second number); Dynamo's router at its replay default "
+        "calibrated to pdserve's engine numbers (prefill matched at the window's mean prompt, flat out with its batch "
+        "full or one request alone, the mocker's time for one request alone over pdserve's in brackets where matched "
+        "flat out; the mocker's decode step at batch 128 and context 2,048 over pdserve's is the second number); "
+        "Dynamo's router at its replay default "
         "(round robin). pdserve's planner runs closed loop on what Dynamo's replay shows it (no tail latencies, no "
         "prefill-engine TTFT: its prefill latency correction stays at 1); the best schedule found, the static size "
         "and the planner's decisions are the run's, from pdserve's simulator, replayed open loop. Attainment after "
@@ -166,7 +172,7 @@ def cross_engine(results: Path) -> str:
         f"on {c['dynamo_more']}; where both attain at least 99 % ({c['both_met']}), the planner spends fewer GPU-hours "
         f"on {c['planner_cheaper']} and Dynamo's planner on {c['dynamo_cheaper']}. The best schedule found on pdserve's "
         f"simulator holds 99 % in this engine on {c['best_met']}.", "",
-        "| run | prefill matched at (tokens); decode step vs ours | planner (closed loop) | Dynamo's planner | "
+        "| run | prefill matched at (tokens, how); decode step vs ours | planner (closed loop) | Dynamo's planner | "
         "best schedule (open loop) | static (open loop) | planner's decisions (open loop) | planner in pdserve's "
         "simulator |" + "".join(f" planner with {', '.join(f'{f} {v}' for f, v in ch.items())} (closed loop) |"
                                 for ch in settings.values()),

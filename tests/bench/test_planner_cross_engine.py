@@ -128,3 +128,30 @@ def test_window_metrics_reads_no_arrival_after_now() -> None:
     s = snap(30.0, p=[0], d=[0])
     ev.update(s)
     assert window_metrics(30.0, 30.0, rv, ev, s).arrivals == 1
+
+
+def test_the_mocker_is_matched_to_what_the_planner_s_profile_calls_saturated(tmp_path: Path) -> None:
+    """The prefill speed Dynamo's mocker is calibrated to (references.dynamo_inputs, read by dynamo_peer.calibrate
+    since session 29) is the flat-out throughput the planner's own profile is built on (derive_profile's saturated
+    point), at every prompt length the engine numbers list; dynamo_peer.pdserve_flat_out reads it between them."""
+    import json
+
+    import dynamo_peer
+    from references import Setup, dynamo_inputs
+
+    from pdserve.planner.core.profile_model import UTILISATION, derive_profile
+    from pdserve.sim.config import Slo
+    from pdserve.sim.traces import Trace, TraceRequest
+
+    trace = Trace(tuple(TraceRequest(i, float(i), 1000, 10) for i in range(3)), "synthetic", "t", "0")
+    prof = derive_profile("llama-3.1-8b-h100")
+    s = Setup("llama-3.1-8b-h100", prof, 1, 1, 4, 4, Slo(), 30.0, 60.0)
+    cal = json.loads(dynamo_inputs(trace, s, max_replicas=4, out_dir=tmp_path)[1].read_text())
+    shared = [(isl, flat) for isl, flat in zip(cal["prefill_isl"], cal["prefill_flat_out_tokens_per_s"])
+              if isl in {p.isl for p in prof.prefill.points}]
+    assert len(shared) >= 4
+    for isl, flat in shared:  # the profile's highest point is the engine flat out at its top utilisation
+        assert flat * max(UTILISATION) == pytest.approx(prof.prefill_saturated(isl), rel=1e-9), isl
+    lo, hi = cal["prefill_flat_out_tokens_per_s"][6:8]
+    mid = dynamo_peer.pdserve_flat_out(cal, (cal["prefill_isl"][6] + cal["prefill_isl"][7]) // 2)
+    assert min(lo, hi) <= mid <= max(lo, hi)

@@ -182,7 +182,8 @@ def test_the_cross_engine_runs_are_a_table_with_their_counts_read_from_the_file(
 
     rows = [
         {"file": "bench/planner/results/8b_1gpu/azure_conv_x4.json",
-         "calibration": {"prefill_isl": 1195, "decode_b128_ctx2048_ratio_mocker_to_pdserve": 1.2},
+         "calibration": {"prefill_isl": 1195, "decode_b128_ctx2048_ratio_mocker_to_pdserve": 1.2,
+                         "prefill_match": "flat-out", "prefill_isl1195_alone_ratio_mocker_to_pdserve": 1.43},
          "policies": {"planner": pol(1.0, 0.5) | {"pdserve_sim": {"attainment_after_warmup": 1.0, "gpu_hours": 0.45}},
                       "dynamo": pol(0.39, 0.35), "best": pol(1.0, 0.41), "static": pol(1.0, 0.5)}},
         {"file": "bench/planner/results/heldout/70b_tp4/azure_conv_x4_from600.json", "calibration": {"prefill_isl": 1200},
@@ -195,9 +196,10 @@ def test_the_cross_engine_runs_are_a_table_with_their_counts_read_from_the_file(
             "attains more on 1, Dynamo's planner on 1; where both attain at least 99 % (0), the planner spends fewer "
             "GPU-hours on 0 and Dynamo's planner on 0. The best schedule found on pdserve's simulator holds 99 % in "
             "this engine on 1.") in block
-    assert "| 8b_1gpu/azure_conv_x4 | 1195; 1.20 | 100.0 % at 0.50 | 39.0 % at 0.35 | 100.0 % at 0.41 | 100.0 % at 0.50 | " \
+    # matched flat out (session 29), the one-request ratio beside it; a file before names its match "alone"
+    assert "| 8b_1gpu/azure_conv_x4 | 1195 flat-out (alone 1.43); 1.20 | 100.0 % at 0.50 | 39.0 % at 0.35 | 100.0 % at 0.41 | 100.0 % at 0.50 | " \
            "- | 100.0 % at 0.45 |" in block
-    assert "| heldout/70b_tp4/azure_conv_x4_from600 | 1200; - | 70.0 % at 5.00 |" in block
+    assert "| heldout/70b_tp4/azure_conv_x4_from600 | 1200 alone; - | 70.0 % at 5.00 |" in block
     rows[1]["policies"]["dynamo"] = pol(0.995, 4.0)
     rows[1]["policies"]["planner"] = pol(1.0, 5.0)
     (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows}))

@@ -52,12 +52,7 @@ def derive_profile(
     pre = []
     for isl in (s for s in ISLS if s <= max_len):
         alone = _prefill_alone_s(pm_p, isl, max_num_batched_tokens)
-        per_step = max(1, max_num_batched_tokens // isl) if isl <= max_num_batched_tokens else 1
-        if isl <= max_num_batched_tokens:
-            step = pm_p.step_time([(isl, 0)] * per_step)
-            mu_tok = per_step * isl / step
-        else:
-            mu_tok = isl / alone
+        mu_tok = prefill_flat_out(pm_p, isl, max_num_batched_tokens)
         service = isl / mu_tok
         for rho in UTILISATION:
             mean_wait = rho * service / (1 - rho)
@@ -89,6 +84,15 @@ def derive_profile(
         "decode": {"tensorParallelSize": pm_d.tp, "points": dec},
         "kvLink": None if kv_link_gbps is None else {"kvBytesPerToken": pm_p.kv_bytes_per_token, "gbps": kv_link_gbps},
     })
+
+
+def prefill_flat_out(pm, isl: int, max_num_batched_tokens: int) -> float:
+    """Prompt tokens/s one replica prefills flat out at ``isl``: as many whole prompts per step as the token budget
+    holds (vLLM's scheduler packs them), or one prompt chunk by chunk where it does not fit."""
+    if isl <= max_num_batched_tokens:
+        per_step = max(1, max_num_batched_tokens // isl)
+        return per_step * isl / pm.step_time([(isl, 0)] * per_step)
+    return isl / _prefill_alone_s(pm, isl, max_num_batched_tokens)
 
 
 def _prefill_alone_s(pm, isl: int, chunk: int) -> float:
