@@ -46,6 +46,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--prefill-ratio-floor", "0.9"): ("prefill_ratio_floor", 0.9),
     ("--scale-down-stabilization-max-replicas", "1"): ("scale_down_stabilization_max_replicas", 1),
     ("--no-correction-decode-curve",): ("correction_decode_curve", False),
+    ("--decode-queue-compute",): ("decode_queue_compute", True),
     ("--decode-correction-max", "3"): ("correction_bounds_decode", (0.67, 3.0)),
 }
 # Policy-group flags that choose the capacity profile rather than a PolicyConfig field.

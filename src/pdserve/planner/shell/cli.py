@@ -116,6 +116,8 @@ def _run_parser(sub) -> None:
                                            "the router's prompt-token rate reads above the previous tick's")
     _switch(g, "correction_decode_curve", "read the decode latency ratio as a line in the per-replica decode load "
                                           "and size decode where the profile's ITL times it meets the ITL SLO")
+    _switch(g, "decode_queue_compute", "size decode for the work its queue holds (each queued request's output, worked "
+                                       "off within the drain time) as well as for the KV its links carry")
     g.add_argument("--decode-correction-max", type=float, metavar="F",
                    default=(PolicyConfig.correction_bounds_decode or PolicyConfig.correction_bounds)[1],
                    help="the highest decode latency ratio (observed over profile ITL) the planner applies; the prefill "
@@ -238,7 +240,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
         burst_on_level=args.burst_on_level, prefill_ratio_floor=args.prefill_ratio_floor,
         scale_down_stabilization_max_replicas=args.scale_down_stabilization_max_replicas,
-        correction_decode_curve=args.correction_decode_curve,
+        correction_decode_curve=args.correction_decode_curve, decode_queue_compute=args.decode_queue_compute,
         correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]
                                   else (PolicyConfig.correction_bounds[0], args.decode_correction_max)),
     )
