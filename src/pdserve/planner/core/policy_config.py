@@ -168,7 +168,9 @@ class PolicyConfig:
     # arrivals and works that backlog off within drain_s at its SLO capacity. Without it a decode pool whose batch is
     # full (the engine slower per step than its profile, so the slots turn over slowly) queues requests for admission
     # that only the link terms read, and they see links idle (bench/planner cross_engine.py, 70B Azure 4x on Dynamo's
-    # engine: 315 -> 612 requests queued at decode over 30 s, the client's TTFT 12 -> 20 s, decode held at 2).
+    # engine: 315 -> 612 requests queued at decode over 30 s, the client's TTFT 12 -> 20 s, decode held at 2). Opt-in:
+    # on that engine it changes one window of 29 (results/cross_engine.json, planner@decode_queue); in pdserve's
+    # simulator none of the 54 looked-at files (results/diagnosis/settings_sweep29_decode_queue.json).
     decode_queue_compute: bool = False
     # No pool shrinks while more than this many requests per ready replica wait in it.
     release_queue_per_replica: float = 1.0
