@@ -32,7 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from pdserve.sim.autoscale import PoolMetrics, PoolSizes, WindowMetrics
-from pdserve.sim.windows import RATE_WINDOW_S, WindowTracker
+from pdserve.sim.windows import RATE_WINDOW_S, RouterWindow, WindowTracker
 
 
 def pool_counts(snapshot: dict[str, Any], role: str) -> tuple[int, int, int]:
@@ -71,13 +71,9 @@ class RouterView:
             self.tracker.arrived(SimpleNamespace(arrival_s=t, input_tokens=tokens))  # type: ignore[arg-type]
             self.routed += 1
 
-    def signals(self, now: float, interval_s: float) -> dict[str, Any]:
-        tr = self.tracker
-        end = tr.last_scrape(now)
-        w = tr.router_window(end, interval_s)  # the simulator's own read of the router's counters
-        return {"start_s": end - tr.window_s, "end_s": end, "arrivals": w.arrivals,
-                "prompt_tokens_rate": w.prompt_tokens_rate, "prompt_tokens_peak_rate": w.prompt_tokens_peak_rate,
-                "prompt_tokens_burst": w.prompt_tokens_burst}
+    def signals(self, now: float, interval_s: float) -> RouterWindow:
+        """The router's counters at the last scrape before ``now``: the simulator's own read."""
+        return self.tracker.router_window(self.tracker.last_scrape(now), interval_s)
 
 
 @dataclass
@@ -138,12 +134,12 @@ def window_metrics(now: float, interval_s: float, router: RouterView, engines: E
     done = engines.completions()
     prefill, decode = engines.pool(snapshot, "prefill", done["hit"]), engines.pool(snapshot, "decode", None)
     return WindowMetrics(
-        start_s=sig["start_s"], end_s=sig["end_s"], arrivals=sig["arrivals"], request_rate=done["request_rate"],
+        start_s=sig.start_s, end_s=sig.end_s, arrivals=sig.arrivals, request_rate=done["request_rate"],
         mean_isl=done["mean_isl"], mean_osl=done["mean_osl"], completions=done["completions"],
         ttft_p50=done["ttft"], ttft_p90=None, itl_p50=done["itl"], itl_p90=None, prefill=prefill, decode=decode,
-        prompt_tokens_rate=sig["prompt_tokens_rate"],
+        prompt_tokens_rate=sig.prompt_tokens_rate,
         inflight=prefill.running + prefill.waiting + decode.running + decode.waiting,
-        prompt_tokens_peak_rate=sig["prompt_tokens_peak_rate"], prompt_tokens_burst=sig["prompt_tokens_burst"],
+        prompt_tokens_peak_rate=sig.prompt_tokens_peak_rate, prompt_tokens_burst=sig.prompt_tokens_burst,
         prefill_ttft_mean=None, prefill_ttft_p90=None)
 
 

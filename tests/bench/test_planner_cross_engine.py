@@ -78,9 +78,9 @@ def test_the_router_side_counts_only_arrivals_up_to_the_last_scrape() -> None:
     rv.advance(100.0)
     assert rv.routed == 101  # arrivals at 0..100 s: none after the tick
     sig = rv.signals(100.0, 30.0)
-    assert sig["end_s"] == pytest.approx(97.5) and sig["start_s"] == pytest.approx(37.5)
-    assert sig["arrivals"] == 60 and sig["prompt_tokens_rate"] == pytest.approx(1000.0)
-    assert set(sig["prompt_tokens_burst"]) and all(v > 0 for v in sig["prompt_tokens_burst"].values())
+    assert sig.end_s == pytest.approx(97.5) and sig.start_s == pytest.approx(37.5)
+    assert sig.arrivals == 60 and sig.prompt_tokens_rate == pytest.approx(1000.0)
+    assert set(sig.prompt_tokens_burst) and all(v > 0 for v in sig.prompt_tokens_burst.values())
 
 
 def test_a_schedule_is_a_step_function_and_only_changes_are_sent() -> None:

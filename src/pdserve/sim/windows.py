@@ -52,10 +52,12 @@ RATE_WINDOW_S = 60.0  # the planner's PromQL window ("1m")
 
 @dataclass(frozen=True)
 class RouterWindow:
-    """What the router's own counters say at a scrape: requests routed in the rate window, their prompt-token rate,
-    the highest rate between consecutive scrapes over the last interval, and the burst gauge's highest value per
-    budget over the same scrapes."""
+    """What the router's own counters say at the scrape ``end_s``: requests routed in the rate window from ``start_s``,
+    their prompt-token rate, the highest rate between consecutive scrapes over the last interval, and the burst
+    gauge's highest value per budget over the same scrapes."""
 
+    start_s: float
+    end_s: float
     arrivals: int
     prompt_tokens_rate: float
     prompt_tokens_peak_rate: float
@@ -139,7 +141,7 @@ class WindowTracker:
         """The router side alone at the scrape ``end`` (``snapshot`` adds the engines'; bench/planner's Dynamo replay
         feeds arrivals only and reads this)."""
         arr = _between(self.arrivals, end - self.window_s, end)
-        return RouterWindow(arrivals=len(arr), prompt_tokens_rate=sum(a[1] for a in arr) / self.window_s,
+        return RouterWindow(start_s=end - self.window_s, end_s=end, arrivals=len(arr), prompt_tokens_rate=sum(a[1] for a in arr) / self.window_s,
                             prompt_tokens_peak_rate=self._peak(end, interval_s),
                             prompt_tokens_burst=self._burst(end, interval_s))
 
