@@ -93,34 +93,39 @@ def _write(path: Path, rows: list[dict]) -> None:
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
+def _probe(cal: dict, work: Path, name: str, rows: list[dict], speedup: float, decode_speedup: float, *,
+           fast_link: bool = False) -> list[dict]:
+    """The mocker's per-request records for ``rows`` on one prefill and one decode worker at these speed ratios
+    (``fast_link``: the KV link a thousand times faster, so that no transfer holds either side back): the one
+    replay behind every calibration probe."""
+    from dynamo.replay import api
+
+    if fast_link:
+        cal = cal | {"kv_link_gbytes_per_s": cal["kv_link_gbytes_per_s"] * 1000}
+    f = work / f"{name}.jsonl"
+    _write(f, rows)
+    return api.run_trace_replay(str(f), prefill_engine_args=engine_args(cal, "prefill", speedup, 1.0),
+                                decode_engine_args=engine_args(cal, "decode", 1.0, decode_speedup),
+                                capture_per_request=True, trace_block_size=64).per_request
+
+
 def decode_itl_ms(cal: dict, work: Path, n: int, ctx: int, decode_speedup: float) -> float:
     """The mocker's decode step with ``n`` sequences of context ``ctx`` (+ up to 64 generated): the median ITL of
     ``n`` requests that arrive together, their prefills and KV transfers made a thousand times faster so that all
     ``n`` decode as one batch. (At their real speed the prefills come one after another, each request decodes its
     tokens nearly alone, and the ITL read is a small batch's: Dynamo results before session 28 were calibrated so,
     their mocker's decode at a real batch of 32 a sixth slower than pdserve's engine on 70B TP4.)"""
-    from dynamo.replay import api
-
-    fast = cal | {"kv_link_gbytes_per_s": cal["kv_link_gbytes_per_s"] * 1000}
-    f = work / f"decode_{n}_{ctx}.jsonl"
-    _write(f, [{"timestamp": 0, "input_length": ctx, "output_length": 64,
-                "hash_ids": list(range(k * 1000, k * 1000 + -(-ctx // 64)))} for k in range(n)])
-    rep = api.run_trace_replay(str(f), prefill_engine_args=engine_args(fast, "prefill", 1000.0, 1.0),
-                               decode_engine_args=engine_args(fast, "decode", 1.0, decode_speedup),
-                               capture_per_request=True, trace_block_size=64)
-    itl = sorted(x["itl_ms"] for x in rep.per_request if x.get("itl_ms") is not None)
+    rows = [{"timestamp": 0, "input_length": ctx, "output_length": 64,
+             "hash_ids": list(range(k * 1000, k * 1000 + -(-ctx // 64)))} for k in range(n)]
+    per_request = _probe(cal, work, f"decode_{n}_{ctx}", rows, 1000.0, decode_speedup, fast_link=True)
+    itl = sorted(x["itl_ms"] for x in per_request if x.get("itl_ms") is not None)
     return itl[len(itl) // 2]
 
 
 def prefill_ms(cal: dict, work: Path, isl: int, speedup: float, decode_speedup: float) -> float:
     """The mocker's prefill of one ``isl``-token prompt on an idle pair at these speed ratios: admitted to KV held."""
-    from dynamo.replay import api
-
-    f = work / f"prefill_{isl}_{speedup:g}.jsonl"
-    _write(f, [{"timestamp": 0, "input_length": isl, "output_length": 1, "hash_ids": list(range(-(-isl // 64)))}])
-    r = api.run_trace_replay(str(f), prefill_engine_args=engine_args(cal, "prefill", speedup, 1.0),
-                             decode_engine_args=engine_args(cal, "decode", 1.0, decode_speedup),
-                             capture_per_request=True, trace_block_size=64).per_request[0]
+    rows = [{"timestamp": 0, "input_length": isl, "output_length": 1, "hash_ids": list(range(-(-isl // 64)))}]
+    r = _probe(cal, work, f"prefill_{isl}_{speedup:g}", rows, speedup, decode_speedup)[0]
     return float(r["source_held_ms"] - r["prefill_admit_ms"])
 
 
@@ -128,17 +133,11 @@ def prefill_flat_out(cal: dict, work: Path, isl: int, speedup: float, n: int = 2
     """The mocker's prefill flat out (prompt tokens/s): ``n`` prompts of ``isl`` tokens arriving together at one prefill
     worker (its own batching decides how many share a step), from the first prompt's KV held to the last; the KV link
     made a thousand times faster so that no transfer holds the worker back."""
-    from dynamo.replay import api
-
-    fast = cal | {"kv_link_gbytes_per_s": cal["kv_link_gbytes_per_s"] * 1000}
     blocks = -(-isl // 64)
-    f = work / f"flat_out_{isl}_{speedup:g}.jsonl"
-    _write(f, [{"timestamp": 0, "input_length": isl, "output_length": 1,
-                "hash_ids": list(range(k * (blocks + 1), k * (blocks + 1) + blocks))} for k in range(n)])
-    rep = api.run_trace_replay(str(f), prefill_engine_args=engine_args(fast, "prefill", speedup, 1.0),
-                               decode_engine_args=engine_args(fast, "decode", 1.0, 1.0), capture_per_request=True,
-                               trace_block_size=64)
-    held = sorted(r["source_held_ms"] for r in rep.per_request)
+    rows = [{"timestamp": 0, "input_length": isl, "output_length": 1,
+             "hash_ids": list(range(k * (blocks + 1), k * (blocks + 1) + blocks))} for k in range(n)]
+    held = sorted(r["source_held_ms"] for r in _probe(cal, work, f"flat_out_{isl}_{speedup:g}", rows, speedup, 1.0,
+                                                      fast_link=True))
     return (n - 1) * isl / ((held[-1] - held[0]) / 1000)
 
 
