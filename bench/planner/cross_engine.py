@@ -94,8 +94,21 @@ def schedule_of(name: str, res: dict, s, interval_s: float) -> tuple[list[tuple[
     return steps, (1, 1)
 
 
-def one_file(job: tuple[Path, Path | None, list[str], int | None, str, str, dict[str, dict]]) -> dict:
-    path, traces, policies, limit, calibrate_at, prefill_match, settings = job
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One committed result file to replay in Dynamo's engine (a process pool's unit of work)."""
+    path: Path
+    traces: Path | None
+    policies: list[str]
+    limit: int | None
+    calibrate_at: str  # "mean" (the window's mean prompt) or a prompt length
+    prefill_match: str  # dynamo_peer.PREFILL_MATCH
+    settings: dict[str, dict]  # name -> PolicyConfig fields for the planner@name rows
+
+
+def one_file(job: Job) -> dict:
+    path, traces, policies, limit = job.path, job.traces, job.policies, job.limit
+    calibrate_at, prefill_match, settings = job.calibrate_at, job.prefill_match, job.settings
     doc = json.loads(path.read_text())
     argv = recorded_argv(doc["meta"]["command"], traces) + (["--limit", str(limit)] if limit else [])
     args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
@@ -180,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
     with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
-        rows = list(ex.map(one_file, [(f, args.traces, args.policies, args.limit, args.calibrate_isl,
-                                      args.calibrate_prefill, dict(args.settings)) for f in args.files]))
+        rows = list(ex.map(one_file, [Job(f, args.traces, args.policies, args.limit, args.calibrate_isl,
+                                          args.calibrate_prefill, dict(args.settings)) for f in args.files]))
     write_result(args.out, {"schema": SCHEMA, "engine": "Dynamo 1.6.1 offline replay (mocker), calibrated to pdserve's "
                             "engine numbers (dynamo_peer.calibrate)", "policies": args.policies,
                             "settings": dict(args.settings), "rows": rows}, run)

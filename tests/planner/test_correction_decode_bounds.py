@@ -39,7 +39,9 @@ def test_the_policy_passes_them_and_refuses_bounds_without_one():
     assert PlannerPolicy(PolicyConfig(correction_bounds_decode=(0.67, 4.0)), queue_profile())._corr.decode_bounds == (
         0.67, 4.0)
     assert PlannerPolicy(PolicyConfig(), queue_profile())._corr.decode_bounds == (0.67, 4.0)  # shipped
-    assert PlannerPolicy(PolicyConfig(correction_bounds_decode=None), queue_profile())._corr.decode_bounds is None
+    none = PolicyConfig(correction_bounds_decode=None)  # the shared bounds, named once by the config
+    assert none.decode_correction_limits == none.correction_bounds
+    assert PlannerPolicy(none, queue_profile())._corr.decode_limits == none.correction_bounds
     assert "decode correction bounds" in (PolicyConfig(correction_bounds_decode=(1.2, 4.0)).invalid() or "")
     assert PolicyConfig(correction_bounds_decode=(0.5, 4.0)).invalid() is None
 

@@ -67,7 +67,7 @@ class PlannerPolicy:
                                         learn_offset=config.correction_offset, ttft_path_ms=config.ttft_path_ms,
                                         pool_ttft=config.correction_pool_ttft, pool=config.prefill_pool_queueing,
                                         prefill_floor=config.prefill_ratio_floor,
-                                        decode_bounds=config.correction_bounds_decode,
+                                        decode_bounds=config.decode_correction_limits,
                                         decode_curve=config.correction_decode_curve)
 
     @property

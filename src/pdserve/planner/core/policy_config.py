@@ -233,6 +233,11 @@ class PolicyConfig:
     explode_ratio: float = 4.0
     history_len: int = 240
 
+    @property
+    def decode_correction_limits(self) -> tuple[float, float]:
+        """The decode latency ratio's bounds: ``correction_bounds_decode``, else the shared ``correction_bounds``."""
+        return self.correction_bounds_decode or self.correction_bounds
+
     def invalid(self) -> str | None:
         if self.prefill_min > self.prefill_max:
             return f"prefill min {self.prefill_min} > max {self.prefill_max}"

@@ -45,7 +45,9 @@ class Load:
     osl: float  # generated tokens per request
     hit: float = 0.0  # prefix-cache hit ratio, 0..1: hit tokens need neither prefill nor transfer
     prefill_queue_tokens: float = 0.0  # prompt tokens waiting for a prefill replica
-    decode_queue_tokens: float = 0.0  # prompt tokens whose KV waits for a decode replica's link
+    # Prompt tokens of the requests queued at the decode pool (vLLM's waiting requests times the mean ISL): KV that
+    # waits for a decode replica's link, and with ``decode_queue_compute`` also decode work waiting for a batch slot.
+    decode_queue_tokens: float = 0.0
     prompt_tokens_floor: float = 0.0  # arrival-time prompt tokens/s observed: never plan below it
     peak_prompt_tokens: float = 0.0  # recent short-window peak of arriving prompt tokens/s
     # For the drain projection: prompt tokens/s arriving right now (short window), and the

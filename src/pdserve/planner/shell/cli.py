@@ -119,7 +119,7 @@ def _run_parser(sub) -> None:
     _switch(g, "decode_queue_compute", "size decode for the work its queue holds (each queued request's output, worked "
                                        "off within the drain time) as well as for the KV its links carry")
     g.add_argument("--decode-correction-max", type=float, metavar="F",
-                   default=(PolicyConfig.correction_bounds_decode or PolicyConfig.correction_bounds)[1],
+                   default=PolicyConfig().decode_correction_limits[1],
                    help="the highest decode latency ratio (observed over profile ITL) the planner applies; the prefill "
                         f"ratio keeps {PolicyConfig.correction_bounds[1]:g} (default %(default)s)")
     _optional(g, "--prefill-ratio-floor", "prefill_ratio_floor", "F",
