@@ -24,7 +24,18 @@ What is Dynamo's and what is ours:
   predictor, its defaults otherwise), whose performance model normally comes from
   AISimulate: here the AIS session is replaced by one answering from the same pdserve
   engine numbers (``predict_prefill`` / ``predict_decode``), so Dynamo's own code turns
-  them into its throughput regressions (``_generate_ais_*_fpms``).
+  them into its throughput regressions (``_generate_ais_*_fpms``). Those are only its
+  start: as in a deployment, the replay feeds each tick's forward-pass metrics from the
+  mocker's workers back (``offline/replay_adapter.py``), and the planner retunes the
+  regression on them every load-loop tick (5 s, with load-based scaling off too:
+  ``engine_adapter.tick`` -> ``observe_fpm`` -> ``tune_with_fpms``), so it learns the mocker's
+  speed, not only ours (checked in session 30: the decode step it predicts at batch 32,
+  context 1,024 moved 8.6 -> 10.3 ms over the held-out 8B 4x window). AISimulate's native
+  estimator, which a profiled deployment would use, needs a download this machine and
+  the package index do not serve, so the planner runs on its regression fallback, as
+  an unprofiled deployment does. Our estimator options (sample count, batch and KV
+  limits) do not reach that regression: aiconfigurator-core 0.12.0 reads them only from
+  an argument Dynamo does not pass, so its defaults apply (64 samples).
 """
 
 from __future__ import annotations
@@ -232,8 +243,9 @@ class ForwardPassPerfModelConfig:
     """AISimulate's identity for a planner perf model, as Dynamo's planner builds it for an
     unprofiled deployment (``estimation_mode="fpm_regression"``), written out in both the
     new field names Dynamo reads back (model, system, tp, pp) and the legacy names
-    aiconfigurator-core's ``RustForwardPassPerfModel.best_available`` parses (it then
-    falls back to its regression, which the planner tunes with FPMs)."""
+    aiconfigurator-core's ``RustForwardPassPerfModel.best_available`` parses (its native
+    estimator then fails for want of a download and it falls back to its regression, which
+    the planner tunes with the mocker's FPMs)."""
 
     model: str
     system: str
@@ -277,7 +289,11 @@ def _alias_aisimulate_core() -> None:
     del aiconfigurator_core
 
 
-def run(cal: dict, trace: Path, work: Path, ratios: dict, overrides: dict | None = None) -> dict:
+ROUTER_MODES = ("round_robin", "kv_router")  # the replay's two routers (dynamo.replay.api, router_mode)
+
+
+def run(cal: dict, trace: Path, work: Path, ratios: dict, overrides: dict | None = None,
+        router_mode: str = "round_robin") -> dict:
     _shim_aisimulate()
     try:
         import aisimulate_core  # noqa: F401
@@ -309,13 +325,13 @@ def run(cal: dict, trace: Path, work: Path, ratios: dict, overrides: dict | None
         decode_engine_args=engine_args(cal, "decode", 1.0, ratios["decode_speedup_ratio"]),
         num_prefill_workers=1, num_decode_workers=1, planner_config=planner, performance_model_metadata=meta,
         capture_per_request=True, trace_block_size=cal["hash_block_tokens"], sla_ttft_ms=cal["ttft_ms"],
-        sla_itl_ms=cal["itl_ms"])
+        sla_itl_ms=cal["itl_ms"], router_mode=router_mode)
     details = rep.planner.to_dict() if rep.planner is not None else {}
     ticks = [{"at_s": t["at_ms"] / 1000, "prefill": t["topology"].get("prefill", {}),
               "decode": t["topology"].get("decode", {}), "decision": t["runtime_decision"],
               "scale_to": t["effects"].get("scale_to")} for t in details.get("ticks", [])]
     return {
-        "planner_config": planner,
+        "planner_config": planner, "router_mode": router_mode,
         "wall_s": round(time.perf_counter() - wall, 1),
         "gpu_hours": rep.summary.get("gpu_hours"),
         "summary": {k: v for k, v in rep.summary.items() if isinstance(v, (int, float, str)) or v is None},
@@ -343,6 +359,9 @@ def main() -> int:
                          "pool's capacity is; default since session 29) or alone (one request's latency, as before)")
     ap.add_argument("--planner-json", type=json.loads, default={},
                     help="keys merged into Dynamo's planner_config (its field names), e.g. '{\"min_endpoint\": 2}'")
+    ap.add_argument("--router-mode", choices=ROUTER_MODES, default="round_robin",
+                    help="the replay's router: round robin (its default) or Dynamo's KV router, which its load-based "
+                         "scaling reads (default %(default)s)")
     args = ap.parse_args()
     cal = json.loads(args.calibration.read_text())
     if args.limit:
@@ -353,7 +372,7 @@ def main() -> int:
     work = args.out.parent
     ratios = calibrate(cal, work, args.calibrate_isl, args.calibrate_prefill)
     ratios |= check(cal, work, ratios)
-    res = run(cal, args.trace, work, ratios, args.planner_json)
+    res = run(cal, args.trace, work, ratios, args.planner_json, args.router_mode)
     import dynamo
 
     res["calibration"] = ratios

@@ -64,7 +64,7 @@ from feasibility import TraceFeasibility  # noqa: E402
 from references import Setup, lower_bound  # noqa: E402
 from replays import CAUSAL, REFERENCE, best_schedule, causal_reference, run_order, run_policy, trace_feasibility  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
-from variants import BY_NAME, PLOTTED, Flags, Knobs, unknown_policy  # noqa: E402
+from variants import BY_NAME, DYNAMO_VARIANTS, PLOTTED, Flags, Knobs, unknown_policy  # noqa: E402
 
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
 from pdserve.planner.core.profile import CapacityProfile  # noqa: E402
@@ -295,13 +295,21 @@ def main(argv: list[str] | None = None) -> int:
                     sweep.append({v.sweep.over: x, "attainment": o["attainment"],
                                   "attainment_after_warmup": o["attainment_after_warmup"], "gpu_hours": o["gpu_hours"]})
                 results[name]["sweep"] = sweep
+        elif name in DYNAMO_VARIANTS:
+            if args.dynamo_python is None:
+                raise SystemExit(f"policy {name!r} is Dynamo's planner: it needs --dynamo-python")
+            v = DYNAMO_VARIANTS[name]
+            results[name] = run_dynamo(args.dynamo_python, trace, s, args.max_replicas, args.warmup, args.out, feas,
+                                       hist_end, v.planner, v.router_mode) | {"variant": v.what}
         else:
             raise SystemExit(unknown_policy(name))
         r = results[name]
         log(f"{name}: {r['attainment']:.4f} (after warm-up {r['attainment_after_warmup']}) at {r['gpu_hours']:.2f} GPU-h"
-            f" in {r['sim_wall_s']} s")
+            f" in {r.get('sim_wall_s', '-')} s")
 
-    if args.dynamo_python is not None:
+    # Dynamo's planner as it ships, in every run given its python. A --merge keeps the row the file has: it adds the
+    # policies named, and Dynamo's replay is not always the same twice (results/dynamo_repeat/, Mooncake).
+    if args.dynamo_python is not None and not (previous and "dynamo" in results):
         results["dynamo"] = run_dynamo(args.dynamo_python, trace, s, args.max_replicas, args.warmup, args.out, feas,
                                        hist_end)
         r = results["dynamo"]
@@ -346,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s: float, out: Path,
-               feas: TraceFeasibility, paid_from_s: float = 0.0, planner: dict | None = None) -> dict:
+               feas: TraceFeasibility, paid_from_s: float = 0.0, planner: dict | None = None,
+               router_mode: str = "round_robin") -> dict:
     """Dynamo's SLA planner in its offline replay (``dynamo_peer.py``), scored like ours; ``planner``:
     keys merged into its planner_config (peer_sweep.py's capacity knobs)."""
     import json
@@ -364,6 +373,7 @@ def run_dynamo(python: Path, trace: Trace, s: Setup, max_replicas: int, warmup_s
         isl = round(sum(r.input_tokens for r in trace.requests) / len(trace.requests))
         proc = subprocess.run([str(python.absolute()), str(HERE / "dynamo_peer.py"), "--trace", str(tr), "--calibration",
                                str(cal), "--out", str(res_path), "--calibrate-isl", str(isl),
+                               "--router-mode", router_mode,
                                *(["--planner-json", json.dumps(planner)] if planner else [])],
                               cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0:

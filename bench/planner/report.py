@@ -21,7 +21,7 @@ import claims  # noqa: E402
 from readme_block import replace_block, write_or_check  # noqa: E402
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
 ORDER = ["lower bound", "best", "static", "causal", "causal_past", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_no_level", "planner_irate", "planner_burst",
-         "planner_fit", "planner_constant", "dynamo"]
+         "planner_fit", "planner_constant", "dynamo", "dynamo_load"]
 
 
 REPEAT_DIR = "dynamo_repeat"  # suite.py --dynamo-repeat: Dynamo's replay once more, not a run of its own

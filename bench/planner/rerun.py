@@ -7,7 +7,8 @@ commit. The committed file is not touched.
     python bench/planner/rerun.py --traces /path/to/traces --jobs 2 --policies causal causal_past planner \\
         --out-dir bench/planner/results/diagnosis/causal26 --files bench/planner/results/heldout/70b_tp4/*.json
 
-A recorded ``--dynamo-python`` is dropped (the peer is not rerun); a recorded trace path that is not here is
+A recorded ``--dynamo-python`` is dropped (Dynamo's default row is kept, not rerun); ``--dynamo-python PY`` passes one
+for the Dynamo variants among ``--policies`` (``evaluate.DYNAMO_VARIANTS``, e.g. ``dynamo_load``); a recorded trace path that is not here is
 looked up under ``--traces`` by its folder and name (``recorded.retarget``).
 """
 
@@ -37,8 +38,11 @@ def destination(src: Path, out_dir: Path) -> Path:
         return out_dir / src.name
 
 
-def rerun(src: Path, dst: Path, policies: list[str], traces: Path | None) -> tuple[Path, int, str]:
+def rerun(src: Path, dst: Path, policies: list[str], traces: Path | None,
+          dynamo_python: Path | None = None) -> tuple[Path, int, str]:
     argv = recorded_argv(json.loads(src.read_text())["meta"]["command"], traces)
+    if dynamo_python is not None:
+        argv += ["--dynamo-python", str(dynamo_python)]
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dst)
     proc = subprocess.run([sys.executable, str(HERE / "evaluate.py"), *argv, "--policies", *policies, "--merge",
@@ -55,13 +59,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                 "below bench/planner/results/)")
     ap.add_argument("--traces", type=Path, help="folder holding the traces where a recorded path is not here")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--dynamo-python", type=Path, help="the peers' python, for Dynamo variants among --policies")
     args = ap.parse_args(argv)
     jobs = [(f, destination(f, args.out_dir)) for f in args.files]
     if len({d for _, d in jobs}) != len(jobs):
         raise SystemExit("two files map to one copy")
     failed = 0
     with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        for dst, rc, last in pool.map(lambda j: rerun(j[0], j[1], args.policies, args.traces), jobs):
+        for dst, rc, last in pool.map(lambda j: rerun(j[0], j[1], args.policies, args.traces, args.dynamo_python), jobs):
             print(f"{dst}: {'ok' if rc == 0 else f'exit {rc}'}: {last}", flush=True)
             failed += rc != 0
     return 1 if failed else 0

@@ -185,10 +185,30 @@ VARIANTS: tuple[Variant, ...] = (
 BY_NAME = {v.name: v for v in VARIANTS}
 NAMES = tuple(BY_NAME)
 # What the plot draws besides the planner variants it marks.
-PLOTTED_OTHERS = ("best", "reactive", "dynamo")
+PLOTTED_OTHERS = ("best", "reactive", "dynamo", "dynamo_load")
 PLOTTED = frozenset({v.name for v in VARIANTS if v.plotted} | set(PLOTTED_OTHERS))
+
+
+@dataclass(frozen=True)
+class DynamoVariant:
+    """Dynamo's SLA planner at a configuration of its own (a policy name in ``--policies``)."""
+    planner: dict  # keys merged into its planner_config (its field names)
+    router_mode: str  # the replay's router (dynamo_peer.ROUTER_MODES)
+    what: str
+
+
+DYNAMO_VARIANTS = {
+    # Dynamo's planner guide: throughput-based scaling "best for stable, predictable workloads", load-based scaling
+    # (real-time per-worker engine metrics, a 5 s loop) "best for bursty or unpredictable traffic ... requires the KV
+    # Router", and "enable both for the best of both worlds: throughput-based provides a capacity floor, load-based
+    # handles bursts above it". Its default (the 'dynamo' row) is throughput-based only, on the replay's round robin.
+    "dynamo_load": DynamoVariant({"enable_load_scaling": True}, "kv_router",
+                                 "Dynamo's SLA planner with load-based scaling on beside throughput-based (its guide's "
+                                 "advice for bursty traffic) and its KV router"),
+}
 
 
 def unknown_policy(name: str) -> str:
     return (f"unknown policy {name!r}: best, static (or best_capN / static_capN: the reference searches with N per "
-            f"pool), causal, causal_past, reactive, {', '.join(NAMES)}")
+            f"pool), causal, causal_past, reactive, {', '.join(NAMES)}, {', '.join(DYNAMO_VARIANTS)} (Dynamo's planner, "
+            f"with --dynamo-python)")

@@ -144,10 +144,10 @@ def test_one_table_names_them() -> None:
 
     assert list(variants.NAMES) == ALL
     assert evaluate.PLOTTED is variants.PLOTTED
-    assert variants.PLOTTED == {*ALL, "best", "reactive", "dynamo"} - {"planner_constant", "planner_irate"}
+    assert variants.PLOTTED == {*ALL, "best", "reactive", "dynamo", "dynamo_load"} - {"planner_constant", "planner_irate"}
     msg = variants.unknown_policy("bogus")
     assert msg.startswith("unknown policy 'bogus': best, static (or best_capN / static_capN")
-    assert all(f" {n}," in msg or msg.endswith(f" {n}") for n in [*ALL, "causal", "reactive"])
+    assert all(f" {n}," in msg or f" {n} " in msg for n in [*ALL, "causal", "reactive", "dynamo_load"])
 
 
 def test_an_unknown_policy_is_refused_by_name(tmp_path: Path) -> None:
