@@ -226,6 +226,28 @@ def operator(d: dict[str, Any]) -> str:
     return (f"{d['resources']} resources: spec change -> Deployment updated p50 {s['p50_ms']:.0f} ms / p99 "
             f"{s['p99_ms']:.0f} ms; RSS {d['operator']['rss_final_mib']:.0f} MiB")
 
+def dynamo_guided(_doc: dict[str, Any]) -> str:
+    """bench/planner rerun.py --policies dynamo_load: Dynamo's planner as its guide advises for bursty traffic, added to
+    copies of every run and window (one folder, one commit; the row's source is one of its files, for provenance)."""
+    rep = _planner_report()
+    results = REPO / "bench" / "planner" / "results"
+    rows = rep.dynamo_guided_rows(results)
+    cross: dict[str, Any] = {}
+    if (results / rep.CROSS_ENGINE).exists():
+        for row in _load(results, rep.CROSS_ENGINE)["rows"]:
+            parts = Path(row["file"]).with_suffix("").parts
+            if "results" in parts:
+                cross["/".join(parts[parts.index("results") + 1:])] = (row["policies"].get("planner") or {}).get(
+                    "dynamo_engine")
+    c = rep.dynamo_guided_counts(rows, cross)
+    return (f"{c['runs']} runs and windows: Dynamo's planner meets 99 % on {c['load_met']}/{c['runs']} as guided, "
+            f"{c['shipped_met']}/{c['runs']} as shipped; pdserve's planner on {c['planner_met']}/{c['runs']}, attaining "
+            f"more than the guided Dynamo on {c['planner_more']}, less on {c['load_more']}; where both meet 99 % "
+            f"({c['both_met']}) pdserve's is cheaper on {c['planner_cheaper']}, the guided Dynamo on "
+            f"{c['load_cheaper']}; on Dynamo's engine ({c.get('cross_runs', 0)} replayed there) pdserve's meets 99 % on "
+            f"{c.get('cross_planner_met', 0)}, where both do ({c.get('cross_both_met', 0)}) it is cheaper on "
+            f"{c.get('cross_planner_cheaper', 0)}, the guided Dynamo on {c.get('cross_load_cheaper', 0)}")
+
 
 ROWS: list[Row] = [
     Row("Planner vs lower bound, best schedule found, reactive and Dynamo 1.6.1's SLA planner (sim; Azure conv "
@@ -234,6 +256,9 @@ ROWS: list[Row] = [
     Row("Planner judged in another engine model: Dynamo 1.6.1's offline replay (pdserve's planner closed loop beside "
         "Dynamo's; the runs' schedules open loop)", ">= 99 % and ahead of Dynamo's planner",
         "bench/planner/results/cross_engine.json", cross_engine),
+    Row("Planner vs Dynamo 1.6.1's SLA planner as its guide advises for bursty traffic (load-based scaling beside "
+        "throughput-based, KV router; Dynamo in its own replay)", "ahead of Dynamo's planner at equal or lower GPU-hours",
+        "bench/planner/results/diagnosis/dynamo_load30/8b_1gpu/bursty_seed0.json", dynamo_guided),
     Row("Disaggregation, DistServe-style (OPT-13B, A100, long in / short out, TTFT <= 1 s, TPOT <= 40 ms)",
         "2P1D >= 1.5x colocated", "bench/sim/results/curves_distserve-opt13b.json", distserve),
     Row("Simulator speed beside Dynamo's replay (same window and topology)", "<= 1.5x Dynamo's CPU per request",

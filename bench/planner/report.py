@@ -179,6 +179,102 @@ def cross_engine(results: Path) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + " ---: |" * len(settings), *rows, ""])
 
 
+DYNAMO_LOAD_DIR = "diagnosis/dynamo_load30"  # rerun.py --policies dynamo_load: copies of the runs with Dynamo as guided
+
+
+def dynamo_guided_rows(results: Path) -> list[tuple[str, dict]]:
+    """(run, its results) for every copy under ``DYNAMO_LOAD_DIR`` holding both Dynamo rows and the planner."""
+    base = results / DYNAMO_LOAD_DIR
+    out = []
+    for f in sorted(base.rglob("*.json")):
+        r = json.loads(f.read_text())["results"]
+        if {"dynamo", "dynamo_load", "planner"} <= set(r):
+            out.append((str(f.relative_to(base).with_suffix("")), r))
+    return out
+
+
+def dynamo_guided_counts(rows: list[tuple[str, dict]], cross: dict[str, dict | None] | None = None) -> dict[str, int]:
+    """Where each meets 99 % after warm-up, which attains more (half a point in a thousand counts as equal), which is
+    cheaper where both meet it (GPU-hours within half a percent count as equal); ``cross_*``: the same for pdserve's
+    planner on Dynamo's engine (``cross``: run -> its cross_engine.py row) against the guided Dynamo."""
+    def att(r: dict) -> float:
+        return r["attainment_after_warmup"] or 0.0
+
+    out = dict.fromkeys(("runs", "shipped_met", "load_met", "planner_met", "load_over_shipped", "shipped_over_load"), 0)
+
+    def versus(prefix: str, p: dict, ld: dict) -> None:
+        for k in ("runs", "planner_met", "planner_more", "load_more", "both_met", "planner_cheaper", "load_cheaper"):
+            out.setdefault(prefix + k, 0)
+        out[prefix + "runs"] += prefix != ""  # the plain pair is every run, counted once above
+        out[prefix + "planner_met"] += att(p) >= 0.99
+        out[prefix + "planner_more"] += att(p) > att(ld) + 5e-4
+        out[prefix + "load_more"] += att(ld) > att(p) + 5e-4
+        if att(p) >= 0.99 and att(ld) >= 0.99:
+            out[prefix + "both_met"] += 1
+            out[prefix + "planner_cheaper"] += p["gpu_hours"] < 0.995 * ld["gpu_hours"]
+            out[prefix + "load_cheaper"] += ld["gpu_hours"] < 0.995 * p["gpu_hours"]
+
+    for name, r in rows:
+        p, y, ld = r["planner"], r["dynamo"], r["dynamo_load"]
+        out["runs"] += 1
+        out["shipped_met"] += att(y) >= 0.99
+        out["load_met"] += att(ld) >= 0.99
+        out["load_over_shipped"] += att(ld) > att(y) + 5e-4
+        out["shipped_over_load"] += att(y) > att(ld) + 5e-4
+        versus("", p, ld)
+        if cross and cross.get(name):
+            versus("cross_", cross[name], ld)  # type: ignore[arg-type]
+    return out
+
+
+def dynamo_guided(results: Path) -> str:
+    """Dynamo's planner as its guide advises for bursty traffic (``dynamo_load``) beside it as shipped and the planner."""
+    rows = dynamo_guided_rows(results)
+    if not rows:
+        return ""
+
+    def cell(r: dict | None) -> str:
+        if r is None:
+            return "-"
+        top = f" (max {r['max_prefill']}P{r['max_decode']}D)" if r.get("max_prefill") is not None else ""
+        return f"{_pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}{top}"
+
+    # pdserve's planner closed loop on Dynamo's engine (cross_engine.py), where that file replays the same run: the
+    # guided Dynamo and pdserve's planner on one engine model.
+    cross: dict[str, dict] = {}
+    if (results / CROSS_ENGINE).exists():
+        for row in json.loads((results / CROSS_ENGINE).read_text())["rows"]:
+            run = Path(row["file"]).with_suffix("")
+            if "results" in run.parts:
+                cross["/".join(run.parts[run.parts.index("results") + 1:])] = (
+                    (row["policies"].get("planner") or {}).get("dynamo_engine"))
+    c = dynamo_guided_counts(rows, cross)
+    return "\n".join([
+        f"#### Dynamo's planner as its guide advises for bursty traffic (`rerun.py --policies dynamo_load`, "
+        f"`results/{DYNAMO_LOAD_DIR}/`)", "",
+        "Its guide calls throughput-based scaling (the default, the Dynamo rows elsewhere) best for stable workloads and "
+        "load-based scaling (per-worker forward-pass metrics, a 5 s loop, one replica per step) best for bursty "
+        "traffic, needing the KV router, and both together the best of both. Here both are on, on the replay's KV "
+        "router; each run's copy keeps its file's other rows. Dynamo's planner runs on its own engine (the mocker, "
+        "calibrated as above), pdserve's planner on pdserve's simulator, and on Dynamo's engine where `cross_engine.py` "
+        "replayed the run. Attainment after warm-up at GPU-hours. "
+        f"Of {c['runs']} runs and windows: Dynamo's planner as shipped meets 99 % on {c['shipped_met']}, as guided on "
+        f"{c['load_met']}, pdserve's planner on {c['planner_met']}; guided attains more than shipped on "
+        f"{c['load_over_shipped']} and less on {c['shipped_over_load']}; pdserve's planner attains more than the guided "
+        f"one on {c['planner_more']}, less on {c['load_more']}; where both meet 99 % ({c['both_met']}) pdserve's planner "
+        f"spends fewer GPU-hours on {c['planner_cheaper']}, the guided one on {c['load_cheaper']}. On one engine "
+        f"(Dynamo's; {c.get('cross_runs', 0)} of them replayed there): pdserve's planner meets 99 % on "
+        f"{c.get('cross_planner_met', 0)}, attains more than the guided Dynamo on {c.get('cross_planner_more', 0)}, "
+        f"less on {c.get('cross_load_more', 0)}; where both meet 99 % ({c.get('cross_both_met', 0)}) it spends fewer "
+        f"GPU-hours on {c.get('cross_planner_cheaper', 0)}, the guided one on {c.get('cross_load_cheaper', 0)}.", "",
+        "| run | Dynamo as shipped | Dynamo as guided (load-based scaling, KV router) | planner | planner on Dynamo's "
+        "engine (`cross_engine.json`) | best schedule found |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        *(f"| {name} | {cell(r['dynamo'])} | {cell(r['dynamo_load'])} | {cell(r['planner'])} | {cell(cross.get(name))} | "
+          + (f"{_pct(r['best']['attainment_after_warmup'])} at {r['best']['gpu_hours']:.2f}" if "best" in r else "-")
+          + " |" for name, r in rows), ""])
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
@@ -303,6 +399,8 @@ def render(results: Path) -> str:
     out += [eq] if eq else []
     cross = cross_engine(results)
     out += [cross] if cross else []
+    guided = dynamo_guided(results)
+    out += [guided] if guided else []
     found = claims.render({f"{f.parent.name}/{f.stem}": d for f, d in runs(results)}, results)
     out += [found] if found else []
     base = results.parent  # links relative to the README's folder (results/ sits next to it)

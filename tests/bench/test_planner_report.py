@@ -213,3 +213,37 @@ def test_the_cross_engine_runs_are_a_table_with_their_counts_read_from_the_file(
     block = report.cross_engine(tmp_path)
     assert "| planner with correction_bounds [0.67, 4.0] (closed loop) |" in block
     assert "| 100.0 % at 0.45 | 99.5 % at 0.60 |" in block
+
+
+def test_dynamo_as_guided_is_a_table_beside_it_as_shipped_with_counts_read_from_the_copies(tmp_path):
+    """results/diagnosis/dynamo_load30/ (rerun.py --policies dynamo_load): Dynamo's planner as shipped and as its guide
+    advises for bursty traffic, pdserve's planner in its simulator and, where cross_engine.json replays the run, on
+    Dynamo's engine; the counts read from the files."""
+    def r(att, gpu_h, p=1, d=1):
+        return {"attainment_after_warmup": att, "gpu_hours": gpu_h, "max_prefill": p, "max_decode": d}
+
+    base = tmp_path / report.DYNAMO_LOAD_DIR
+    runs = {"8b_1gpu/azure_conv_x4": {"dynamo": r(0.39, 0.35), "dynamo_load": r(0.995, 0.40, 3), "planner": r(1.0, 0.45, 2),
+                                      "best": r(1.0, 0.41)},
+            "heldout/70b_tp4/azure_conv_x4_from600": {"dynamo": r(0.37, 2.1), "dynamo_load": r(1.0, 1.6, 6, 3),
+                                                      "planner": r(1.0, 1.5, 5, 4)},
+            "8b_1gpu/bursty_seed0": {"dynamo": r(0.5, 0.5), "dynamo_load": r(0.4, 0.6), "planner": r(0.999, 1.6)},
+            "8b_1gpu/no_peer": {"planner": r(1.0, 1.0)}}  # no Dynamo rows: not a row here
+    for name, res in runs.items():
+        (base / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / f"{name}.json").write_text(json.dumps({"results": res}))
+    cross = {"file": "bench/planner/results/8b_1gpu/azure_conv_x4.json",
+             "policies": {"planner": {"dynamo_engine": r(1.0, 0.5, 2)}}}
+    (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"rows": [cross]}))
+    block = report.dynamo_guided(tmp_path)
+    assert ("Of 3 runs and windows: Dynamo's planner as shipped meets 99 % on 0, as guided on 2, pdserve's planner on 3; "
+            "guided attains more than shipped on 2 and less on 1; pdserve's planner attains more than the guided one on "
+            "2, less on 0; where both meet 99 % (2) pdserve's planner spends fewer GPU-hours on 1, the guided one on 1. "
+            "On one engine (Dynamo's; 1 of them replayed there): pdserve's planner meets 99 % on 1, attains more than "
+            "the guided Dynamo on 1, less on 0; where both meet 99 % (1) it spends fewer GPU-hours on 0, the guided "
+            "one on 1.") in block
+    assert ("| 8b_1gpu/azure_conv_x4 | 39.0 % at 0.35 (max 1P1D) | 99.5 % at 0.40 (max 3P1D) | 100.0 % at 0.45 "
+            "(max 2P1D) | 100.0 % at 0.50 (max 2P1D) | 100.0 % at 0.41 |") in block
+    assert "| heldout/70b_tp4/azure_conv_x4_from600 | 37.0 % at 2.10 (max 1P1D) | 100.0 % at 1.60 (max 6P3D) |" in block
+    assert "no_peer" not in block
+    assert report.dynamo_guided(tmp_path / "none") == ""
