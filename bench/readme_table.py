@@ -231,15 +231,7 @@ def dynamo_guided(_doc: dict[str, Any]) -> str:
     copies of every run and window (one folder, one commit; the row's source is one of its files, for provenance)."""
     rep = _planner_report()
     results = REPO / "bench" / "planner" / "results"
-    rows = rep.dynamo_guided_rows(results)
-    cross: dict[str, Any] = {}
-    if (results / rep.CROSS_ENGINE).exists():
-        for row in _load(results, rep.CROSS_ENGINE)["rows"]:
-            parts = Path(row["file"]).with_suffix("").parts
-            if "results" in parts:
-                cross["/".join(parts[parts.index("results") + 1:])] = (row["policies"].get("planner") or {}).get(
-                    "dynamo_engine")
-    c = rep.dynamo_guided_counts(rows, cross)
+    c = rep.dynamo_guided_counts(rep.dynamo_guided_rows(results), rep.cross_engine_planner(results))
     return (f"{c['runs']} runs and windows: Dynamo's planner meets 99 % on {c['load_met']}/{c['runs']} as guided, "
             f"{c['shipped_met']}/{c['runs']} as shipped; pdserve's planner on {c['planner_met']}/{c['runs']}, attaining "
             f"more than the guided Dynamo on {c['planner_more']}, less on {c['load_more']}; where both meet 99 % "

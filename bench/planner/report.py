@@ -227,6 +227,19 @@ def dynamo_guided_counts(rows: list[tuple[str, dict]], cross: dict[str, dict | N
     return out
 
 
+def cross_engine_planner(results: Path) -> dict[str, dict | None]:
+    """pdserve's planner closed loop on Dynamo's engine (``cross_engine.json``), by run (its path below results/):
+    set beside Dynamo's planner, which runs on that engine, the two on one engine model."""
+    out: dict[str, dict | None] = {}
+    if (results / CROSS_ENGINE).exists():
+        for row in json.loads((results / CROSS_ENGINE).read_text())["rows"]:
+            run = Path(row["file"]).with_suffix("")
+            if "results" in run.parts:
+                out["/".join(run.parts[run.parts.index("results") + 1:])] = (
+                    (row["policies"].get("planner") or {}).get("dynamo_engine"))
+    return out
+
+
 def dynamo_guided(results: Path) -> str:
     """Dynamo's planner as its guide advises for bursty traffic (``dynamo_load``) beside it as shipped and the planner."""
     rows = dynamo_guided_rows(results)
@@ -239,15 +252,7 @@ def dynamo_guided(results: Path) -> str:
         top = f" (max {r['max_prefill']}P{r['max_decode']}D)" if r.get("max_prefill") is not None else ""
         return f"{_pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}{top}"
 
-    # pdserve's planner closed loop on Dynamo's engine (cross_engine.py), where that file replays the same run: the
-    # guided Dynamo and pdserve's planner on one engine model.
-    cross: dict[str, dict] = {}
-    if (results / CROSS_ENGINE).exists():
-        for row in json.loads((results / CROSS_ENGINE).read_text())["rows"]:
-            run = Path(row["file"]).with_suffix("")
-            if "results" in run.parts:
-                cross["/".join(run.parts[run.parts.index("results") + 1:])] = (
-                    (row["policies"].get("planner") or {}).get("dynamo_engine"))
+    cross = cross_engine_planner(results)
     c = dynamo_guided_counts(rows, cross)
     return "\n".join([
         f"#### Dynamo's planner as its guide advises for bursty traffic (`rerun.py --policies dynamo_load`, "

@@ -8,8 +8,8 @@ commit. The committed file is not touched.
         --out-dir bench/planner/results/diagnosis/causal26 --files bench/planner/results/heldout/70b_tp4/*.json
 
 A recorded ``--dynamo-python`` is dropped (Dynamo's default row is kept, not rerun); ``--dynamo-python PY`` passes one
-for the Dynamo variants among ``--policies`` (``evaluate.DYNAMO_VARIANTS``, e.g. ``dynamo_load``); a recorded trace path that is not here is
-looked up under ``--traces`` by its folder and name (``recorded.retarget``).
+for the Dynamo variants among ``--policies`` (``variants.DYNAMO_VARIANTS``, e.g. ``dynamo_load``); a recorded trace
+path that is not here is looked up under ``--traces`` by its folder and name (``recorded.retarget``).
 """
 
 from __future__ import annotations

@@ -20,18 +20,23 @@ def argv(tmp_path: Path, *extra: str) -> list[str]:
             str(tmp_path / "e.json")]
 
 
+def recording_python(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in for the peers' python that records how dynamo_peer.py was called and fails (exit 3): the call is
+    the contract. (python, where its argv lands)"""
+    seen, fake = tmp_path / "argv.json", tmp_path / "python"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(seen)!r}, 'w').write(json.dumps(sys.argv))\n"
+                    "sys.exit(3)\n")
+    fake.chmod(0o755)
+    return fake, seen
+
+
 def test_a_dynamo_variant_needs_the_peer_python(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="dynamo_load.*needs --dynamo-python"):
         evaluate.main(argv(tmp_path, "--policies", "dynamo_load"))
 
 
 def test_dynamo_load_runs_dynamo_with_load_scaling_and_its_kv_router(tmp_path: Path) -> None:
-    # A stand-in for the peers' python that records how dynamo_peer.py was called and fails: the call is the contract.
-    seen = tmp_path / "argv.json"
-    fake = tmp_path / "python"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(seen)!r}, 'w').write(json.dumps(sys.argv))\n"
-                    "sys.exit(3)\n")
-    fake.chmod(0o755)
+    fake, seen = recording_python(tmp_path)
     with pytest.raises(SystemExit, match=r"dynamo_peer.py failed \(3\)"):
         evaluate.main(argv(tmp_path, "--policies", "dynamo_load", "--dynamo-python", str(fake)))
     called = json.loads(seen.read_text())
@@ -41,11 +46,7 @@ def test_dynamo_load_runs_dynamo_with_load_scaling_and_its_kv_router(tmp_path: P
 
 
 def test_the_plain_dynamo_row_is_called_as_before(tmp_path: Path) -> None:
-    seen = tmp_path / "argv.json"
-    fake = tmp_path / "python"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(seen)!r}, 'w').write(json.dumps(sys.argv))\n"
-                    "sys.exit(3)\n")
-    fake.chmod(0o755)
+    fake, seen = recording_python(tmp_path)
     with pytest.raises(SystemExit, match="dynamo_peer.py failed"):
         evaluate.main(argv(tmp_path, "--policies", "--dynamo-python", str(fake)))
     called = json.loads(seen.read_text())
