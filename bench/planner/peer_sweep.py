@@ -13,6 +13,8 @@ warm-up) at the planner's GPU-hours:
   its last-value load predictor instead of ARIMA (``load_predictor=constant``), and its endpoint floor
   (``prefill_min_endpoint`` / ``decode_min_endpoint``) at the planner's time-mean replicas per pool,
   rounded down and up;
+* Dynamo as its guide advises for bursty traffic (``dynamo_load``, where the run holds it): the same points,
+  its load-based scaling and KV router kept;
 * reactive (``baselines.ReactiveAutoscaler``): its targets x0.5, HPA's default 300 s scale-down
   stabilisation, and the same two floors as HPA ``minReplicas``.
 
@@ -131,7 +133,8 @@ def _row(label: str, params: dict, r: dict) -> dict:
             "gpu_hours": r["gpu_hours"], "max_prefill": r["max_prefill"], "max_decode": r["max_decode"]}
 
 
-FLOOR_KEYS = {"dynamo": ("prefill_min_endpoint", "decode_min_endpoint"), "reactive": ("min_p", "min_d")}
+FLOOR_KEYS = {"dynamo": ("prefill_min_endpoint", "decode_min_endpoint"),
+              "dynamo_load": ("prefill_min_endpoint", "decode_min_endpoint"), "reactive": ("min_p", "min_d")}
 
 
 def scaled_floor(params: dict, keys: tuple[str, str], ratio: float) -> dict | None:
@@ -180,6 +183,7 @@ def verdict(pl: dict, rows: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     import evaluate
     from baselines import ReactiveAutoscaler
+    from variants import DYNAMO_VARIANTS
     from replays import run_policy
     from resultmeta import Run, write_result
 
@@ -187,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.description = __doc__
     ap.add_argument("--run", type=Path, required=True, help="the run's result file (evaluate.py --out)")
     ap.add_argument("--every", action="store_true", help="sweep every peer, also one that spent as much (smoke runs)")
+    ap.add_argument("--peers", nargs="+", choices=list(FLOOR_KEYS), default=list(FLOOR_KEYS),
+                    help="which of the run's peers to sweep (default: each the run holds)")
     args = ap.parse_args(argv)
     run_meta = Run(argv if argv is None else [sys.argv[0], *argv])
     doc = json.loads(args.run.read_text())
@@ -207,18 +213,25 @@ def main(argv: list[str] | None = None) -> int:
         log(f"reactive {p}: {r['attainment_after_warmup']:.4f} at {r['gpu_hours']:.2f} GPU-h")
         return r
 
-    def dyn(p: dict) -> dict:
+    def dyn(p: dict, variant: str = "dynamo") -> dict:
+        v = DYNAMO_VARIANTS.get(variant)
         r = evaluate.run_dynamo(args.dynamo_python, trace, s, args.max_replicas, args.warmup, args.out, feas,
-                                scored_from, planner=p)
-        log(f"dynamo {p}: {r['attainment_after_warmup']:.4f} at {r['gpu_hours']:.2f} GPU-h")
+                                scored_from, planner=(v.planner if v else {}) | p,
+                                router_mode=v.router_mode if v else "round_robin")
+        log(f"{variant} {p}: {r['attainment_after_warmup']:.4f} at {r['gpu_hours']:.2f} GPU-h")
         return r
 
-    if "reactive" in res:
+    if "reactive" in res and "reactive" in args.peers:
         rp = res["reactive"]["params"]
         out["reactive"] = sweep(doc, "reactive", reactive_points(rp["prefill_target"], rp["decode_kv_target"],
                                                                  args.stabilization, fl), react, args.every)
-    if "dynamo" in res and args.dynamo_python is not None:
+    if "dynamo" in res and "dynamo" in args.peers and args.dynamo_python is not None:
         out["dynamo"] = sweep(doc, "dynamo", dynamo_points(args.ttft_ms, args.itl_ms, fl), dyn, args.every)
+    # Dynamo as its guide advises for bursty traffic (a run that holds it: rerun.py --policies dynamo_load), swept at
+    # the same knobs with its load-based scaling and KV router kept.
+    if "dynamo_load" in res and "dynamo_load" in args.peers and args.dynamo_python is not None:
+        out["dynamo_load"] = sweep(doc, "dynamo_load", dynamo_points(args.ttft_ms, args.itl_ms, fl),
+                                   lambda p: dyn(p, "dynamo_load"), args.every)
     name = args.run.resolve()
     name = name.relative_to(HERE.parents[1]) if name.is_relative_to(HERE.parents[1]) else name
     result = {"schema": SCHEMA, "run": {"file": str(name), "setup_profile": args.model_profile,
@@ -244,7 +257,7 @@ def plot(path: Path, result: dict, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     pl = result["planner"]
-    for (peer, r), colour in zip(result["peers"].items(), ("tab:orange", "tab:green")):
+    for (peer, r), colour in zip(result["peers"].items(), ("tab:orange", "tab:green", "tab:red")):
         pts = [Point(x["label"], x["gpu_hours"], x["attainment_after_warmup"] or 0.0) for x in r["points"]]
         ax.scatter([p.gpu_hours for p in pts], [100 * p.attainment for p in pts], color=colour, label=peer)
         f = frontier(pts)

@@ -182,11 +182,21 @@ def cross_engine(results: Path) -> str:
 DYNAMO_LOAD_DIR = "diagnosis/dynamo_load30"  # rerun.py --policies dynamo_load: copies of the runs with Dynamo as guided
 
 
+GUIDED_SWEEP = "peer_sweep"  # below DYNAMO_LOAD_DIR: peer_sweep.py --peers dynamo_load on its copies
+
+
+def guided_sweep_name(run: str) -> str:
+    """The guided sweep file's stem for a run (its path below results/, '/' as '__')."""
+    return run.replace("/", "__")
+
+
 def dynamo_guided_rows(results: Path) -> list[tuple[str, dict]]:
     """(run, its results) for every copy under ``DYNAMO_LOAD_DIR`` holding both Dynamo rows and the planner."""
     base = results / DYNAMO_LOAD_DIR
     out = []
     for f in sorted(base.rglob("*.json")):
+        if f.parent.name == GUIDED_SWEEP:
+            continue
         r = json.loads(f.read_text())["results"]
         if {"dynamo", "dynamo_load", "planner"} <= set(r):
             out.append((str(f.relative_to(base).with_suffix("")), r))
@@ -252,6 +262,18 @@ def dynamo_guided(results: Path) -> str:
         top = f" (max {r['max_prefill']}P{r['max_decode']}D)" if r.get("max_prefill") is not None else ""
         return f"{_pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}{top}"
 
+    def swept(name: str) -> str:
+        """The guided Dynamo read at the planner's GPU-hours off its sweep (peer_sweep.py), '-' where not swept."""
+        f = results / DYNAMO_LOAD_DIR / GUIDED_SWEEP / f"{guided_sweep_name(name)}.json"
+        if not f.exists():
+            return "-"
+        sw = json.loads(f.read_text())["peers"].get("dynamo_load")
+        if not sw or not sw["swept"]:
+            return "not swept (spent as much)"
+        at = sw["at_planner_gpu_hours"]
+        return f"{_pct(at['attainment'])} ({' .. '.join(at['between'])})" + ("" if at.get("reached", True) else
+                                                                                 ", never spent as much")
+
     cross = cross_engine_planner(results)
     c = dynamo_guided_counts(rows, cross)
     return "\n".join([
@@ -262,7 +284,11 @@ def dynamo_guided(results: Path) -> str:
         "traffic, needing the KV router, and both together the best of both. Here both are on, on the replay's KV "
         "router; each run's copy keeps its file's other rows. Dynamo's planner runs on its own engine (the mocker, "
         "calibrated as above), pdserve's planner on pdserve's simulator, and on Dynamo's engine where `cross_engine.py` "
-        "replayed the run. Attainment after warm-up at GPU-hours. "
+        "replayed the run. Attainment after warm-up at GPU-hours. Where the guided Dynamo spent fewer GPU-hours than "
+        "the planner it is swept at the points of \"The peers at the planner's GPU-hours\" (its SLA targets x0.5, "
+        "last-value predictor, endpoint floors at the planner's time-mean replicas; `peer_sweep.py --peers "
+        f"dynamo_load`, `results/{DYNAMO_LOAD_DIR}/{GUIDED_SWEEP}/`), tuned with hindsight, and read at the planner's "
+        "GPU-hours by linear interpolation on its frontier (the settings it lies between in brackets). "
         f"Of {c['runs']} runs and windows: Dynamo's planner as shipped meets 99 % on {c['shipped_met']}, as guided on "
         f"{c['load_met']}, pdserve's planner on {c['planner_met']}; guided attains more than shipped on "
         f"{c['load_over_shipped']} and less on {c['shipped_over_load']}; pdserve's planner attains more than the guided "
@@ -272,10 +298,11 @@ def dynamo_guided(results: Path) -> str:
         f"{c.get('cross_planner_met', 0)}, attains more than the guided Dynamo on {c.get('cross_planner_more', 0)}, "
         f"less on {c.get('cross_load_more', 0)}; where both meet 99 % ({c.get('cross_both_met', 0)}) it spends fewer "
         f"GPU-hours on {c.get('cross_planner_cheaper', 0)}, the guided one on {c.get('cross_load_cheaper', 0)}.", "",
-        "| run | Dynamo as shipped | Dynamo as guided (load-based scaling, KV router) | planner | planner on Dynamo's "
-        "engine (`cross_engine.json`) | best schedule found |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-        *(f"| {name} | {cell(r['dynamo'])} | {cell(r['dynamo_load'])} | {cell(r['planner'])} | {cell(cross.get(name))} | "
+        "| run | Dynamo as shipped | Dynamo as guided (load-based scaling, KV router) | guided, swept: at the planner's "
+        "GPU-hours | planner | planner on Dynamo's engine (`cross_engine.json`) | best schedule found |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *(f"| {name} | {cell(r['dynamo'])} | {cell(r['dynamo_load'])} | {swept(name)} | {cell(r['planner'])} | "
+          f"{cell(cross.get(name))} | "
           + (f"{_pct(r['best']['attainment_after_warmup'])} at {r['best']['gpu_hours']:.2f}" if "best" in r else "-")
           + " |" for name, r in rows), ""])
 

@@ -165,3 +165,34 @@ def test_disagreeing_readings_get_one_floor_scaled_to_the_planners_gpu_hours():
     assert sw["points"][-1]["label"] == "floor 3P1D (refined)"
     assert sw["planner_ahead"] is False and sw["planner_ahead_of_best_at_or_above"] is False
     assert sw["at_planner_gpu_hours"]["between"] == ["as run", "floor 3P1D (refined)"]
+
+
+def test_dynamo_as_guided_is_swept_with_its_load_scaling_and_kv_router_kept(tmp_path, monkeypatch):
+    """A run holding dynamo_load (rerun.py --policies dynamo_load) gets its own sweep: each point Dynamo's knobs
+    merged over the guided configuration, on its KV router; --peers picks which of the run's peers to sweep. The
+    peer's replay is recorded here (its venv is not in CI; the planner_dynamo_load smoke runs the real one)."""
+    import evaluate
+
+    run = json.loads((ROOT / "bench" / "planner" / "data" / "peer_sweep_smoke_run.json").read_text())
+    cheap = run["results"]["planner"] | {"gpu_hours": run["results"]["planner"]["gpu_hours"] / 2,
+                                         "attainment_after_warmup": 0.5, "max_prefill": 1, "max_decode": 1}
+    run["results"]["dynamo_load"] = cheap
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(run))
+    calls = []
+
+    def fake(python, trace, s, max_replicas, warmup_s, out, feas, paid_from_s=0.0, planner=None,
+             router_mode="round_robin"):
+        calls.append((planner, router_mode))
+        return cheap
+
+    monkeypatch.setattr(evaluate, "run_dynamo", fake)
+    argv = ["--run", str(src), "--trace", str(ROOT / "bench" / "sim" / "data" / "azure_conv_excerpt.csv"),
+            "--duration", "0", "--limit", "150", "--warmup", "10", "--dynamo-python", "/nowhere/python",
+            "--out", str(tmp_path / "sweep.json")]
+    assert peer_sweep.main([*argv, "--peers", "dynamo_load"]) == 0
+    peers = json.loads((tmp_path / "sweep.json").read_text())["peers"]
+    assert list(peers) == ["dynamo_load"] and peers["dynamo_load"]["swept"]
+    assert calls and all(r == "kv_router" and p["enable_load_scaling"] is True for p, r in calls)
+    assert {"load_predictor": "constant", "enable_load_scaling": True} in [p for p, _ in calls]
+    assert {"ttft_ms": 1000.0, "itl_ms": 25.0, "enable_load_scaling": True} in [p for p, _ in calls]  # targets x0.5
