@@ -190,6 +190,16 @@ def guided_sweep_name(run: str) -> str:
     return run.replace("/", "__")
 
 
+def guided_sweeps(results: Path) -> dict[str, dict]:
+    """Each guided sweep (``peer_sweep.py --peers dynamo_load``) by run: its ``peers.dynamo_load`` entry."""
+    out = {}
+    for f in sorted((results / DYNAMO_LOAD_DIR / GUIDED_SWEEP).glob("*.json")):
+        sw = json.loads(f.read_text())["peers"].get("dynamo_load")
+        if sw:
+            out[f.stem.replace("__", "/")] = sw
+    return out
+
+
 def dynamo_guided_rows(results: Path) -> list[tuple[str, dict]]:
     """(run, its results) for every copy under ``DYNAMO_LOAD_DIR`` holding both Dynamo rows and the planner."""
     base = results / DYNAMO_LOAD_DIR
@@ -203,10 +213,12 @@ def dynamo_guided_rows(results: Path) -> list[tuple[str, dict]]:
     return out
 
 
-def dynamo_guided_counts(rows: list[tuple[str, dict]], cross: dict[str, dict | None] | None = None) -> dict[str, int]:
+def dynamo_guided_counts(rows: list[tuple[str, dict]], cross: dict[str, dict | None] | None = None,
+                         sweeps: dict[str, dict] | None = None) -> dict[str, int]:
     """Where each meets 99 % after warm-up, which attains more (half a point in a thousand counts as equal), which is
     cheaper where both meet it (GPU-hours within half a percent count as equal); ``cross_*``: the same for pdserve's
-    planner on Dynamo's engine (``cross``: run -> its cross_engine.py row) against the guided Dynamo."""
+    planner on Dynamo's engine (``cross``: run -> its cross_engine.py row) against the guided Dynamo; ``swept_*``:
+    where the guided Dynamo was swept (``sweeps``), which attains more at the planner's GPU-hours."""
     def att(r: dict) -> float:
         return r["attainment_after_warmup"] or 0.0
 
@@ -234,6 +246,14 @@ def dynamo_guided_counts(rows: list[tuple[str, dict]], cross: dict[str, dict | N
         versus("", p, ld)
         if cross and cross.get(name):
             versus("cross_", cross[name], ld)  # type: ignore[arg-type]
+        sw = (sweeps or {}).get(name)
+        if sw and sw["swept"]:
+            at = sw["at_planner_gpu_hours"]["attainment"]
+            for k in ("swept_runs", "swept_planner_more", "swept_load_more"):
+                out.setdefault(k, 0)
+            out["swept_runs"] += 1
+            out["swept_planner_more"] += att(p) > at + 5e-4
+            out["swept_load_more"] += at > att(p) + 5e-4
     return out
 
 
@@ -275,7 +295,7 @@ def dynamo_guided(results: Path) -> str:
                                                                                  ", never spent as much")
 
     cross = cross_engine_planner(results)
-    c = dynamo_guided_counts(rows, cross)
+    c = dynamo_guided_counts(rows, cross, guided_sweeps(results))
     return "\n".join([
         f"#### Dynamo's planner as its guide advises for bursty traffic (`rerun.py --policies dynamo_load`, "
         f"`results/{DYNAMO_LOAD_DIR}/`)", "",
@@ -297,7 +317,9 @@ def dynamo_guided(results: Path) -> str:
         f"(Dynamo's; {c.get('cross_runs', 0)} of them replayed there): pdserve's planner meets 99 % on "
         f"{c.get('cross_planner_met', 0)}, attains more than the guided Dynamo on {c.get('cross_planner_more', 0)}, "
         f"less on {c.get('cross_load_more', 0)}; where both meet 99 % ({c.get('cross_both_met', 0)}) it spends fewer "
-        f"GPU-hours on {c.get('cross_planner_cheaper', 0)}, the guided one on {c.get('cross_load_cheaper', 0)}.", "",
+        f"GPU-hours on {c.get('cross_planner_cheaper', 0)}, the guided one on {c.get('cross_load_cheaper', 0)}. Swept "
+        f"({c.get('swept_runs', 0)}), at the planner's GPU-hours the guided Dynamo attains more than pdserve's planner "
+        f"on {c.get('swept_load_more', 0)}, less on {c.get('swept_planner_more', 0)}.", "",
         "| run | Dynamo as shipped | Dynamo as guided (load-based scaling, KV router) | guided, swept: at the planner's "
         "GPU-hours | planner | planner on Dynamo's engine (`cross_engine.json`) | best schedule found |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",

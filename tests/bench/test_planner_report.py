@@ -241,7 +241,7 @@ def test_dynamo_as_guided_is_a_table_beside_it_as_shipped_with_counts_read_from_
             "2, less on 0; where both meet 99 % (2) pdserve's planner spends fewer GPU-hours on 1, the guided one on 1. "
             "On one engine (Dynamo's; 1 of them replayed there): pdserve's planner meets 99 % on 1, attains more than "
             "the guided Dynamo on 1, less on 0; where both meet 99 % (1) it spends fewer GPU-hours on 0, the guided "
-            "one on 1.") in block
+            "one on 1. Swept (0),") in block
     # its sweep at the planner's GPU-hours (peer_sweep.py --peers dynamo_load), where one was run
     sweep = base / report.GUIDED_SWEEP / "8b_1gpu__azure_conv_x4.json"
     sweep.parent.mkdir(parents=True)
@@ -250,6 +250,8 @@ def test_dynamo_as_guided_is_a_table_beside_it_as_shipped_with_counts_read_from_
     (base / report.GUIDED_SWEEP / "8b_1gpu__bursty_seed0.json").write_text(
         json.dumps({"peers": {"dynamo_load": {"swept": False}}}))
     block = report.dynamo_guided(tmp_path)
+    assert "Swept (1), at the planner's GPU-hours the guided Dynamo attains more than pdserve's planner on 0, less on 1." \
+        in block
     assert ("| 8b_1gpu/azure_conv_x4 | 39.0 % at 0.35 (max 1P1D) | 99.5 % at 0.40 (max 3P1D) | 99.8 % (as run .. floor "
             "2P1D) | 100.0 % at 0.45 (max 2P1D) | 100.0 % at 0.50 (max 2P1D) | 100.0 % at 0.41 |") in block
     assert "| 8b_1gpu/bursty_seed0 | 50.0 % at 0.50 (max 1P1D) | 40.0 % at 0.60 (max 1P1D) | not swept (spent as much) |" in block
