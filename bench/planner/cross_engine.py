@@ -52,7 +52,8 @@ SCHEMA = "pdserve.planner-cross-engine/1"
 POLICIES = ("planner", "dynamo", "best", "static", "planner_schedule")
 
 
-def replay(cal: dict, trace_path: Path, ratios: dict, driver, initial: tuple[int, int]) -> dict:
+def replay(cal: dict, trace_path: Path, ratios: dict, driver, initial: tuple[int, int],
+           router_mode: str = "round_robin") -> dict:
     """One replay in Dynamo's engine with ``driver`` as its scaling policy, in ``dynamo_peer.run``'s shape."""
     from dynamo.replay import api
 
@@ -66,7 +67,7 @@ def replay(cal: dict, trace_path: Path, ratios: dict, driver, initial: tuple[int
         decode_engine_args=dynamo_peer.engine_args(cal, "decode", 1.0, ratios["decode_speedup_ratio"]),
         router_config=None, ais_perf_config=None, num_workers=1, num_prefill_workers=initial[0],
         num_decode_workers=initial[1], replay_concurrency=None, agentic_lanes=None, replay_mode="offline",
-        router_mode="round_robin", arrival_speedup_ratio=1.0, trace_block_size=cal["hash_block_tokens"],
+        router_mode=router_mode, arrival_speedup_ratio=1.0, trace_block_size=cal["hash_block_tokens"],
         trace_format="mooncake", trace_shared_prefix_ratio=0.0, trace_num_prefix_groups=0, report_jsonl_path=None,
         max_sim_time_ms=None, model_name=None, execution_model=execution,
         weka_nested_timestamp_basis=None, sla_ttft_ms=cal["ttft_ms"], sla_itl_ms=cal["itl_ms"],
@@ -104,6 +105,7 @@ class Job:
     calibrate_at: str  # "mean" (the window's mean prompt) or a prompt length
     prefill_match: str  # dynamo_peer.PREFILL_MATCH
     settings: dict[str, dict]  # name -> PolicyConfig fields for the planner@name rows
+    router_mode: str = "round_robin"  # the replay's router for every policy (dynamo_peer.ROUTER_MODES)
 
 
 def one_file(job: Job) -> dict:
@@ -133,7 +135,7 @@ def one_file(job: Job) -> dict:
         for name in [*policies, *(f"planner@{k}" for k in settings)]:
             key = "planner" if name == "planner_schedule" else name  # its row in the committed file
             if name == "dynamo":
-                d = dynamo_peer.run(cal, tr, work, ratios)
+                d = dynamo_peer.run(cal, tr, work, ratios, router_mode=job.router_mode)
             elif name.startswith("planner") and name != "planner_schedule":
                 from pdserve.planner.core.policy import PlannerPolicy
                 from pdserve.planner.core.sim_hook import PlannerAutoscaler
@@ -143,12 +145,13 @@ def one_file(job: Job) -> dict:
                 cfg = dataclasses.replace(cfg, **change)
                 driver = PlannerDriver(t0, s.interval_s, last, autoscaler=PlannerAutoscaler(PlannerPolicy(cfg, prof)),
                                        router=RouterView(arrivals), engines=EngineView(kv_tokens))
-                d = replay(cal, tr, ratios, driver, (1, 1))
+                d = replay(cal, tr, ratios, driver, (1, 1), job.router_mode)
             else:
                 if key not in res or "series" not in res[key]:
                     continue
                 steps, initial = schedule_of(name, res, s, s.interval_s)
-                d = replay(cal, tr, ratios, ScheduleDriver(t0, s.interval_s, last, steps=steps), initial)
+                d = replay(cal, tr, ratios, ScheduleDriver(t0, s.interval_s, last, steps=steps), initial,
+                           job.router_mode)
             scored = evaluate.score_replay(d, trace, s, args.warmup, feas, hist_end)
             sim = res.get(key, {})
             out["policies"][name] = {
@@ -189,14 +192,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="match the mocker's prefill flat out (its throughput with the batch full, default since "
                          "session 29) or alone (one request's latency, the committed runs before)")
     ap.add_argument("--limit", type=int, help="only the first N requests of each window (quick runs: not the file's run)")
+    ap.add_argument("--router-mode", choices=dynamo_peer.ROUTER_MODES, default="round_robin",
+                    help="the replay's router for every policy: round robin (its default, as every committed file ran) "
+                         "or Dynamo's KV router (what Dynamo's load-based scaling runs on)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
     with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
         rows = list(ex.map(one_file, [Job(f, args.traces, args.policies, args.limit, args.calibrate_isl,
-                                          args.calibrate_prefill, dict(args.settings)) for f in args.files]))
+                                          args.calibrate_prefill, dict(args.settings), args.router_mode)
+                                      for f in args.files]))
     write_result(args.out, {"schema": SCHEMA, "engine": "Dynamo 1.6.1 offline replay (mocker), calibrated to pdserve's "
-                            "engine numbers (dynamo_peer.calibrate)", "policies": args.policies,
+                            "engine numbers (dynamo_peer.calibrate)", "router_mode": args.router_mode,
+                            "policies": args.policies,
                             "settings": dict(args.settings), "rows": rows}, run)
     return 0
 

@@ -155,3 +155,25 @@ def test_the_mocker_is_matched_to_what_the_planner_s_profile_calls_saturated(tmp
     lo, hi = cal["prefill_flat_out_tokens_per_s"][6:8]
     mid = dynamo_peer.pdserve_flat_out(cal, (cal["prefill_isl"][6] + cal["prefill_isl"][7]) // 2)
     assert min(lo, hi) <= mid <= max(lo, hi)
+
+
+def _one_file_seen(job) -> dict:  # type: ignore[no-untyped-def]
+    """cross_engine.one_file's stand-in (module level: the process pool pickles it by name): the job it was given."""
+    return {"file": str(job.path), "router_mode": job.router_mode, "policies": {}}
+
+
+def test_the_replay_router_is_chosen_once_for_every_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--router-mode reaches every file's job (whose replays, Dynamo's planner's included, run on it) and the result
+    file says which router ran (the replays themselves need the peers' venv: the planner_cross_engine smoke)."""
+    import json
+
+    import cross_engine
+
+    monkeypatch.setattr(cross_engine, "one_file", _one_file_seen)
+    run = Path(__file__).resolve().parents[2] / "bench" / "planner" / "data" / "peer_sweep_smoke_run.json"
+    for mode in (None, "kv_router"):
+        out = tmp_path / f"{mode}.json"
+        assert cross_engine.main(["--files", str(run), "--out", str(out), *(["--router-mode", mode] if mode else [])]) == 0
+        doc = json.loads(out.read_text())
+        assert doc["router_mode"] == (mode or "round_robin")
+        assert [r["router_mode"] for r in doc["rows"]] == [mode or "round_robin"]
