@@ -257,12 +257,15 @@ def dynamo_guided_counts(rows: list[tuple[str, dict]], cross: dict[str, dict | N
     return out
 
 
-def cross_engine_planner(results: Path) -> dict[str, dict | None]:
-    """pdserve's planner closed loop on Dynamo's engine (``cross_engine.json``), by run (its path below results/):
-    set beside Dynamo's planner, which runs on that engine, the two on one engine model."""
+CROSS_ENGINE_KV = "diagnosis/cross_engine_kv30.json"  # cross_engine.py --router-mode kv_router, ours only
+
+
+def cross_engine_planner(results: Path, name: str = CROSS_ENGINE) -> dict[str, dict | None]:
+    """pdserve's planner closed loop on Dynamo's engine (``cross_engine.json``, or ``name``), by run (its path below
+    results/): set beside Dynamo's planner, which runs on that engine, the two on one engine model."""
     out: dict[str, dict | None] = {}
-    if (results / CROSS_ENGINE).exists():
-        for row in json.loads((results / CROSS_ENGINE).read_text())["rows"]:
+    if (results / name).exists():
+        for row in json.loads((results / name).read_text())["rows"]:
             run = Path(row["file"]).with_suffix("")
             if "results" in run.parts:
                 out["/".join(run.parts[run.parts.index("results") + 1:])] = (
@@ -296,6 +299,14 @@ def dynamo_guided(results: Path) -> str:
 
     cross = cross_engine_planner(results)
     c = dynamo_guided_counts(rows, cross, guided_sweeps(results))
+    # The same replays on Dynamo's KV router (the guided Dynamo's), where run: does the router move ours?
+    kv = {k: v for k, v in cross_engine_planner(results, CROSS_ENGINE_KV).items() if v and cross.get(k)}
+    same = sum(abs(v["gpu_hours"] - cross[k]["gpu_hours"]) <= 0.005 * cross[k]["gpu_hours"]  # type: ignore[index]
+               and abs((v["attainment_after_warmup"] or 0) - (cross[k]["attainment_after_warmup"] or 0)) <= 5e-4  # type: ignore[index]
+               for k, v in kv.items())
+    kv_line = (f" Replayed on Dynamo's KV router instead (`cross_engine.py --router-mode kv_router`, "
+               f"`results/{CROSS_ENGINE_KV}`, {len(kv)} of them), ours spends the GPU-hours and attains what it does on "
+               f"round robin (within half a percent and half a point in a thousand) on {same}.") if kv else ""
     return "\n".join([
         f"#### Dynamo's planner as its guide advises for bursty traffic (`rerun.py --policies dynamo_load`, "
         f"`results/{DYNAMO_LOAD_DIR}/`)", "",
@@ -319,7 +330,7 @@ def dynamo_guided(results: Path) -> str:
         f"less on {c.get('cross_load_more', 0)}; where both meet 99 % ({c.get('cross_both_met', 0)}) it spends fewer "
         f"GPU-hours on {c.get('cross_planner_cheaper', 0)}, the guided one on {c.get('cross_load_cheaper', 0)}. Swept "
         f"({c.get('swept_runs', 0)}), at the planner's GPU-hours the guided Dynamo attains more than pdserve's planner "
-        f"on {c.get('swept_load_more', 0)}, less on {c.get('swept_planner_more', 0)}.", "",
+        f"on {c.get('swept_load_more', 0)}, less on {c.get('swept_planner_more', 0)}.{kv_line}", "",
         "| run | Dynamo as shipped | Dynamo as guided (load-based scaling, KV router) | guided, swept: at the planner's "
         "GPU-hours | planner | planner on Dynamo's engine (`cross_engine.json`) | best schedule found |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -257,4 +257,10 @@ def test_dynamo_as_guided_is_a_table_beside_it_as_shipped_with_counts_read_from_
     assert "| 8b_1gpu/bursty_seed0 | 50.0 % at 0.50 (max 1P1D) | 40.0 % at 0.60 (max 1P1D) | not swept (spent as much) |" in block
     assert "| heldout/70b_tp4/azure_conv_x4_from600 | 37.0 % at 2.10 (max 1P1D) | 100.0 % at 1.60 (max 6P3D) | - |" in block
     assert "no_peer" not in block
+    assert "KV router instead" not in block
+    # ours replayed on Dynamo's KV router too (cross_engine.py --router-mode kv_router): compared with round robin
+    (tmp_path / report.CROSS_ENGINE_KV).write_text(json.dumps({"rows": [cross]}))
+    assert ("Replayed on Dynamo's KV router instead (`cross_engine.py --router-mode kv_router`, "
+            "`results/diagnosis/cross_engine_kv30.json`, 1 of them), ours spends the GPU-hours and attains what it does "
+            "on round robin (within half a percent and half a point in a thousand) on 1.") in report.dynamo_guided(tmp_path)
     assert report.dynamo_guided(tmp_path / "none") == ""
