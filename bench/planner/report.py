@@ -185,13 +185,9 @@ DYNAMO_LOAD_DIR = "diagnosis/dynamo_load30"  # rerun.py --policies dynamo_load: 
 GUIDED_SWEEP = "peer_sweep"  # below DYNAMO_LOAD_DIR: peer_sweep.py --peers dynamo_load on its copies
 
 
-def guided_sweep_name(run: str) -> str:
-    """The guided sweep file's stem for a run (its path below results/, '/' as '__')."""
-    return run.replace("/", "__")
-
-
 def guided_sweeps(results: Path) -> dict[str, dict]:
-    """Each guided sweep (``peer_sweep.py --peers dynamo_load``) by run: its ``peers.dynamo_load`` entry."""
+    """Each guided sweep (``peer_sweep.py --peers dynamo_load``) by run (the file's stem is the run's path below
+    results/ with '/' as '__'): its ``peers.dynamo_load`` entry."""
     out = {}
     for f in sorted((results / DYNAMO_LOAD_DIR / GUIDED_SWEEP).glob("*.json")):
         sw = json.loads(f.read_text())["peers"].get("dynamo_load")
@@ -285,20 +281,21 @@ def dynamo_guided(results: Path) -> str:
         top = f" (max {r['max_prefill']}P{r['max_decode']}D)" if r.get("max_prefill") is not None else ""
         return f"{_pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}{top}"
 
+    sweeps = guided_sweeps(results)
+
     def swept(name: str) -> str:
-        """The guided Dynamo read at the planner's GPU-hours off its sweep (peer_sweep.py), '-' where not swept."""
-        f = results / DYNAMO_LOAD_DIR / GUIDED_SWEEP / f"{guided_sweep_name(name)}.json"
-        if not f.exists():
+        """The guided Dynamo read at the planner's GPU-hours off its sweep (peer_sweep.py), '-' where none was run."""
+        sw = sweeps.get(name)
+        if sw is None:
             return "-"
-        sw = json.loads(f.read_text())["peers"].get("dynamo_load")
-        if not sw or not sw["swept"]:
+        if not sw["swept"]:
             return "not swept (spent as much)"
         at = sw["at_planner_gpu_hours"]
         return f"{_pct(at['attainment'])} ({' .. '.join(at['between'])})" + ("" if at.get("reached", True) else
                                                                                  ", never spent as much")
 
     cross = cross_engine_planner(results)
-    c = dynamo_guided_counts(rows, cross, guided_sweeps(results))
+    c = dynamo_guided_counts(rows, cross, sweeps)
     # The same replays on Dynamo's KV router (the guided Dynamo's), where run: does the router move ours?
     kv = {k: v for k, v in cross_engine_planner(results, CROSS_ENGINE_KV).items() if v and cross.get(k)}
     same = sum(abs(v["gpu_hours"] - cross[k]["gpu_hours"]) <= 0.005 * cross[k]["gpu_hours"]  # type: ignore[index]
