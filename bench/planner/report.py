@@ -102,6 +102,16 @@ def peers_at_planner_gpu_hours(results: Path) -> str:
 CROSS_ENGINE = "cross_engine.json"  # cross_engine.py: runs replayed in Dynamo's engine
 
 
+def _pair(a: dict, b: dict) -> dict[str, bool]:
+    """Two policies on one window: which attains more after warm-up (half a point in a thousand counts as equal),
+    whether both meet 99 %, and where they do which spends fewer GPU-hours (within half a percent counts as equal)."""
+    aa, ba = a["attainment_after_warmup"] or 0.0, b["attainment_after_warmup"] or 0.0
+    both = aa >= 0.99 and ba >= 0.99
+    return {"a_more": aa > ba + 5e-4, "b_more": ba > aa + 5e-4, "both_met": both,
+            "a_cheaper": both and a["gpu_hours"] < 0.995 * b["gpu_hours"],
+            "b_cheaper": both and b["gpu_hours"] < 0.995 * a["gpu_hours"]}
+
+
 def cross_engine_counts(d: dict) -> dict[str, int]:
     """cross_engine.py's file read as counts: where each planner meets 99 %, which attains more, which is cheaper
     where both meet it (GPU-hours within half a percent count as equal)."""
@@ -117,14 +127,12 @@ def cross_engine_counts(d: dict) -> dict[str, int]:
         out["planner_met"] += pa is not None and pa >= 0.99
         out["dynamo_met"] += ya is not None and ya >= 0.99
         out["best_met"] += b is not None and (b["attainment_after_warmup"] or 0.0) >= 0.99
-        if p is None or y is None or pa is None or ya is None:
+        if p is None or y is None:
             continue
-        out["planner_more"] += pa > ya + 5e-4
-        out["dynamo_more"] += ya > pa + 5e-4
-        if pa >= 0.99 and ya >= 0.99:
-            out["both_met"] += 1
-            out["planner_cheaper"] += p["gpu_hours"] < 0.995 * y["gpu_hours"]
-            out["dynamo_cheaper"] += y["gpu_hours"] < 0.995 * p["gpu_hours"]
+        c = _pair(p, y)
+        for k, v in (("planner_more", "a_more"), ("dynamo_more", "b_more"), ("both_met", "both_met"),
+                     ("planner_cheaper", "a_cheaper"), ("dynamo_cheaper", "b_cheaper")):
+            out[k] += c[v]
     return out
 
 
@@ -225,12 +233,10 @@ def dynamo_guided_counts(rows: list[tuple[str, dict]], cross: dict[str, dict | N
             out.setdefault(prefix + k, 0)
         out[prefix + "runs"] += prefix != ""  # the plain pair is every run, counted once above
         out[prefix + "planner_met"] += att(p) >= 0.99
-        out[prefix + "planner_more"] += att(p) > att(ld) + 5e-4
-        out[prefix + "load_more"] += att(ld) > att(p) + 5e-4
-        if att(p) >= 0.99 and att(ld) >= 0.99:
-            out[prefix + "both_met"] += 1
-            out[prefix + "planner_cheaper"] += p["gpu_hours"] < 0.995 * ld["gpu_hours"]
-            out[prefix + "load_cheaper"] += ld["gpu_hours"] < 0.995 * p["gpu_hours"]
+        c = _pair(p, ld)
+        for k, v in (("planner_more", "a_more"), ("load_more", "b_more"), ("both_met", "both_met"),
+                     ("planner_cheaper", "a_cheaper"), ("load_cheaper", "b_cheaper")):
+            out[prefix + k] += c[v]
 
     for name, r in rows:
         p, y, ld = r["planner"], r["dynamo"], r["dynamo_load"]
