@@ -44,6 +44,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--no-prefill-pool-queueing",): ("prefill_pool_queueing", False),
     ("--prefill-headroom-on-rise",): ("prefill_headroom_on_rise", True),
     ("--prefill-ratio-floor", "0.9"): ("prefill_ratio_floor", 0.9),
+    ("--correction-backlog-s", "120"): ("correction_backlog_s", 120.0),
     ("--scale-down-stabilization-max-replicas", "1"): ("scale_down_stabilization_max_replicas", 1),
     ("--no-correction-decode-curve",): ("correction_decode_curve", False),
     ("--decode-queue-compute",): ("decode_queue_compute", True),

@@ -68,7 +68,9 @@ class PlannerPolicy:
                                         pool_ttft=config.correction_pool_ttft, pool=config.prefill_pool_queueing,
                                         prefill_floor=config.prefill_ratio_floor,
                                         decode_bounds=config.decode_correction_limits,
-                                        decode_curve=config.correction_decode_curve)
+                                        decode_curve=config.correction_decode_curve,
+                                        backlog_s=config.correction_backlog_s,
+                                        backlog_per_replica=config.release_queue_per_replica)
 
     @property
     def interval_s(self) -> float:

@@ -197,6 +197,12 @@ class PolicyConfig:
     # cost less and none more; 0.67 gives the same on every file; on five fresh windows, settings_sweep25_validation,
     # it changes none).
     prefill_ratio_floor: float | None = 0.85
+    # The prefill ratio is not read for this long (s) after the prefill pool last held more than
+    # release_queue_per_replica requests waiting per ready replica (None: read in every window). A backlog's wait is in
+    # the TTFT of the requests that complete up to a rate window after the queue is gone, and it is the pool having
+    # been short, not slow (LatencyCorrection.backlog_s): a cold start's queue read as a 1.5x slower engine and held
+    # it for correction_hold_s (bench/planner, held-out 70B Azure 4x from 600 s).
+    correction_backlog_s: float | None = None
     # A slower-than-profile pool only gets more replicas once its tail latency nears the
     # SLO: below that the SLO holds anyway and the extra replicas would be waste.
     correction_engage: float = 0.8
@@ -268,6 +274,8 @@ class PolicyConfig:
             return f"burst miss budget {self.burst_miss_budget:g} not in [0, 1]: a share of the SLO's error budget"
         if self.lone_burst_s is not None and not (self.lone_burst_s > 0):
             return f"lone burst span {self.lone_burst_s:g} s must be above 0"
+        if self.correction_backlog_s is not None and self.correction_backlog_s < 0:
+            return f"correction backlog memory {self.correction_backlog_s:g} s below 0"
         if not (0 < self.attainment <= 1):
             return f"attainment {self.attainment:g} not in (0, 1]"
         if self.burst_level_ratio is not None and not self.burst_level_ratio >= 1:

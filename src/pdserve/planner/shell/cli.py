@@ -125,6 +125,9 @@ def _run_parser(sub) -> None:
     _optional(g, "--prefill-ratio-floor", "prefill_ratio_floor", "F",
               "apply a prefill latency ratio under 1 (the pool faster than its profile) down to F",
               "never under 1")
+    _optional(g, "--correction-backlog-s", "correction_backlog_s", "S",
+              "leave the prefill latency ratio unread for S seconds after the prefill pool last held a backlog "
+              "(its TTFT is then the queue's wait, not the engine's speed)", "read in every window")
     g.add_argument("--scale-down-stabilization-max-replicas", type=int, metavar="N",
                    default=PolicyConfig.scale_down_stabilization_max_replicas,
                    help="stabilise only the releases that leave a pool at N replicas or fewer (default: every "
@@ -239,6 +242,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
         burst_on_level=args.burst_on_level, prefill_ratio_floor=args.prefill_ratio_floor,
+        correction_backlog_s=args.correction_backlog_s,
         scale_down_stabilization_max_replicas=args.scale_down_stabilization_max_replicas,
         correction_decode_curve=args.correction_decode_curve, decode_queue_compute=args.decode_queue_compute,
         correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]
