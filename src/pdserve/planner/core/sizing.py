@@ -55,6 +55,9 @@ class Load:
     arriving_prompt_tokens: float = 0.0
     prefill_replicas: int = 0
     decode_replicas: int = 0
+    # Prefill replica-equivalents moving prompt tokens over that start-up (``PolicyConfig.drain_starting``): the ready
+    # ones all of it, those still starting only from when they are ready (None: ``prefill_replicas`` all along).
+    prefill_moving: float | None = None
     # The peak is the router's delay-bound burst rate (``pdserve.common.burst``, budget > 0):
     # what a pool must *serve* so no wait exceeds the budget, below the rate the burst
     # *arrives* at. The prefill pool kept for it then drains the burst flat out, so its KV
@@ -198,12 +201,13 @@ def size(load: Load, cap: Capacity, *, drain_s: float, startup_s: float = 0.0) -
     arriving = max(load.arriving_prompt_tokens * fresh, tokens)
     cur_p, cur_d = max(load.prefill_replicas, 0), max(load.decode_replicas, 0)
     # Queues as they will be when a replica requested now is ready.
-    moves_p = cur_p * cap.prefill_saturated
+    moving_p = cur_p if load.prefill_moving is None else max(load.prefill_moving, 0.0)
+    moves_p = moving_p * cap.prefill_saturated
     q_now = max(load.prefill_queue_tokens, 0.0) * fresh
     q_p = max(q_now + (arriving - moves_p) * startup_s, 0.0) if (q_now > 0 or arriving > moves_p) else 0.0
     # KV the prefill pool sends meanwhile: its queue and the arrivals, at most flat out.
     sends = cap.prefill_sends if cap.prefill_sends is not None else cap.prefill_saturated
-    sent = min(cur_p * sends, arriving + (q_now / startup_s if startup_s > 0 else 0.0))
+    sent = min(moving_p * sends, arriving + (q_now / startup_s if startup_s > 0 else 0.0))
     moves_d = cap.link_throughput(cur_p, cur_d) if cur_d else 0.0
     q_d = max(load.decode_queue_tokens, 0.0) * fresh
     q_d = max(q_d + (sent - moves_d) * startup_s, 0.0) if (q_d > 0 or sent > moves_d) else 0.0
