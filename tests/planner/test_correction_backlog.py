@@ -72,3 +72,12 @@ def test_the_policy_passes_it_with_its_release_threshold_and_refuses_a_negative_
     assert (pol._corr.backlog_s, pol._corr.backlog_per_replica) == (120.0, 3.0)
     assert PolicyConfig().correction_backlog_s is None
     assert "below 0" in PolicyConfig(correction_backlog_s=-1.0).invalid()
+
+
+def test_a_backlog_window_with_nothing_completed_still_counts():
+    # the cold start's first window: 40 queued, no request completed yet (no rate, no TTFT); the windows after it
+    # still carry its wait and are not read
+    first = obs(0, p=2, d=8, rate=float("nan"), isl=1024.0, prefill_ttft_mean_s=float("nan"), prefill_waiting=40.0,
+                waiting=40.0)
+    corr = fed(60.0, [first, window(30, 3000, 0), window(60, 1500, 0)])
+    assert corr.prefill == 1.0

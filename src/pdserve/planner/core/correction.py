@@ -101,6 +101,7 @@ class LatencyCorrection:
     def update(self, obs: Observation, profile: CapacityProfile, hit: float) -> None:
         """Ratio of observed to profile-expected mean latency at the observed load, smoothed."""
         lo, hi = self.bounds
+        self._note_backlog(obs)  # every window, also one with nothing completed: a cold start's first
         rate = obs.request_rate
         if not (_finite(rate) and rate > 0):
             return
@@ -132,16 +133,19 @@ class LatencyCorrection:
                 if self.decode_curve:
                     self.record_decode(rate * obs.mean_osl / ready_d, raw)
 
-    def after_backlog(self, obs: Observation) -> bool:
-        """The prefill pool held a backlog (more than ``backlog_per_replica`` waiting per ready replica) within
-        ``backlog_s`` of this observation, so its TTFT is the backlog's wait (never with ``backlog_s`` None). A pool
-        whose queue is unknown counts as not backlogged: the reading is then as before."""
-        if self.backlog_s is None:
-            return False
+    def _note_backlog(self, obs: Observation) -> None:
+        """Remember when the prefill pool last held a backlog: more than ``backlog_per_replica`` waiting per ready
+        replica. A queue that is unknown is no backlog (the reading is then as before)."""
         waiting = obs.prefill_waiting if _finite(obs.prefill_waiting) else obs.waiting
-        if _finite(waiting) and waiting > self.backlog_per_replica * max(obs.prefill.effective_ready, 1):
+        if self.backlog_s is not None and _finite(waiting) and \
+                waiting > self.backlog_per_replica * max(obs.prefill.effective_ready, 1):
             self._backlog_at = obs.timestamp
-        return self._backlog_at is not None and obs.timestamp - self._backlog_at <= self.backlog_s
+
+    def after_backlog(self, obs: Observation) -> bool:
+        """The prefill pool held a backlog within ``backlog_s`` of this observation, so its TTFT is the backlog's
+        wait (never with ``backlog_s`` None)."""
+        return (self.backlog_s is not None and self._backlog_at is not None
+                and obs.timestamp - self._backlog_at <= self.backlog_s)
 
     def record_decode(self, load: float, ratio: float) -> None:
         """One window's (per-replica decode tokens/s, bounded ITL ratio) into the line ``decode_ratio_at`` reads."""
