@@ -7,6 +7,8 @@ import pytest
 from capacity_profiles import queue_profile
 from test_policy import obs
 
+from pdserve.planner.core.lookahead import Ramp, moving_replicas
+from pdserve.planner.core.observation import PoolState
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig
 from pdserve.planner.core.sizing import Capacity, Load, size
 
@@ -47,15 +49,27 @@ def test_the_policy_counts_its_own_last_rise():
 
 def test_a_ramp_continues_the_floor_over_the_projection():
     # prompt tokens/s rose at each of the last two ticks (10k -> 12k -> 15k over 60 s: 83.3/s): the floor is
-    # 15k + 83.3 x 30 = 17.5k; a tick that did not rise ends the ramp
+    # 15k + 83.3 x 30 = 17.5k; a tick that did not rise ends the ramp, and so does a missing reading
+    ramp = Ramp(ticks=2, projection_s=30.0)
+    for t, tok in ((0, 10_000.0), (30, 12_000.0), (60, 15_000.0)):
+        ramp.record(float(t), tok)
+    assert ramp.rise() == pytest.approx(5_000 / 60 * 30)
+    ramp.record(90.0, 14_000.0)
+    assert ramp.rise() == 0.0
+    for t, tok in ((120, 16_000.0), (150, 17_000.0), (180, float("nan"))):
+        ramp.record(float(t), tok)
+    assert ramp.rise() == 0.0 and not ramp.readings
+    # the policy keeps one only with the setting, and plans the rise into the observed floor
     pol = policy(ramp_projection_s=30.0, ramp_ticks=2)
     for t, tok in ((0, 10_000.0), (30, 12_000.0), (60, 15_000.0)):
-        pol._record_ramp(obs(t, router_prompt_tokens_rate=tok), float(t))
-    assert pol._ramp_rise() == pytest.approx(5_000 / 60 * 30)
-    pol._record_ramp(obs(90, router_prompt_tokens_rate=14_000.0), 90.0)
-    assert pol._ramp_rise() == 0.0
-    off = policy()
-    for t, tok in ((0, 10_000.0), (30, 12_000.0), (60, 15_000.0)):
-        off._record_ramp(obs(t, router_prompt_tokens_rate=tok), float(t))
-    assert off._ramp_rise() == 0.0 and PolicyConfig().ramp_projection_s is None
+        d = pol.decide(obs(t, p=4, d=4, rate=10.0, isl=1000.0, router_prompt_tokens_rate=tok), now=float(t))
+    assert d.explanation["demand"]["prefillTokensPerS"] == pytest.approx(15_000 + 5_000 / 60 * 30)
+    assert policy()._s.ramp is None and PolicyConfig().ramp_projection_s is None
     assert "below 1" in PolicyConfig(ramp_ticks=0).invalid()
+
+
+def test_moving_replicas_reads_ready_starting_and_pending():
+    # 5 replicas: 2 ready, 1 pending (cannot start), 2 starting since 15 s ago of a 60 s start-up -> 2 + 2 x 0.25
+    assert moving_replicas(PoolState(5, ready=2, pending=1), 85.0, 100.0, 60.0) == pytest.approx(2.5)
+    assert moving_replicas(PoolState(5, ready=2, pending=1), None, 100.0, 60.0) == 2.0  # rise unknown: not yet
+    assert moving_replicas(PoolState(3), 0.0, 100.0, 60.0) == 3.0  # ready unknown: all ready

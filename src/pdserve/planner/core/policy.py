@@ -26,6 +26,7 @@ from pdserve.planner.core.budget import fit_budget, gpus
 from pdserve.planner.core.burst_fit import burst_shape
 from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.core.link_model import budget_transfers, usable_utilization
+from pdserve.planner.core.lookahead import Ramp, moving_replicas
 from pdserve.planner.core.correction import LatencyCorrection
 from pdserve.planner.core.observation import Observation
 from pdserve.planner.core.observation import finite as _finite
@@ -52,7 +53,7 @@ class _State:
     pending_since: dict[str, float] = field(default_factory=dict)
     prompt_tokens: float | None = None  # the router's prompt-token rate at the previous tick (hold_prefill_on_rise)
     prefill_up_at: float | None = None  # when the prefill pool was last raised (drain_starting)
-    ramp: deque = field(default_factory=deque)  # (time, router prompt tokens/s) of the last ramp_ticks + 1 ticks
+    ramp: Ramp | None = None  # the prompt-token rate's last ticks (ramp_projection_s)
 
 
 class PlannerPolicy:
@@ -64,6 +65,8 @@ class PlannerPolicy:
                                                      min_level_smoothing=config.min_level_smoothing)
         self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
+        if config.ramp_projection_s is not None:
+            self._s.ramp = Ramp(config.ramp_ticks, config.ramp_projection_s)
         self._rise: tuple[tuple[float, float] | None] | None = None
         self._corr = LatencyCorrection(config.correction_bounds, config.correction_engage, config.correction_hold_s,
                                         learn_offset=config.correction_offset, ttft_path_ms=config.ttft_path_ms,
@@ -186,7 +189,8 @@ class PlannerPolicy:
             corr_d = cap_d / max(curved, 1e-9)  # the capacity where the load-dependent ratio meets the SLO
         link = prof.kv_link.tokens_per_s if prof.kv_link is not None else None
         self._record_peak(obs, now)
-        self._record_ramp(obs, now)
+        if s.ramp is not None:
+            s.ramp.record(now, obs.router_prompt_tokens_rate)
         u_p = self._prefill_utilization(obs)
         want, terms, load, capacity = self._terms(u_p, cap_p, cap_d, corr_p, corr_d, link, isl, osl, rate, obs, now)
         if u_p != cfg.target_utilization and terms.prefill < cfg.prefill_utilization_min_replicas:
@@ -244,7 +248,7 @@ class PlannerPolicy:
             link_plateau=LINK_PLATEAU if cfg.cold_start_link else None)
         q_p, q_d = self._queue_tokens(obs, isl) if cfg.drain_backlog else (0.0, 0.0)
         tokens_now = obs.router_prompt_tokens_rate if cfg.floor_on_observed and _finite(obs.router_prompt_tokens_rate) else 0.0
-        floor = tokens_now + self._ramp_rise() if cfg.floor_on_observed else tokens_now
+        floor = tokens_now + s.ramp.rise() if cfg.floor_on_observed and s.ramp is not None else tokens_now
         window = obs.window_s if _finite(obs.window_s) else max(cfg.interval_s, 60.0)  # the live PromQL range
         arriving = arriving_tokens(tokens_now, obs.router_prompt_tokens_peak, window, now, s.start,
                                    signal=cfg.arriving_signal, young=cfg.arriving_young)
@@ -327,39 +331,9 @@ class PlannerPolicy:
             peaks.popleft()
 
     def _prefill_moving(self, obs: Observation, now: float) -> float | None:
-        """Prefill replica-equivalents moving tokens over the next start-up (``drain_starting``): the ready ones, and
-        those still starting for the part of it after they are ready (raised at ``prefill_up_at``); else None."""
-        cfg, state = self.config, obs.prefill
-        if not cfg.drain_starting:
-            return None
-        starting = max(state.replicas - state.effective_ready - state.pending, 0)
-        if starting == 0 or cfg.startup_s <= 0:
-            return float(state.effective_ready)
-        up_at = self._s.prefill_up_at if self._s.prefill_up_at is not None else now
-        return state.effective_ready + starting * min(max(now - up_at, 0.0) / cfg.startup_s, 1.0)
-
-    def _record_ramp(self, obs: Observation, now: float) -> None:
-        """This tick's router prompt-token rate into the last ``ramp_ticks + 1`` readings (once per tick)."""
-        cfg, ramp = self.config, self._s.ramp
-        if cfg.ramp_projection_s is None:
-            return
-        if not _finite(obs.router_prompt_tokens_rate):
-            ramp.clear()  # a gap is no ramp
-            return
-        ramp.append((now, obs.router_prompt_tokens_rate))
-        while len(ramp) > cfg.ramp_ticks + 1:
-            ramp.popleft()
-
-    def _ramp_rise(self) -> float:
-        """Prompt tokens/s the rate will have risen by ``ramp_projection_s`` from now, at its mean rise per second
-        over the last ``ramp_ticks`` ticks, where it rose at each of them; else 0."""
-        cfg, ramp = self.config, list(self._s.ramp)
-        if cfg.ramp_projection_s is None or len(ramp) < cfg.ramp_ticks + 1:
-            return 0.0
-        if any(b[1] <= a[1] for a, b in zip(ramp, ramp[1:])):
-            return 0.0
-        per_s = (ramp[-1][1] - ramp[0][1]) / max(ramp[-1][0] - ramp[0][0], 1e-9)
-        return per_s * cfg.ramp_projection_s
+        """Prefill replica-equivalents moving tokens over the next start-up with ``drain_starting``; else None."""
+        cfg = self.config
+        return moving_replicas(obs.prefill, self._s.prefill_up_at, now, cfg.startup_s) if cfg.drain_starting else None
 
     def _peak(self, obs: Observation, now: float, steady: float = 0.0) -> float:
         """The highest short-window prompt-token rate within ``peak_window_s`` (with a burst fit
