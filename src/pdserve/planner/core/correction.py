@@ -136,7 +136,7 @@ class LatencyCorrection:
     def _note_backlog(self, obs: Observation) -> None:
         """Remember when the prefill pool last held a backlog: more than ``backlog_per_replica`` waiting per ready
         replica. A queue that is unknown is no backlog (the reading is then as before)."""
-        waiting = obs.prefill_waiting if _finite(obs.prefill_waiting) else obs.waiting
+        waiting = obs.waiting_in("prefill")
         if self.backlog_s is not None and _finite(waiting) and \
                 waiting > self.backlog_per_replica * max(obs.prefill.effective_ready, 1):
             self._backlog_at = obs.timestamp

@@ -72,6 +72,12 @@ class Observation:
     def failed(cls, timestamp: float, prefill: PoolState, decode: PoolState, error: str) -> Observation:
         return cls(timestamp=timestamp, prefill=prefill, decode=decode, error=error)
 
+    def waiting_in(self, pool: str) -> float:
+        """Requests queued in ``pool`` ("prefill" or "decode"): its own gauge, else the unlabelled total (NaN: neither
+        is known)."""
+        own = self.prefill_waiting if pool == "prefill" else self.decode_waiting
+        return own if finite(own) else self.waiting
+
     def metrics_dict(self) -> dict[str, float | None]:
         """Numeric inputs, NaN as None so the dict is JSON-safe."""
         out: dict[str, float | None] = {}

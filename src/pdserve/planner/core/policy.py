@@ -387,7 +387,8 @@ class PlannerPolicy:
         the mean ISL turns one into the other). Unknown counts as empty: the queue only
         ever adds replicas."""
         # Without a per-pool gauge, count every queued request as prefill work (conservative).
-        q_p = obs.prefill_waiting if _finite(obs.prefill_waiting) else (obs.waiting if _finite(obs.waiting) else 0.0)
+        q_p = obs.waiting_in("prefill")
+        q_p = q_p if _finite(q_p) else 0.0
         q_d = obs.decode_waiting if _finite(obs.decode_waiting) else 0.0
         return q_p * isl, q_d * isl
 
@@ -397,9 +398,7 @@ class PlannerPolicy:
     def _may_shrink(self, obs: Observation, pool: str) -> bool:
         """A pool shrinks only while its queue is (nearly) empty; an unknown queue blocks it."""
         state = obs.prefill if pool == "prefill" else obs.decode
-        waiting = obs.prefill_waiting if pool == "prefill" else obs.decode_waiting
-        if not _finite(waiting):
-            waiting = obs.waiting
+        waiting = obs.waiting_in(pool)
         if not _finite(waiting):
             return False
         return waiting <= self.config.release_queue_per_replica * max(state.effective_ready, 1)
