@@ -261,7 +261,7 @@ class PlannerPolicy:
                                   and _finite(obs.router_prompt_tokens_peak)),
                     peak_utilization=self._or_target(cfg.burst_utilization) if self._fitting(obs) else 1.0,
                     drain_serves_arriving=cfg.cold_start_link,
-                    link_release=cfg.target_utilization if cfg.cold_start_link else None,
+                    link_release=self._or_target(cfg.decode_link_release) if cfg.cold_start_link else None,
                     decode_queue_compute=cfg.decode_queue_compute)
         terms = size(load, capacity, drain_s=cfg.drain_s or cfg.interval_s,
                      startup_s=cfg.startup_s if cfg.drain_backlog else 0.0)

@@ -245,6 +245,9 @@ class PolicyConfig:
     # link only below target_utilization of what the links left carry (hysteresis at the single-receiver threshold),
     # and a stream no pair carries gets the pair where the links stop adding throughput (sizing.LINK_PLATEAU).
     cold_start_link: bool = True
+    # That decode hysteresis (with cold_start_link): give up a link only below this fraction of what the links left
+    # carry. None: target_utilization.
+    decode_link_release: float | None = None
     # The correction's prefill ratio from the prefill engines' own TTFT (Observation.prefill_ttft_mean_s), not the
     # client's, which adds the KV transfer, hand-off and decode's first step. The profile it compares with must hold
     # the engine's front end as the pods' histogram does: a measured one does, a derived one is derived so
@@ -292,6 +295,8 @@ class PolicyConfig:
             return f"ramp projection {self.ramp_projection_s:g} s below 0"
         if self.ramp_ticks < 1:
             return f"ramp ticks {self.ramp_ticks} below 1"
+        if self.decode_link_release is not None and not (0 < self.decode_link_release <= 1):
+            return f"decode link release {self.decode_link_release:g} not in (0, 1]"
         if self.correction_backlog_s is not None and self.correction_backlog_s < 0:
             return f"correction backlog memory {self.correction_backlog_s:g} s below 0"
         if not (0 < self.attainment <= 1):

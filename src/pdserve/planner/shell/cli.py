@@ -132,6 +132,9 @@ def _run_parser(sub) -> None:
               "seconds at its mean rise", "plan for the rate now")
     g.add_argument("--ramp-ticks", type=int, metavar="N", default=PolicyConfig.ramp_ticks,
                    help="ticks the prompt-token rate must rise at for --ramp-projection-s (default %(default)s)")
+    _optional(g, "--decode-link-release", "decode_link_release", "F",
+              "give up a decode replica only once the KV stream is below F of what the links left would carry",
+              "--target-utilization")
     _optional(g, "--correction-backlog-s", "correction_backlog_s", "S",
               "leave the prefill latency ratio unread for S seconds after the prefill pool last held a backlog "
               "(its TTFT is then the queue's wait, not the engine's speed)", "read in every window")
@@ -249,7 +252,8 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
         burst_on_level=args.burst_on_level, prefill_ratio_floor=args.prefill_ratio_floor,
-        correction_backlog_s=args.correction_backlog_s, drain_starting=args.drain_starting,
+        correction_backlog_s=args.correction_backlog_s, decode_link_release=args.decode_link_release,
+        drain_starting=args.drain_starting,
         ramp_projection_s=args.ramp_projection_s, ramp_ticks=args.ramp_ticks,
         scale_down_stabilization_max_replicas=args.scale_down_stabilization_max_replicas,
         correction_decode_curve=args.correction_decode_curve, decode_queue_compute=args.decode_queue_compute,
