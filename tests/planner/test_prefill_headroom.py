@@ -4,6 +4,8 @@ hold_prefill_on_rise), on hand-computed cases over the queue profile of tests/pl
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from capacity_profiles import queue_policy as _policy, queue_profile
 
@@ -96,3 +98,20 @@ def test_prefill_headroom_kept_while_the_prompt_token_rate_rises():
     both.decide(_obs(0, 2, 1.0), 0)
     d = both.decide(_obs(10, 2, 2.0), 10)
     assert d.prefill == 2 and "prompt tokens rising (1024 -> 2048/s), not shrinking" in d.reason
+
+
+def test_no_decode_replica_is_released_while_the_prompt_token_rate_rises():
+    # hold_decode_on_rise: the same guard for decode (the KV stream its links carry is that rate). Two decode
+    # replicas at 1 req/s x 200 output tokens (the queue profile's decode needs one): kept while the router's
+    # prompt-token rate rises, released once it falls; without the setting the replica goes at once.
+    def obs(t: float, rate: float) -> Observation:
+        return dataclasses.replace(_obs(t, 1, rate), decode=PoolState(2))
+
+    held, free = _policy(hold_decode_on_rise=True), _policy()
+    for pol in (held, free):
+        pol.decide(obs(0, 1.0), 0)
+    d = held.decide(obs(10, 1.5), 10)  # 1,024 -> 1,536: rising
+    assert d.decode == 2 and "decode: prompt tokens rising (1024 -> 1536/s), not shrinking" in d.reason
+    assert free.decide(obs(10, 1.5), 10).decode == 1
+    d = held.decide(obs(20, 1.2), 20)  # falling
+    assert d.decode == 1 and "rising" not in d.reason

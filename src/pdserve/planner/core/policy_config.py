@@ -64,6 +64,10 @@ class PolicyConfig:
     # the pool reading releases prefill sooner, and alone it released two of six replicas on the 70B Azure 4x run
     # one tick before a rise (attainment 95 %); with the hold, 99.98 % at fewer GPU-hours than before either.
     hold_prefill_on_rise: bool = True
+    # The same hold for decode: no decode replica released while that rate reads above the previous tick's (the KV
+    # stream its links carry is that rate). Opt-in (session 32; bench/planner, validation31 70B 3.5x: 2 -> 1 decode on
+    # a rising stream at 330 s, 1 -> 4 at 450 s once one link no longer carried it).
+    hold_decode_on_rise: bool = False
     # prefill_utilization only where the pool it sizes has at least this many replicas (fewer: target_utilization).
     # A lone replica planned near its SLO capacity has no neighbour to absorb a rise while another starts; the miss
     # above (8B Azure 3x from 600 s) was one replica at a compute term of 0.99. Opt-in: with 0.95 and the guard

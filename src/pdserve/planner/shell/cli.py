@@ -104,6 +104,8 @@ def _run_parser(sub) -> None:
               "the same")
     _switch(g, "hold_prefill_on_rise", "release no prefill replica while the router's prompt-token rate reads above "
                                        "the previous tick's")
+    _switch(g, "hold_decode_on_rise", "release no decode replica while the router's prompt-token rate reads above "
+                                      "the previous tick's")
     g.add_argument("--prefill-utilization-min-replicas", type=int, metavar="N",
                    default=PolicyConfig.prefill_utilization_min_replicas,
                    help="use --prefill-utilization only where the prefill pool it sizes has at least N replicas "
@@ -249,6 +251,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
         burst_miss_budget=args.burst_miss_budget, lone_burst_s=args.lone_burst_s,
         prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
+        hold_decode_on_rise=args.hold_decode_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
         burst_on_level=args.burst_on_level, prefill_ratio_floor=args.prefill_ratio_floor,
