@@ -46,7 +46,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--prefill-headroom-on-rise",): ("prefill_headroom_on_rise", True),
     ("--prefill-ratio-floor", "0.9"): ("prefill_ratio_floor", 0.9),
     ("--correction-backlog-s", "120"): ("correction_backlog_s", 120.0),
-    ("--drain-starting",): ("drain_starting", True),
+    ("--no-drain-starting",): ("drain_starting", False),
     ("--decode-link-release", "0.7"): ("decode_link_release", 0.7),
     ("--ramp-projection-s", "30"): ("ramp_projection_s", 30.0),
     ("--ramp-ticks", "3"): ("ramp_ticks", 3),

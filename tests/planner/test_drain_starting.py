@@ -1,5 +1,5 @@
-"""The prefill queue's projection counts replicas still starting only from when they are ready (opt-in:
-PolicyConfig.drain_starting). Read as moving tokens all along, three replicas requested at a cold start's first tick
+"""The prefill queue's projection counts replicas still starting only from when they are ready (PolicyConfig.drain_starting,
+the default since session 32). Read as moving tokens all along, three replicas requested at a cold start's first tick
 "drained" the queue at the next one while one replica served it (bench/planner, 70B Azure 4x: 430 prompts queued at
 60 s, drain term 0, 701 queued by 90 s and misses until 180 s)."""
 
@@ -43,8 +43,8 @@ def test_the_policy_counts_its_own_last_rise():
     # all ready: the ready count; the option off: None (the projection reads the replica count, as before)
     ready = obs(90, p=first.prefill, d=first.decode, rate=20.0)
     assert pol._prefill_moving(ready, 90.0) == first.prefill
-    assert policy()._prefill_moving(later, 30.0) is None
-    assert PolicyConfig().drain_starting is False
+    assert policy(drain_starting=False)._prefill_moving(later, 30.0) is None
+    assert PolicyConfig().drain_starting is True  # the default since session 32
 
 
 def test_a_ramp_continues_the_floor_over_the_projection():

@@ -104,8 +104,11 @@ class PolicyConfig:
     # from when they are ready (requested at the pool's last rise, ready start-up later), not as moving tokens all
     # along (False, as before). Read all along, three replicas requested at a cold start's first tick "drain" the
     # queue the next tick while one serves it (bench/planner, 70B Azure 4x: 430 prompts queued at 60 s, drain term
-    # 0, the queue 701 by 90 s and misses until 180 s).
-    drain_starting: bool = False
+    # 0, the queue 701 by 90 s and misses until 180 s). Default since session 32 (a reading fix: on 58 replayed files
+    # in pdserve's simulator no verdict moves and three files by a few hundredths of the bound,
+    # results/diagnosis/settings_sweep31_*.json; in Dynamo's engine 70B Azure 4x attains six points more for fewer
+    # GPU-hours, cross_engine31_backlog.json).
+    drain_starting: bool = True
     # The queue projected to when a replica requested now is ready (start-up later) must be
     # gone this long after that (None: one interval, so the next decision sees it drained).
     drain_s: float | None = None
