@@ -115,3 +115,11 @@ def test_no_decode_replica_is_released_while_the_prompt_token_rate_rises():
     assert free.decide(obs(10, 1.5), 10).decode == 1
     d = held.decide(obs(20, 1.2), 20)  # falling
     assert d.decode == 1 and "rising" not in d.reason
+
+
+def test_a_decode_link_release_outside_0_1_is_refused_by_name():
+    from pdserve.planner.core.policy import PolicyConfig
+
+    assert PolicyConfig(decode_link_release=1.5).invalid() == "decode link release 1.5 not in (0, 1]"
+    assert PolicyConfig(decode_link_release=0.0).invalid() == "decode link release 0 not in (0, 1]"
+    assert PolicyConfig(decode_link_release=0.75).invalid() is None

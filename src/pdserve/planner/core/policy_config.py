@@ -66,7 +66,8 @@ class PolicyConfig:
     hold_prefill_on_rise: bool = True
     # The same hold for decode: no decode replica released while that rate reads above the previous tick's (the KV
     # stream its links carry is that rate). Opt-in (session 32; bench/planner, validation31 70B 3.5x: 2 -> 1 decode on
-    # a rising stream at 330 s, 1 -> 4 at 450 s once one link no longer carried it).
+    # a rising stream at 330 s, 1 -> 4 at 450 s once one link no longer carried it). Not the default: on 58 replayed
+    # files dearer on 7, cheaper on 1 (that window), no verdict moved (results/diagnosis/settings_sweep32_hdr.json).
     hold_decode_on_rise: bool = False
     # prefill_utilization only where the pool it sizes has at least this many replicas (fewer: target_utilization).
     # A lone replica planned near its SLO capacity has no neighbour to absorb a rise while another starts; the miss
@@ -102,7 +103,7 @@ class PolicyConfig:
     drain_backlog: bool = True  # size for draining the queues as well as for arrivals
     # The prefill queue projected to when a replica requested now is ready counts the replicas still starting only
     # from when they are ready (requested at the pool's last rise, ready start-up later), not as moving tokens all
-    # along (False, as before). Read all along, three replicas requested at a cold start's first tick "drain" the
+    # along (False, before session 32). Read all along, three replicas requested at a cold start's first tick "drain" the
     # queue the next tick while one serves it (bench/planner, 70B Azure 4x: 430 prompts queued at 60 s, drain term
     # 0, the queue 701 by 90 s and misses until 180 s). Default since session 32 (a reading fix: on 58 replayed files
     # in pdserve's simulator no verdict moves and three files by a few hundredths of the bound,
@@ -253,7 +254,8 @@ class PolicyConfig:
     # and a stream no pair carries gets the pair where the links stop adding throughput (sizing.LINK_PLATEAU).
     cold_start_link: bool = True
     # That decode hysteresis (with cold_start_link): give up a link only below this fraction of what the links left
-    # carry. None: target_utilization.
+    # carry. None: target_utilization. Lower values hold a second link through a climb; on 58 replayed files 0.75
+    # is dearer on 8 and cheaper on 2, no verdict moved (results/diagnosis/settings_sweep32_dlr.json).
     decode_link_release: float | None = None
     # The correction's prefill ratio from the prefill engines' own TTFT (Observation.prefill_ttft_mean_s), not the
     # client's, which adds the KV transfer, hand-off and decode's first step. The profile it compares with must hold
