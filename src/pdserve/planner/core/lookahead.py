@@ -1,7 +1,7 @@
 """What a start-up from now looks like, read from this tick's observation (pure, no clock of its own): the prefill
 replicas that will have moved tokens by then (``moving_replicas``, ``PolicyConfig.drain_starting``) and how far a
-rising prompt-token rate will have risen (``Ramp``, ``PolicyConfig.ramp_projection_s``). Both opt-in; the evidence
-for and against each is in bench/planner's README (session 31)."""
+rising prompt-token rate will have risen (``Ramp``, ``PolicyConfig.ramp_projection_s``). The first is the default
+since session 32, the second opt-in; the evidence for and against each is in bench/planner's README (sessions 31-32)."""
 
 from __future__ import annotations
 

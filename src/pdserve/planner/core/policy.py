@@ -442,12 +442,10 @@ class PlannerPolicy:
         if (p, d) != before:
             notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")
         rising = self._rising(obs)
-        if cfg.hold_prefill_on_rise and rising is not None and p < cur[0]:
-            p = cur[0]
-            notes.append(f"prefill: prompt tokens rising ({rising[0]:.0f} -> {rising[1]:.0f}/s), not shrinking")
-        if cfg.hold_decode_on_rise and rising is not None and d < cur[1]:
-            d = cur[1]
-            notes.append(f"decode: prompt tokens rising ({rising[0]:.0f} -> {rising[1]:.0f}/s), not shrinking")
+        for pool, idx, hold in (("prefill", 0, cfg.hold_prefill_on_rise), ("decode", 1, cfg.hold_decode_on_rise)):
+            if hold and rising is not None and (p, d)[idx] < cur[idx]:
+                p, d = (cur[0], d) if idx == 0 else (p, cur[1])
+                notes.append(f"{pool}: prompt tokens rising ({rising[0]:.0f} -> {rising[1]:.0f}/s), not shrinking")
         # A queue still draining keeps its pool: removing a replica now would only lengthen it.
         for pool, idx in (("prefill", 0), ("decode", 1)):
             if (p, d)[idx] < cur[idx] and not self._may_shrink(obs, pool):
