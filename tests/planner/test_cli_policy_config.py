@@ -40,6 +40,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--prefill-utilization", "0.95"): ("prefill_utilization", 0.95),
     ("--no-hold-prefill-on-rise",): ("hold_prefill_on_rise", False),
     ("--hold-decode-on-rise",): ("hold_decode_on_rise", True),
+    ("--correction-engage-pool",): ("correction_engage_pool", True),
     ("--prefill-utilization-min-replicas", "2"): ("prefill_utilization_min_replicas", 2),
     ("--no-burst-on-level",): ("burst_on_level", False),
     ("--no-prefill-pool-queueing",): ("prefill_pool_queueing", False),

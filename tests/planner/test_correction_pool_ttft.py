@@ -113,3 +113,28 @@ def test_the_hosted_planner_derives_a_profile_that_holds_the_front_end():
     assert front.prefill != bare.prefill
     assert hosted(PolicyConfig()).prefill == front.prefill
     assert hosted(PolicyConfig(correction_pool_ttft=False)).prefill == bare.prefill
+
+
+def test_the_prefill_ratio_engages_on_the_engines_own_tail_with_correction_engage_pool():
+    """correction_engage_pool: a client tail near the SLO whose prefill engines answered well within it (the KV link's
+    or decode's wait, which no prefill replica shortens) does not engage the prefill ratio; the engines' own tail near
+    the SLO does, and an unknown engine tail falls back to the client's, as before."""
+
+    def run(engine_tail_s: float, **kw):
+        pol = PlannerPolicy(PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32,
+                                             "decode_max": 32, "ttft_slo_ms": 1000, "itl_slo_ms": 50,
+                                             "peak_window_s": 0} | kw)), queue_profile())
+        d = None
+        for t in range(0, 80, 10):  # the engines 1.5x their profile; the client's tail 0.9 s (engage at 0.8 s)
+            d = pol.decide(obs(t, p=8, d=8, rate=1.0, ttft_mean_s=(1.5 * expected_ms(0.0128) + PATH_MS) / 1000,
+                               prefill_ttft_mean_s=1.5 * expected_ms(0.0128) / 1000, ttft_tail_s=0.9,
+                               prefill_ttft_tail_s=engine_tail_s, itl_mean_s=0.011, itl_tail_s=0.012), t)
+        return d.explanation["capacity"]["prefillCorrection"]
+
+    assert PolicyConfig().correction_engage_pool is False
+    assert run(0.3) > 1.3  # before: the client's tail engages the engines' ratio
+    assert run(0.3, correction_engage_pool=True) == 1.0  # the engines answered in 0.3 s: nothing to correct
+    assert run(0.85, correction_engage_pool=True) == pytest.approx(run(0.3))  # their own tail near the SLO engages
+    assert run(math.nan, correction_engage_pool=True) == pytest.approx(run(0.3))  # unknown: the client's, as before
+    assert run(0.3, correction_engage_pool=True, correction_pool_ttft=False) == pytest.approx(
+        run(0.3, correction_pool_ttft=False))  # only where the ratio is read from the engines' TTFT

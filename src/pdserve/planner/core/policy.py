@@ -183,7 +183,9 @@ class PlannerPolicy:
 
         if cfg.correction:
             self._corr.update(obs, prof, s.hit)
-        corr_p = self._corr.factor("prefill", obs.ttft_tail_s, cfg.ttft_slo_ms, now)
+        pool_tail = cfg.correction_engage_pool and cfg.correction_pool_ttft and _finite(obs.prefill_ttft_tail_s)
+        corr_p = self._corr.factor("prefill", obs.prefill_ttft_tail_s if pool_tail else obs.ttft_tail_s,
+                                   cfg.ttft_slo_ms, now)
         corr_d = self._corr.factor("decode", obs.itl_tail_s, cfg.itl_slo_ms, now)
         if corr_d != 1.0 and (curved := self._curved_decode_capacity(context)) is not None:
             corr_d = cap_d / max(curved, 1e-9)  # the capacity where the load-dependent ratio meets the SLO

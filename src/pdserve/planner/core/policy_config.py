@@ -262,6 +262,12 @@ class PolicyConfig:
     # the engine's front end as the pods' histogram does: a measured one does, a derived one is derived so
     # (include_frontend=correction_pool_ttft in spec_config.load_profile_for and the planner CLI).
     correction_pool_ttft: bool = True
+    # With correction_pool_ttft, engage the prefill ratio on the prefill engines' own TTFT tail
+    # (Observation.prefill_ttft_tail_s; unknown: the client's, as before) rather than the client's. The client's tail
+    # also holds the KV link's and the decode side's waits, which no prefill replica shortens: on validation31's 70B
+    # Azure 3.5x from 600 s a decode link backlog put the client's tail at 2.3-2.8 s while the prefill engines' stayed
+    # at 0.65 s, engaged a prefill ratio of 1.18-1.34 read at a busy pool, and held it for correction_hold_s.
+    correction_engage_pool: bool = False
     explode_ratio: float = 4.0
     history_len: int = 240
 

@@ -118,6 +118,8 @@ def _run_parser(sub) -> None:
                                            "the router's prompt-token rate reads above the previous tick's")
     _switch(g, "correction_decode_curve", "read the decode latency ratio as a line in the per-replica decode load "
                                           "and size decode where the profile's ITL times it meets the ITL SLO")
+    _switch(g, "correction_engage_pool", "engage the prefill latency ratio on the prefill engines' own TTFT tail, "
+                                         "not the client's (which also holds the KV link's and decode's waits)")
     _switch(g, "decode_queue_compute", "size decode for the work its queue holds (each queued request's output, worked "
                                        "off within the drain time) as well as for the KV its links carry")
     g.add_argument("--decode-correction-max", type=float, metavar="F",
@@ -259,7 +261,8 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         drain_starting=args.drain_starting,
         ramp_projection_s=args.ramp_projection_s, ramp_ticks=args.ramp_ticks,
         scale_down_stabilization_max_replicas=args.scale_down_stabilization_max_replicas,
-        correction_decode_curve=args.correction_decode_curve, decode_queue_compute=args.decode_queue_compute,
+        correction_decode_curve=args.correction_decode_curve, correction_engage_pool=args.correction_engage_pool,
+        decode_queue_compute=args.decode_queue_compute,
         correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]
                                   else (PolicyConfig.correction_bounds[0], args.decode_correction_max)),
     )
