@@ -102,7 +102,9 @@ def cross_engine(d: dict[str, Any]) -> str:
              f"pdserve's planner (closed loop), {c['dynamo_met']}/{c['runs']} for Dynamo's; pdserve's attains more on "
              f"{c['planner_more']}, Dynamo's on {c['dynamo_more']}; where both meet 99 % ({c['both_met']}) pdserve's is "
              f"cheaper on {c['planner_cheaper']}, Dynamo's on {c['dynamo_cheaper']}; the best schedule found on "
-             f"pdserve's simulator holds 99 % there on {c['best_met']}/{c['runs']}"]
+             f"pdserve's simulator holds 99 % there on {c['best_met']}/{c['runs']}; >= 99 % at <= "
+             f"{_planner_report().TARGET_VS_BEST:g}x the GPU-hours of that schedule replayed there: pdserve's on "
+             f"{c['planner_target']}/{c['runs']}, Dynamo's on {c['dynamo_target']}/{c['runs']}"]
     for name, change in d.get("settings", {}).items():
         vals = [(r["policies"].get(f"planner@{name}") or {}).get("dynamo_engine") for r in d["rows"]]
         met = sum(v is not None and (v["attainment_after_warmup"] or 0) >= 0.99 for v in vals)

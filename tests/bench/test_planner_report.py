@@ -189,9 +189,13 @@ def test_the_cross_engine_runs_are_a_table_with_their_counts_read_from_the_file(
         {"file": "bench/planner/results/heldout/70b_tp4/azure_conv_x4_from600.json", "calibration": {"prefill_isl": 1200},
          "policies": {"planner": pol(0.7, 5.0), "dynamo": pol(0.8, 3.0), "best": pol(0.2, 3.7)}},
     ]
+    rows[0]["policies"]["planner"]["dynamo_engine"]["meets_target"] = True  # cross_engine.py's verdict, read as is
+    rows[0]["policies"]["dynamo"]["dynamo_engine"]["meets_target"] = False
     meta = {"commit": "abcdef0123", "loadavg_before": {"1m": 1.5}}
     (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows}))
     block = report.cross_engine(tmp_path)
+    assert ("The done-when bound read in this engine (at least 99 % at no more than 1.15x the GPU-hours of the best "
+            "schedule replayed here): the planner on 1, Dynamo's planner on 0.") in block
     assert ("Of 2 runs and windows, the planner attains at least 99 % on 1 and Dynamo's planner on 0; the planner "
             "attains more on 1, Dynamo's planner on 1; where both attain at least 99 % (0), the planner spends fewer "
             "GPU-hours on 0 and Dynamo's planner on 0. The best schedule found on pdserve's simulator holds 99 % in "
