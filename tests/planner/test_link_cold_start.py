@@ -97,6 +97,18 @@ def test_policy_holds_the_second_link_at_the_threshold(cold_start_link: bool, de
     assert PlannerPolicy(cfg, prof).decide(_obs(2, 1, 4.8), 0).decode == 1  # no second link on the way up
 
 
+@pytest.mark.parametrize("release, decode", [(None, 2), (0.9, 2), (0.95, 1), (1.0, 1)])
+def test_the_decode_link_release_reaches_the_link_term(release: float | None, decode: int):
+    # PolicyConfig.decode_link_release in place of target_utilization as the hysteresis' fraction (opt-in, session
+    # 32). Each link planned at 85 %: 5,312.5 tokens/s. The 4,915-token stream is released to one link only where
+    # 4,915 / fraction fits it: 0.9 -> 5,461 (kept), 0.95 -> 5,174 (released), 1.0 -> no hysteresis at all.
+    prof = queue_profile().model_copy(update={"kv_link": KvLink(kvBytesPerToken=1e5, gbps=5.0)})
+    cfg = PolicyConfig(predictor="constant", interval_s=10, prefill_max=32, decode_max=32, ttft_slo_ms=1000,
+                       itl_slo_ms=50, correction=False, startup_s=30, link_contention=False,
+                       decode_link_release=release)
+    assert PlannerPolicy(cfg, prof).decide(_obs(2, 2, 4.8), 0).decode == decode
+
+
 def test_the_correction_expects_the_fixed_ttft_path_and_the_transfer():
     # PolicyConfig.ttft_path_ms: a 1024-token prompt whose KV crosses a 6,250-token/s link (1e5 bytes
     # per token at 5 Gbit/s) takes 163.84 ms to transfer; with a 50 ms fixed path (front ends, hand-off,
