@@ -266,7 +266,10 @@ class PolicyConfig:
     # (Observation.prefill_ttft_tail_s; unknown: the client's, as before) rather than the client's. The client's tail
     # also holds the KV link's and the decode side's waits, which no prefill replica shortens: on validation31's 70B
     # Azure 3.5x from 600 s a decode link backlog put the client's tail at 2.3-2.8 s while the prefill engines' stayed
-    # at 0.65 s, engaged a prefill ratio of 1.18-1.34 read at a busy pool, and held it for correction_hold_s.
+    # at 0.65 s, engaged a prefill ratio of 1.18-1.34 read at a busy pool, and held it for correction_hold_s. Opt-in:
+    # on 58 replayed files cheaper on 4 (3 of them validation31's), lower attainment on 3 Mooncake windows (94 -> 92 %:
+    # the ratio the client's tail engaged there was the headroom its long-prompt bursts needed; released, the engines'
+    # own tail passed the SLO) and validation23's 70B 2.75x; no verdict moved (results/diagnosis/settings_sweep33_engage.json).
     correction_engage_pool: bool = False
     explode_ratio: float = 4.0
     history_len: int = 240
