@@ -77,20 +77,25 @@ def test_the_simulator_hook_passes_the_prefill_engines_ttft():
     assert (o.prefill_ttft_mean_s, o.prefill_ttft_tail_s, o.ttft_mean_s) == (0.12, 0.3, 0.5)
 
 
+def _policy_correction(slower: float = 1.0, engine_tail_s: float = math.nan, **kw) -> float:
+    """The prefill correction the policy applies after 80 s of 1 request/s of 1024 tokens on 8 prefill replicas
+    (light), the engines ``slower`` times their profile, the client's TTFT 80 ms more and its tail 0.9 s (near the
+    1 s SLO: engage at 0.8 s), the engines' own tail ``engine_tail_s`` (NaN: unknown)."""
+    pol = PlannerPolicy(PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32,
+                                         "decode_max": 32, "ttft_slo_ms": 1000, "itl_slo_ms": 50,
+                                         "peak_window_s": 0} | kw)), queue_profile())
+    d = None
+    for t in range(0, 80, 10):
+        d = pol.decide(obs(t, p=8, d=8, rate=1.0, ttft_mean_s=(slower * expected_ms(0.0128) + PATH_MS) / 1000,
+                           prefill_ttft_mean_s=slower * expected_ms(0.0128) / 1000, ttft_tail_s=0.9,
+                           prefill_ttft_tail_s=engine_tail_s, itl_mean_s=0.011, itl_tail_s=0.012), t)
+    return d.explanation["capacity"]["prefillCorrection"]
+
+
 def test_the_policy_option_is_on_by_default():
     # Shipped since session 15 (bench/planner planner_next2, results/diagnosis/planner_next3.json).
     assert PolicyConfig().correction_pool_ttft is True
-
-    def run(**kw):
-        pol = PlannerPolicy(PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32,
-                                             "decode_max": 32, "ttft_slo_ms": 1000, "itl_slo_ms": 50,
-                                             "peak_window_s": 0} | kw)), queue_profile())
-        d = None
-        for t in range(0, 80, 10):  # 1 request/s of 1024 tokens on 8 prefill replicas: light; tail 0.9 s (near)
-            d = pol.decide(obs(t, p=8, d=8, rate=1.0, ttft_mean_s=(expected_ms(0.0128) + PATH_MS) / 1000,
-                               prefill_ttft_mean_s=expected_ms(0.0128) / 1000, ttft_tail_s=0.9, itl_mean_s=0.011,
-                               itl_tail_s=0.012), t)
-        return d.explanation["capacity"]["prefillCorrection"]
+    run = _policy_correction
 
     assert run(correction_pool_ttft=False) > 1.45  # the client's 80 ms path read as a 1.5x slower engine
     assert run(prefill_ratio_floor=None) == 1.0
@@ -120,16 +125,8 @@ def test_the_prefill_ratio_engages_on_the_engines_own_tail_with_correction_engag
     or decode's wait, which no prefill replica shortens) does not engage the prefill ratio; the engines' own tail near
     the SLO does, and an unknown engine tail falls back to the client's, as before."""
 
-    def run(engine_tail_s: float, **kw):
-        pol = PlannerPolicy(PolicyConfig(**({"predictor": "constant", "interval_s": 10, "prefill_max": 32,
-                                             "decode_max": 32, "ttft_slo_ms": 1000, "itl_slo_ms": 50,
-                                             "peak_window_s": 0} | kw)), queue_profile())
-        d = None
-        for t in range(0, 80, 10):  # the engines 1.5x their profile; the client's tail 0.9 s (engage at 0.8 s)
-            d = pol.decide(obs(t, p=8, d=8, rate=1.0, ttft_mean_s=(1.5 * expected_ms(0.0128) + PATH_MS) / 1000,
-                               prefill_ttft_mean_s=1.5 * expected_ms(0.0128) / 1000, ttft_tail_s=0.9,
-                               prefill_ttft_tail_s=engine_tail_s, itl_mean_s=0.011, itl_tail_s=0.012), t)
-        return d.explanation["capacity"]["prefillCorrection"]
+    def run(engine_tail_s: float, **kw) -> float:  # the engines 1.5x their profile
+        return _policy_correction(1.5, engine_tail_s, **kw)
 
     assert PolicyConfig().correction_engage_pool is False
     assert run(0.3) > 1.3  # before: the client's tail engages the engines' ratio

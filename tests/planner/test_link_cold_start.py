@@ -84,17 +84,22 @@ def _obs(p: int, d: int, rate: float) -> Observation:
                        mean_isl=1024.0, mean_osl=200.0, waiting=0.0, prefill_waiting=0.0, decode_waiting=0.0)
 
 
+def _link_policy(**kw) -> PlannerPolicy:
+    """The queue profile with a 5 Gbit/s KV link at 1e5 bytes/token (6,250 tokens/s), no correction, no contention."""
+    prof = queue_profile().model_copy(update={"kv_link": KvLink(kvBytesPerToken=1e5, gbps=5.0)})
+    return PlannerPolicy(PolicyConfig(predictor="constant", interval_s=10, prefill_max=32, decode_max=32,
+                                      ttft_slo_ms=1000, itl_slo_ms=50, correction=False, startup_s=30,
+                                      link_contention=False, **kw), prof)
+
+
 @pytest.mark.parametrize("cold_start_link, decode", [(False, 1), (True, 2)])
 def test_policy_holds_the_second_link_at_the_threshold(cold_start_link: bool, decode: int):
     # A 5 Gbit/s link at 1e5 bytes/token moves 6,250 tokens/s, planned at 85 %: 5,312.5 per link.
     # 4.8 req/s x 1024 = 4,915 KV tokens/s fits one link, but not at 85 % of it (4,515.6): the shipped
     # planner drops 2P2D to one decode replica, cold_start_link keeps the second.
-    prof = queue_profile().model_copy(update={"kv_link": KvLink(kvBytesPerToken=1e5, gbps=5.0)})
-    cfg = PolicyConfig(predictor="constant", interval_s=10, prefill_max=32, decode_max=32, ttft_slo_ms=1000,
-                       itl_slo_ms=50, correction=False, startup_s=30, link_contention=False,
-                       cold_start_link=cold_start_link)
-    assert PlannerPolicy(cfg, prof).decide(_obs(2, 2, 4.8), 0).decode == decode
-    assert PlannerPolicy(cfg, prof).decide(_obs(2, 1, 4.8), 0).decode == 1  # no second link on the way up
+    assert _link_policy(cold_start_link=cold_start_link).decide(_obs(2, 2, 4.8), 0).decode == decode
+    # no second link on the way up
+    assert _link_policy(cold_start_link=cold_start_link).decide(_obs(2, 1, 4.8), 0).decode == 1
 
 
 @pytest.mark.parametrize("release, decode", [(None, 2), (0.9, 2), (0.95, 1), (1.0, 1)])
@@ -102,11 +107,7 @@ def test_the_decode_link_release_reaches_the_link_term(release: float | None, de
     # PolicyConfig.decode_link_release in place of target_utilization as the hysteresis' fraction (opt-in, session
     # 32). Each link planned at 85 %: 5,312.5 tokens/s. The 4,915-token stream is released to one link only where
     # 4,915 / fraction fits it: 0.9 -> 5,461 (kept), 0.95 -> 5,174 (released), 1.0 -> no hysteresis at all.
-    prof = queue_profile().model_copy(update={"kv_link": KvLink(kvBytesPerToken=1e5, gbps=5.0)})
-    cfg = PolicyConfig(predictor="constant", interval_s=10, prefill_max=32, decode_max=32, ttft_slo_ms=1000,
-                       itl_slo_ms=50, correction=False, startup_s=30, link_contention=False,
-                       decode_link_release=release)
-    assert PlannerPolicy(cfg, prof).decide(_obs(2, 2, 4.8), 0).decode == decode
+    assert _link_policy(decode_link_release=release).decide(_obs(2, 2, 4.8), 0).decode == decode
 
 
 def test_the_correction_expects_the_fixed_ttft_path_and_the_transfer():

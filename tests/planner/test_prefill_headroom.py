@@ -10,6 +10,7 @@ import pytest
 from capacity_profiles import queue_policy as _policy, queue_profile
 
 from pdserve.planner.core.observation import Observation, PoolState
+from pdserve.planner.core.policy_config import PolicyConfig
 
 # The queue profile's prefill capacity within a 1,000 ms TTFT at 1,024-token prompts (its SLO-bound point).
 CAP = 8076.5625
@@ -118,8 +119,6 @@ def test_no_decode_replica_is_released_while_the_prompt_token_rate_rises():
 
 
 def test_a_decode_link_release_outside_0_1_is_refused_by_name():
-    from pdserve.planner.core.policy import PolicyConfig
-
     assert PolicyConfig(decode_link_release=1.5).invalid() == "decode link release 1.5 not in (0, 1]"
     assert PolicyConfig(decode_link_release=0.0).invalid() == "decode link release 0 not in (0, 1]"
     assert PolicyConfig(decode_link_release=0.75).invalid() is None
