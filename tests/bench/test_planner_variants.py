@@ -95,7 +95,7 @@ def test_each_variant_replays_what_it_records(tmp_path: Path, monkeypatch: pytes
     base = {**shipped, "correction_offset": False, "cold_start_link": True, "ttft_path_ms": None,
             "correction_pool_ttft": True, "min_level_smoothing": 0.5, "arriving_young": "peak",
             "predictor": "holt-winters", "peak_window_s": pw, "burst_level_ratio": 1.5, "prefill_utilization": None,
-            "hold_prefill_on_rise": True, "prefill_utilization_min_replicas": 1, "burst_miss_budget": None,
+            "hold_prefill_on_rise": True, "prefill_utilization_min_replicas": 1, "burst_miss_budget": 0.25,
             "lone_burst_s": None, "prefill_pool_queueing": True}
     for name in ALL:
         cfg, frontend = cfgs[name]
