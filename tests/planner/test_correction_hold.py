@@ -44,8 +44,8 @@ def test_without_a_hold_it_lets_go_at_once():
 
 def test_the_default_holds():
     assert PolicyConfig().correction_hold_s >= 5 * PolicyConfig().interval_s
-    # 150 s since session 34 (300 s before; bench/planner settings_sweep33_hold.json): engaged last at 40 s, held to
-    # 190 s, let go from the tick after
+    # 150 s since session 34 (300 s before; bench/planner settings_sweep33_hold.json): engaged last at 40 s, held
+    # while less than 150 s have passed (to 180 s), let go at 190 s
     ds = run(make(), 250)
     corr = [d.explanation["capacity"]["decodeCorrection"] for d in ds]
     assert all(c > 1.3 for c in corr[4:19]) and corr[19:] == [1.0] * 6, corr
