@@ -139,6 +139,10 @@ SMOKES: list[Smoke] = [
           ["--files", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--traces", str(DATA.parent),
            "--set", "headroom=prefill_utilization:0.9,hold_prefill_on_rise:false", "--out", "{out}/settings.json"],
           ["settings.json"]),
+    # Why the planner's excess over the best schedule: a committed 150-request run with both, replayed once.
+    Smoke("planner_excess_terms", "bench/planner/excess_terms.py",
+          ["--files", str(REPO / "bench/planner/data/excess_smoke_run.json"), "--traces", str(DATA.parent),
+           "--out", "{out}/excess.json"], ["excess.json"]),
     Smoke("planner_rerun", "bench/planner/rerun.py",
           ["--files", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--traces", str(DATA.parent),
            "--policies", "best", "causal_past", "--out-dir", "{out}"], ["peer_sweep_smoke_run.json"]),

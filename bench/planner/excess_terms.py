@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Why the planner holds replicas the best schedule found does not: each scored tick's excess attributed to what
+set the planner's size at that tick.
+
+``burst_cost.py where`` says *where* the excess is (between bursts or during them); this says *why*, from the
+planner's own explanation at each tick. Each committed ``evaluate.py`` result file's window is replayed with the
+shipped planner, built as ``settings_sweep.py`` builds it (the file's own command, ``evaluate.planner_config``), and
+the replay is checked against the file: its replica series must be the file's ``planner`` series, or the row says
+it is not (``same_as_committed_planner``) and no attribution is made from it. Then, for each scored tick where the
+planner runs more replicas of a pool than the best schedule found, the excess (in GPUs, one tick each) goes to:
+
+* ``held``: the policy wanted fewer this tick and kept them (scale-down stabilisation, the release gates, the hold
+  on a rising prompt-token rate);
+* ``lag``: more replicas than the tick's decision asked for (a release not yet taken);
+* the binding sizing term of the tick's decision otherwise (``PlannerPolicy``'s ``binding_prefill`` /
+  ``binding_decode``: ``compute``, ``peak``, ``drain``, ``link``, ...), with the prefill ``compute`` term split in
+  two: ``compute_forecast`` where the same term at the prompt-token rate arriving now (the router's rate window)
+  would have asked for fewer replicas than the forecast did, ``compute`` where it would not (the headroom and the
+  profile's SLO-bound capacity).
+
+    python bench/planner/excess_terms.py --traces /path/to/traces --jobs 2 \\
+        --files bench/planner/results/heldout/70b_tp4/*.json --out /tmp/excess.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from recorded import recorded_argv  # noqa: E402
+from resultmeta import Run, write_result  # noqa: E402
+
+SCHEMA = "pdserve.planner-excess-terms/1"
+POOLS = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class TickWhy:
+    """What one planner decision says about its size, per pool (index 0 prefill, 1 decode)."""
+
+    t: float  # seconds from the window's first arrival
+    target: tuple[int, int]  # the decision's replicas
+    want: tuple[int, int]  # what its sizing asked for before holds
+    binding: tuple[str, str]  # the binding sizing term
+    # The prefill compute term, and the same term at the prompt-token rate arriving now (None: not read).
+    prefill_compute: float | None = None
+    prefill_compute_arriving: float | None = None
+
+    @classmethod
+    def of(cls, t: float, target: tuple[int, int], explanation: dict) -> TickWhy:
+        demand = explanation.get("demand", {})
+        terms = demand.get("terms", {})
+        want = (int(demand.get("prefillReplicas", target[0])), int(demand.get("decodeReplicas", target[1])))
+        pc, forecast, arriving = (terms.get("prefill_compute"), demand.get("prefillTokensPerS"),
+                                  demand.get("arrivingPromptTokensPerS"))
+        at_arriving = pc * arriving / forecast if pc is not None and forecast and arriving is not None else None
+        return cls(t, target, want, (str(terms.get("binding_prefill", "none")), str(terms.get("binding_decode", "none"))),
+                   pc, at_arriving)
+
+
+def cause(why: TickWhy, pool: int, running: int) -> str:
+    """Why ``running`` replicas of ``pool`` ran at this tick."""
+    if running > why.target[pool]:
+        return "lag"
+    if why.target[pool] > why.want[pool]:
+        return "held"
+    term = why.binding[pool]
+    if pool == 0 and term == "compute" and why.prefill_compute_arriving is not None:
+        if math.ceil(why.prefill_compute_arriving - 1e-9) < why.target[0]:
+            return "compute_forecast"
+    return term
+
+
+def attribute(whys: list[TickWhy], planner: list[tuple[float, int, int]], best: list[tuple[float, int, int]],
+              scored_from: float, gpus_per_replica: tuple[int, int]) -> dict:
+    """The scored ticks' excess over the best schedule, per pool and cause, in GPU-ticks; with the best schedule's
+    own GPU-ticks over the same ticks. ``planner`` and ``best`` are ``evaluate.py`` series ``(t, prefill,
+    decode)`` on the same ticks; each planner tick is explained by the decision at the same time."""
+    by_t = {round(w.t, 1): w for w in whys}
+    excess: dict[str, Counter] = {p: Counter() for p in POOLS}
+    best_ticks = 0
+    for (t, *run), (tb, *ref) in zip(planner, best):
+        if abs(t - tb) > 1e-6:
+            raise ValueError(f"planner tick {t} s against best tick {tb} s: not the same series")
+        if t < scored_from - 1e-6:
+            continue
+        best_ticks += sum(n * g for n, g in zip(ref, gpus_per_replica))
+        why = by_t.get(round(t, 1))
+        for i, pool in enumerate(POOLS):
+            extra = run[i] - ref[i]
+            if extra > 0:
+                excess[pool][cause(why, i, run[i]) if why else "no_decision"] += extra * gpus_per_replica[i]
+    return {"best_gpu_ticks": best_ticks,
+            "excess_gpu_ticks": {p: dict(sorted(c.items())) for p, c in excess.items()},
+            "excess_share_of_best": round(sum(sum(c.values()) for c in excess.values()) / best_ticks, 4)
+            if best_ticks else None}
+
+
+def replay(job: tuple[str, list[str]]) -> dict:
+    """One file: the shipped planner on its window, its series and each decision's reasons."""
+    path, argv = job
+    import evaluate
+    from replays import run_policy
+    from variants import Flags, Knobs
+
+    from pdserve.planner.core.policy import PlannerPolicy
+    from pdserve.planner.core.sim_hook import PlannerAutoscaler
+
+    args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
+    trace, _tid, s, feas, _n, _h = evaluate.load_run(args)
+    cfg, prof = evaluate.planner_config(args, s, Knobs(), Flags.of(args, s))
+    sc = PlannerAutoscaler(PlannerPolicy(cfg, prof))
+    r = run_policy(trace, s, sc, (1, 1), args.warmup, feas=feas)[0]
+    t0 = trace.requests[0].arrival_s
+    whys = [TickWhy.of(d.timestamp - t0, (d.prefill, d.decode), d.explanation) for d in sc.decisions]
+    return {"file": path, "trace_sha256": trace.sha256, "series": [tuple(x) for x in r["series"]["replicas"]],
+            "gpu_hours": r["gpu_hours"], "gpus_per_replica": (round(s.gpus(1, 0)), round(s.gpus(0, 1))), "whys": whys}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=Path, nargs="+", required=True, help="evaluate.py result files with best and planner")
+    ap.add_argument("--traces", type=Path, help="trace root, where a file's recorded trace path is not on this machine")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    run = Run(argv if argv is None else [sys.argv[0], *argv])
+    docs = {str(f): json.loads(f.read_text()) for f in args.files}
+    missing = [f for f, d in docs.items() if not {"best", "planner"} <= set(d["results"])]
+    if missing:
+        raise SystemExit(f"no best or no planner result in: {', '.join(missing)}")
+    jobs = [(f, recorded_argv(d["meta"]["command"], args.traces)) for f, d in docs.items()]
+    rows, total = [], {p: Counter() for p in POOLS}
+    best_total = 0
+    with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
+        for row in ex.map(replay, jobs):
+            d = docs[row["file"]]
+            res = d["results"]
+            committed = [tuple(x) for x in res["planner"]["series"]["replicas"]]
+            same = d["trace"].get("sha256") == row["trace_sha256"] and committed == row["series"]
+            out = {"file": row["file"], "file_commit": d["meta"]["commit"], "same_as_committed_planner": same,
+                   "gpu_hours_vs_best": round(res["planner"]["gpu_hours"] / res["best"]["gpu_hours"], 4)}
+            if same:
+                scored = float(d["trace"].get("history", {}).get("scored_from_s", 0.0))
+                best = [tuple(x) for x in res["best"]["series"]["replicas"]]
+                out |= attribute(row["whys"], row["series"], best, scored, row["gpus_per_replica"])
+                for p in POOLS:
+                    total[p].update(out["excess_gpu_ticks"][p])
+                best_total += out["best_gpu_ticks"]
+                cells = "; ".join(f"{p} " + ", ".join(f"{k} {v}" for k, v in out["excess_gpu_ticks"][p].items())
+                                  for p in POOLS if out["excess_gpu_ticks"][p])
+                print(f"{row['file']}: {out['gpu_hours_vs_best']:.3f}x, excess {out['excess_share_of_best']} of the "
+                      f"best's {out['best_gpu_ticks']} GPU-ticks: {cells or 'none'}", flush=True)
+            else:
+                print(f"{row['file']}: the replay is not the committed planner's; not attributed", flush=True)
+            rows.append(out)
+    summary = {"best_gpu_ticks": best_total, "excess_gpu_ticks": {p: dict(sorted(c.items())) for p, c in total.items()}}
+    write_result(args.out, {"schema": SCHEMA, "summary": summary, "rows": rows}, run)
+    print(json.dumps(summary))
+    return 0 if all(r["same_as_committed_planner"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
