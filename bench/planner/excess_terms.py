@@ -27,6 +27,7 @@ excess (in GPUs, one tick each) goes to:
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import sys
@@ -83,25 +84,30 @@ def cause(why: TickWhy, pool: int, running: int) -> str:
     return term
 
 
+def at(series: list[tuple[float, int, int]], t: float) -> tuple[int, int]:
+    """A replica series (``evaluate.py``'s ``(t, prefill, decode)``: each entry holds until the next; the best
+    schedule and static record only their changes) read at ``t``; before its first entry, its first."""
+    i = bisect.bisect_right([x[0] for x in series], t + 1e-6) - 1
+    _, p, d = series[max(i, 0)]
+    return p, d
+
+
 def attribute(whys: list[TickWhy], planner: list[tuple[float, int, int]], best: list[tuple[float, int, int]],
               scored_from: float, gpus_per_replica: tuple[int, int]) -> dict:
-    """The scored ticks' excess over the best schedule, per pool and cause, in GPU-ticks; with the best schedule's
-    own GPU-ticks over the same ticks. ``planner`` and ``best`` are ``evaluate.py`` series ``(t, prefill,
-    decode)`` on the same ticks; each planner tick is explained by the decision at the same time."""
-    by_t = {round(w.t, 1): w for w in whys}
+    """The scored ticks' excess over the best schedule, per pool and cause, in GPU-ticks, with the best schedule's
+    own GPU-ticks over the same ticks. A tick is a planner decision (``whys``); ``planner`` and ``best`` are
+    ``evaluate.py`` replica series, read at each tick."""
     excess: dict[str, Counter] = {p: Counter() for p in POOLS}
     best_ticks = 0
-    for (t, *run), (tb, *ref) in zip(planner, best):
-        if abs(t - tb) > 1e-6:
-            raise ValueError(f"planner tick {t} s against best tick {tb} s: not the same series")
-        if t < scored_from - 1e-6:
+    for why in whys:
+        if why.t < scored_from - 1e-6:
             continue
+        run, ref = at(planner, why.t), at(best, why.t)
         best_ticks += sum(n * g for n, g in zip(ref, gpus_per_replica))
-        why = by_t.get(round(t, 1))
         for i, pool in enumerate(POOLS):
             extra = run[i] - ref[i]
             if extra > 0:
-                excess[pool][cause(why, i, run[i]) if why else "no_decision"] += extra * gpus_per_replica[i]
+                excess[pool][cause(why, i, run[i])] += extra * gpus_per_replica[i]
     return {"best_gpu_ticks": best_ticks,
             "excess_gpu_ticks": {p: dict(sorted(c.items())) for p, c in excess.items()},
             "excess_share_of_best": round(sum(sum(c.values()) for c in excess.values()) / best_ticks, 4)

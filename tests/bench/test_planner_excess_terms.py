@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "planner"))
 
-from excess_terms import TickWhy, attribute, cause  # noqa: E402
+from excess_terms import TickWhy, at, attribute, cause  # noqa: E402
 
 
 def _why(t: float, target: tuple[int, int], want: tuple[int, int], binding=("compute", "compute"),
@@ -53,5 +53,8 @@ def test_attribute_counts_scored_ticks_in_gpus() -> None:
     # tick 0 is history; tick 30: 2 prefill held, 1 decode on compute; tick 60: 1 prefill on the forecast
     assert out["excess_gpu_ticks"] == {"prefill": {"compute_forecast": 4, "held": 8}, "decode": {"compute": 4}}
     assert out["best_gpu_ticks"] == 16 and out["excess_share_of_best"] == pytest.approx(16 / 16)
-    with pytest.raises(ValueError, match="not the same series"):
-        attribute(whys, planner, [(0.0, 1, 1), (45.0, 1, 1)], 0.0, (4, 4))
+    # The best schedule records its changes only: 1P1D from 0 s, 2P1D from 45 s, read at each tick
+    assert at([(0.0, 1, 1), (45.0, 2, 1)], 30.0) == (1, 1) and at([(0.0, 1, 1), (45.0, 2, 1)], 60.0) == (2, 1)
+    out = attribute(whys, planner, [(0.0, 1, 1), (45.0, 2, 1)], 30.0, (4, 4))
+    assert out["excess_gpu_ticks"] == {"prefill": {"held": 8}, "decode": {"compute": 4}}
+    assert out["best_gpu_ticks"] == 8 + 12
