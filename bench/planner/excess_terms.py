@@ -11,8 +11,9 @@ planner on that window; ``same_as_committed_planner`` says whether its replica s
 series. Then, for each scored tick where the planner runs more replicas of a pool than the best schedule found, the
 excess (in GPUs, one tick each) goes to:
 
-* ``held``: the policy wanted fewer this tick and kept them (scale-down stabilisation, the release gates, the hold
-  on a rising prompt-token rate);
+* ``held_<gate>``: the policy wanted fewer this tick and a gate kept them, the last of ``PlannerPolicy._clamp``'s to
+  apply: ``stabilised`` (scale-down stabilisation), ``rising`` (the hold on a rising prompt-token rate), ``queued``
+  (requests still waiting in the pool), or ``hold_<key>`` for a whole decision held (stale metrics, ...);
 * ``lag``: more replicas than the tick's decision asked for (a release not yet taken);
 * the binding sizing term of the tick's decision otherwise (``PlannerPolicy``'s ``binding_prefill`` /
   ``binding_decode``: ``compute``, ``peak``, ``drain``, ``link``, ...), with the prefill ``compute`` term split in
@@ -58,9 +59,28 @@ class TickWhy:
     # The prefill compute term, and the same term at the prompt-token rate arriving now (None: not read).
     prefill_compute: float | None = None
     prefill_compute_arriving: float | None = None
+    # Per pool, the gate that last kept replicas the sizing did not want (``PlannerPolicy._clamp``'s notes, in the
+    # order it applies them: stabilised, rising, queued), or the whole decision's hold key; "" where none says.
+    held_by: tuple[str, str] = ("", "")
+
+    @staticmethod
+    def gates(reason: str, hold_key: str | None) -> tuple[str, str]:
+        """Which gate kept each pool's replicas, from a decision's reason and hold key."""
+        out = []
+        for pool in POOLS:
+            gate = ""
+            if "scale-down stabilised" in reason:
+                gate = "stabilised"
+            if f"{pool}: prompt tokens rising" in reason:
+                gate = "rising"
+            if f"{pool}: requests still queued" in reason:
+                gate = "queued"
+            out.append(gate or (f"hold_{hold_key}" if hold_key else ""))
+        return out[0], out[1]
 
     @classmethod
-    def of(cls, t: float, target: tuple[int, int], explanation: dict) -> TickWhy:
+    def of(cls, t: float, target: tuple[int, int], explanation: dict, reason: str = "",
+           hold_key: str | None = None) -> TickWhy:
         demand = explanation.get("demand", {})
         terms = demand.get("terms", {})
         want = (int(demand.get("prefillReplicas", target[0])), int(demand.get("decodeReplicas", target[1])))
@@ -68,7 +88,7 @@ class TickWhy:
                                   demand.get("arrivingPromptTokensPerS"))
         at_arriving = pc * arriving / forecast if pc is not None and forecast and arriving is not None else None
         return cls(t, target, want, (str(terms.get("binding_prefill", "none")), str(terms.get("binding_decode", "none"))),
-                   pc, at_arriving)
+                   pc, at_arriving, cls.gates(reason, hold_key))
 
 
 def cause(why: TickWhy, pool: int, running: int) -> str:
@@ -76,7 +96,7 @@ def cause(why: TickWhy, pool: int, running: int) -> str:
     if running > why.target[pool]:
         return "lag"
     if why.target[pool] > why.want[pool]:
-        return "held"
+        return f"held_{why.held_by[pool]}" if why.held_by[pool] else "held"
     term = why.binding[pool]
     if pool == 0 and term == "compute" and why.prefill_compute_arriving is not None:
         if math.ceil(why.prefill_compute_arriving - 1e-9) < why.target[0]:
@@ -141,7 +161,8 @@ def replay(job: tuple[str, list[str]]) -> dict:
     sc = PlannerAutoscaler(PlannerPolicy(cfg, prof))
     r = run_policy(trace, s, sc, (1, 1), args.warmup, feas=feas)[0]
     t0 = trace.requests[0].arrival_s
-    whys = [TickWhy.of(d.timestamp - t0, (d.prefill, d.decode), d.explanation) for d in sc.decisions]
+    whys = [TickWhy.of(d.timestamp - t0, (d.prefill, d.decode), d.explanation, d.reason, d.hold_key)
+            for d in sc.decisions]
     return {"file": path, "trace_sha256": trace.sha256, "series": [tuple(x) for x in r["series"]["replicas"]],
             "gpu_hours": r["gpu_hours"], "attainment_after_warmup": r["attainment_after_warmup"], "gpus_per_replica": (round(s.gpus(1, 0)), round(s.gpus(0, 1))), "whys": whys}
 

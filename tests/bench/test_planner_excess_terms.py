@@ -27,6 +27,16 @@ def test_a_tick_s_cause() -> None:
     assert cause(_why(0, (2, 1), (2, 1), pc=1.2, pc_now=1.0), 0, 2) == "compute_forecast"
     # wanted 1, kept 2: held; running 3 where the decision said 2: lag
     assert cause(_why(0, (2, 1), (1, 1), pc=0.8, pc_now=0.8), 0, 2) == "held"
+    # which gate kept them, from the decision's reason (PlannerPolicy._clamp's notes) or its hold key
+    gates = TickWhy.gates("prefill 2->2, decode 2->2 (scale-down stabilised over 60s; decode: requests still queued)",
+                          None)
+    assert gates == ("stabilised", "queued")
+    assert TickWhy.gates("prefill 3->3, decode 1->1 (prefill: prompt tokens rising (9 -> 10/s), not shrinking)",
+                         None) == ("rising", "")
+    assert TickWhy.gates("held: metrics are 90s old (limit 60s)", "stale-metrics") == (
+        "hold_stale-metrics", "hold_stale-metrics")
+    held = TickWhy(0, (2, 2), (1, 1), ("compute", "compute"), held_by=gates)
+    assert (cause(held, 0, 2), cause(held, 1, 2)) == ("held_stabilised", "held_queued")
     assert cause(_why(0, (2, 1), (2, 1)), 0, 3) == "lag"
     # other terms by name, decode's compute never split
     assert cause(_why(0, (3, 2), (3, 2), binding=("peak", "link")), 0, 3) == "peak"
