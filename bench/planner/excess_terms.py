@@ -95,6 +95,8 @@ def cause(why: TickWhy, pool: int, running: int) -> str:
     """Why ``running`` replicas of ``pool`` ran at this tick."""
     if running > why.target[pool]:
         return "lag"
+    if why.held_by[pool].startswith("hold_"):  # the whole decision held before sizing: no want to compare with
+        return f"held_{why.held_by[pool]}"
     if why.target[pool] > why.want[pool]:
         return f"held_{why.held_by[pool]}" if why.held_by[pool] else "held"
     term = why.binding[pool]

@@ -35,6 +35,9 @@ def test_a_tick_s_cause() -> None:
                          None) == ("rising", "")
     assert TickWhy.gates("held: metrics are 90s old (limit 60s)", "stale-metrics") == (
         "hold_stale-metrics", "hold_stale-metrics")
+    # a decision held whole (no sizing, so no want) is the hold's
+    stale = TickWhy.of(0, (2, 1), {}, "held: metrics are 90s old (limit 60s)", "stale-metrics")
+    assert cause(stale, 0, 2) == "held_hold_stale-metrics"
     held = TickWhy(0, (2, 2), (1, 1), ("compute", "compute"), held_by=gates)
     assert (cause(held, 0, 2), cause(held, 1, 2)) == ("held_stabilised", "held_queued")
     assert cause(_why(0, (2, 1), (2, 1)), 0, 3) == "lag"
