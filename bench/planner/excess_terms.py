@@ -41,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import report  # noqa: E402
+from burst_cost import scored_from  # noqa: E402
 from recorded import recorded_argv  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
 
@@ -150,23 +151,21 @@ def total(rows: list[dict]) -> dict:
 def replay(job: tuple[str, list[str]]) -> dict:
     """One file: the shipped planner on its window, its series and each decision's reasons."""
     path, argv = job
-    import evaluate
     from replays import run_policy
-    from variants import Flags, Knobs
+    from settings_sweep import load_planner
 
     from pdserve.planner.core.policy import PlannerPolicy
     from pdserve.planner.core.sim_hook import PlannerAutoscaler
 
-    args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
-    trace, _tid, s, feas, _n, _h = evaluate.load_run(args)
-    cfg, prof = evaluate.planner_config(args, s, Knobs(), Flags.of(args, s))
+    args, trace, s, feas, cfg, prof = load_planner(argv)
     sc = PlannerAutoscaler(PlannerPolicy(cfg, prof))
     r = run_policy(trace, s, sc, (1, 1), args.warmup, feas=feas)[0]
     t0 = trace.requests[0].arrival_s
     whys = [TickWhy.of(d.timestamp - t0, (d.prefill, d.decode), d.explanation, d.reason, d.hold_key)
             for d in sc.decisions]
     return {"file": path, "trace_sha256": trace.sha256, "series": [tuple(x) for x in r["series"]["replicas"]],
-            "gpu_hours": r["gpu_hours"], "attainment_after_warmup": r["attainment_after_warmup"], "gpus_per_replica": (round(s.gpus(1, 0)), round(s.gpus(0, 1))), "whys": whys}
+            "gpu_hours": r["gpu_hours"], "attainment_after_warmup": r["attainment_after_warmup"],
+            "gpus_per_replica": (round(s.gpus(1, 0)), round(s.gpus(0, 1))), "whys": whys}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,9 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             out["cost_miss"] = (out["attainment_after_warmup"] >= report.TARGET_ATTAINMENT
                                 and out["gpu_hours_vs_best"] > report.TARGET_VS_BEST)
             if same_trace:
-                scored = float(d["trace"].get("history", {}).get("scored_from_s", 0.0))
                 best = [tuple(x) for x in res["best"]["series"]["replicas"]]
-                out |= attribute(row["whys"], row["series"], best, scored, row["gpus_per_replica"])
+                out |= attribute(row["whys"], row["series"], best, scored_from(d), row["gpus_per_replica"])
                 cells = "; ".join(f"{p} " + ", ".join(f"{k} {v}" for k, v in out["excess_gpu_ticks"][p].items())
                                   for p in POOLS if out["excess_gpu_ticks"][p])
                 print(f"{row['file']}: {out['gpu_hours_vs_best']:.3f}x, excess {out['excess_share_of_best']} of the "

@@ -63,19 +63,27 @@ def parse_set(text: str) -> tuple[str, dict[str, object]]:
     return name, change
 
 
-def replay(job: tuple[str, list[str], dict[str, dict[str, object]]]) -> dict:
-    """One file: the shipped planner and each setting, replayed on its window."""
-    path, argv, settings = job
+def load_planner(argv: list[str]) -> tuple:
+    """A result file's recorded command -> its parsed args, trace, setup, feasibility, and the shipped planner's
+    config and profile as ``evaluate.py`` builds its ``planner`` variant (also excess_terms.py's replay)."""
     import evaluate
-    from replays import run_policy
     from variants import Flags, Knobs
-
-    from pdserve.planner.core.policy import PlannerPolicy
-    from pdserve.planner.core.sim_hook import PlannerAutoscaler
 
     args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
     trace, _tid, s, feas, _n, _h = evaluate.load_run(args)
     base, prof = evaluate.planner_config(args, s, Knobs(), Flags.of(args, s))
+    return args, trace, s, feas, base, prof
+
+
+def replay(job: tuple[str, list[str], dict[str, dict[str, object]]]) -> dict:
+    """One file: the shipped planner and each setting, replayed on its window."""
+    path, argv, settings = job
+    from replays import run_policy
+
+    from pdserve.planner.core.policy import PlannerPolicy
+    from pdserve.planner.core.sim_hook import PlannerAutoscaler
+
+    args, trace, s, feas, base, prof = load_planner(argv)
     out = {}
     for name, change in {"shipped": {}, **settings}.items():
         cfg = dataclasses.replace(base, **change)
