@@ -146,6 +146,9 @@ def _run_parser(sub) -> None:
                    default=PolicyConfig.scale_down_stabilization_max_replicas,
                    help="stabilise only the releases that leave a pool at N replicas or fewer (default: every "
                         "release)")
+    _optional(g, "--scale-down-clear-fraction", "scale_down_clear_fraction", "F",
+              "release a pool to K replicas without stabilisation where its largest sizing term is at most K x F",
+              "every release stabilised")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -261,6 +264,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         drain_starting=args.drain_starting,
         ramp_projection_s=args.ramp_projection_s, ramp_ticks=args.ramp_ticks,
         scale_down_stabilization_max_replicas=args.scale_down_stabilization_max_replicas,
+        scale_down_clear_fraction=args.scale_down_clear_fraction,
         correction_decode_curve=args.correction_decode_curve, correction_engage_pool=args.correction_engage_pool,
         decode_queue_compute=args.decode_queue_compute,
         correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]

@@ -1,0 +1,51 @@
+"""A release the load clears by a margin skips the scale-down stabilisation (opt-in:
+PolicyConfig.scale_down_clear_fraction). Same analytic profile and helpers as test_policy."""
+
+import math
+
+from capacity_profiles import queue_profile
+from test_policy import make, obs
+
+
+def _term(rate: float) -> float:
+    """The prefill compute term (fractional replicas) at ``rate`` requests/s of 1024 tokens (lone reading, 0.85)."""
+    return rate * 1024 / (queue_profile().prefill_capacity(1024, 1000) * 0.85)
+
+
+def _policy(**kw):
+    return make(scale_down_stabilization_s=60, prefill_pool_queueing=False, hold_prefill_on_rise=False, **kw)
+
+
+def test_a_release_the_load_clears_is_not_held():
+    # 16 req/s: 2.39 replicas' worth, under 3 x 0.9 = 2.7: three replicas carry it with the margin to spare
+    assert math.ceil(_term(30.0)) == 5 and 2.3 < _term(16.0) < 2.4
+    pol = _policy(scale_down_clear_fraction=0.9)
+    up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
+    assert up.prefill == 5
+    d = pol.decide(obs(10, p=5, d=up.decode, rate=16.0), 10)
+    assert d.prefill == 3 and "stabilised" not in d.reason
+
+
+def test_a_release_within_the_margin_waits_the_window():
+    # 19 req/s: 2.83 replicas' worth, over 2.7: the release to 3 is stabilised (the window's highest, 5)
+    assert 2.8 < _term(19.0) < 2.9
+    pol = _policy(scale_down_clear_fraction=0.9)
+    up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
+    d = pol.decide(obs(10, p=5, d=up.decode, rate=19.0), 10)
+    assert d.prefill == 5 and "stabilised" in d.reason
+    d = pol.decide(obs(75, p=5, d=d.decode, rate=19.0), 75)
+    assert d.prefill == 3
+
+
+def test_unset_the_cleared_release_waits_too():
+    pol = _policy()
+    up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
+    d = pol.decide(obs(10, p=5, d=up.decode, rate=16.0), 10)
+    assert d.prefill == 5 and "stabilised" in d.reason
+
+
+def test_a_fraction_outside_zero_to_one_is_refused():
+    from pdserve.planner.core.policy_config import PolicyConfig
+    assert "not in (0, 1]" in PolicyConfig(scale_down_clear_fraction=0).invalid()
+    assert "not in (0, 1]" in PolicyConfig(scale_down_clear_fraction=1.2).invalid()
+    assert PolicyConfig(scale_down_clear_fraction=0.9).invalid() is None
