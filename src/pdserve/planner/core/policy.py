@@ -32,6 +32,7 @@ from pdserve.planner.core.observation import Observation
 from pdserve.planner.core.observation import finite as _finite
 from pdserve.planner.core.policy_config import PolicyConfig
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
+from pdserve.planner.core.release import clear_fraction, is_clear
 from pdserve.planner.core.profile import CapacityProfile
 from pdserve.planner.core.sizing import LINK_PLATEAU, Capacity, Load, absorbed, missed_tokens, size
 
@@ -437,9 +438,12 @@ class PlannerPolicy:
             s.recs.popleft()
         before = (p, d)
         small = cfg.scale_down_stabilization_max_replicas
-        if p < cur[0] and (small is None or p <= small) and not self._clear(expl, "prefill", p):
+        ahead = max(1, math.ceil((cfg.startup_s + cfg.interval_s) / cfg.interval_s - 1e-9))
+        clear = clear_fraction(cfg.scale_down_clear_fraction, cfg.scale_down_clear_quantile, s.rate, ahead)
+        terms = expl.get("demand", {}).get("terms", {})
+        if p < cur[0] and (small is None or p <= small) and not is_clear(terms, "prefill", p, clear):
             p = min(cur[0], max(r[1] for r in s.recs))
-        if d < cur[1] and (small is None or d <= small) and not self._clear(expl, "decode", d):
+        if d < cur[1] and (small is None or d <= small) and not is_clear(terms, "decode", d, clear):
             d = min(cur[1], max(r[2] for r in s.recs))
         if (p, d) != before:
             notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")
@@ -465,14 +469,6 @@ class PlannerPolicy:
         return self._result(cur, (fp, fd), now, reason, expl, limited=limited)
 
     # ------------------------------------------------------------------ helpers
-    def _clear(self, expl: dict, pool: str, k: int) -> bool:
-        """The pool's largest sizing term is at most ``k x scale_down_clear_fraction``: a release to ``k`` needs no
-        stabilisation. False where the fraction is unset or the decision carries no terms."""
-        f = self.config.scale_down_clear_fraction
-        terms = expl.get("demand", {}).get("terms", {})
-        need = [v for t, v in terms.items() if t.startswith(f"{pool}_") and isinstance(v, (int, float))]
-        return f is not None and bool(need) and max(need) <= k * f
-
     def _push(self, q: deque, v: float) -> None:
         q.append(float(v))
         while len(q) > self.config.history_len:

@@ -48,6 +48,10 @@ class PolicyConfig:
     # from 1200 s without stabilisation released 2 -> 1 prefill at a compute term of 0.99 and missed for 90 s). None:
     # every release is stabilised.
     scale_down_clear_fraction: float | None = None
+    # The margin learnt from the traffic instead (``pdserve.planner.core.release``): a release clears where the pool
+    # left carries the load after the q-quantile rise of the arrival rate within a start-up plus an interval over the
+    # rate history (at most scale_down_clear_fraction where both are set). None: the fixed fraction alone.
+    scale_down_clear_quantile: float | None = None
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
     stale_after_s: float | None = None  # default: 3 intervals
@@ -308,6 +312,8 @@ class PolicyConfig:
             return f"scale-down stabilisation max replicas {self.scale_down_stabilization_max_replicas} < 0"
         if self.scale_down_clear_fraction is not None and not (0 < self.scale_down_clear_fraction <= 1):
             return f"scale-down clear fraction {self.scale_down_clear_fraction:g} not in (0, 1]"
+        if self.scale_down_clear_quantile is not None and not (0 < self.scale_down_clear_quantile <= 1):
+            return f"scale-down clear quantile {self.scale_down_clear_quantile:g} not in (0, 1]"
         if self.correction_bounds_decode is not None and not (
                 0 < self.correction_bounds_decode[0] <= 1 <= self.correction_bounds_decode[1]):
             return f"decode correction bounds {self.correction_bounds_decode} must hold 1 and be above 0"

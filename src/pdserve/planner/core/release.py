@@ -1,0 +1,48 @@
+"""When a release may skip the scale-down stabilisation: the pool left carries the load with a margin.
+
+The stabilisation (act on the highest recommendation of the last ``scale_down_stabilization_s``) insures a release
+against a rise that comes back before a replacement could serve: a replica given up now and asked for again is
+ready one start-up later. A release the load clears by a margin needs no such insurance. The margin is either
+fixed (``PolicyConfig.scale_down_clear_fraction``: the pool's largest sizing term at most ``k x F``) or learnt from
+the traffic itself (``scale_down_clear_quantile``): the q-quantile of how far the arrival rate has risen within a
+start-up plus an interval of any tick of its history, so that a release clears only where the pool left would
+still carry the load after such a rise. Pure arithmetic over the policy's own rate history; no state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+# Rises seen before a learnt margin is trusted (fewer: every release is stabilised).
+MIN_RISES = 10
+
+
+def rise_quantile(rates: Sequence[float], ahead: int, q: float) -> float | None:
+    """The q-quantile over ticks ``i`` of ``max(rates[i+1 .. i+ahead]) / rates[i]`` (1 where the rate fell), over
+    ticks with a positive rate; None with fewer than ``MIN_RISES`` such ticks."""
+    if ahead < 1:
+        raise ValueError(f"ticks ahead must be >= 1, got {ahead}")
+    rises = sorted(max(max(rates[i + 1:i + 1 + ahead]) / rates[i], 1.0)
+                   for i in range(len(rates) - ahead) if rates[i] > 0 and math.isfinite(rates[i]))
+    if len(rises) < MIN_RISES:
+        return None
+    return rises[min(math.ceil(q * len(rises)) - 1, len(rises) - 1)] if q > 0 else rises[0]
+
+
+def clear_fraction(fixed: float | None, q: float | None, rates: Sequence[float], ahead: int) -> float | None:
+    """The fraction of ``k`` a pool's largest term may reach for a release to ``k`` to skip the stabilisation:
+    ``fixed``, or ``1 / rise`` with ``q`` set (at most ``fixed`` where both are); None: every release stabilised."""
+    if q is None:
+        return fixed
+    rise = rise_quantile(rates, ahead, q)
+    if rise is None:
+        return None
+    return min(1.0 / rise, fixed if fixed is not None else 1.0)
+
+
+def is_clear(terms: dict, pool: str, k: int, fraction: float | None) -> bool:
+    """The pool's largest sizing term (``terms`` as a decision explains them: ``prefill_compute``, ...) is at most
+    ``k x fraction``. False without a fraction or without terms."""
+    need = [v for t, v in terms.items() if t.startswith(f"{pool}_") and isinstance(v, (int, float))]
+    return fraction is not None and bool(need) and max(need) <= k * fraction
