@@ -1,5 +1,7 @@
 """pdserve.planner.core.release: when a release skips the scale-down stabilisation (hand-computed cases)."""
 
+from collections import deque
+
 import pytest
 
 from pdserve.planner.core.release import MIN_RISES, clear_fraction, is_clear, rise_quantile
@@ -14,6 +16,8 @@ def test_rise_is_the_highest_rate_ahead_over_the_rate_now():
     assert rise_quantile(rates, 3, 0.85) == pytest.approx(1.5)
     # from the 15 down to 10 is not a rise (1, not 0.67)
     assert rise_quantile([15.0] + [10.0] * 12, 1, 0.0) == 1.0
+    # the policy keeps its history in a deque
+    assert rise_quantile(deque(rates), 3, 1.0) == pytest.approx(1.5)
 
 
 def test_too_short_a_history_learns_nothing():

@@ -49,3 +49,24 @@ def test_a_fraction_outside_zero_to_one_is_refused():
     assert "not in (0, 1]" in PolicyConfig(scale_down_clear_fraction=0).invalid()
     assert "not in (0, 1]" in PolicyConfig(scale_down_clear_fraction=1.2).invalid()
     assert PolicyConfig(scale_down_clear_fraction=0.9).invalid() is None
+
+
+def test_the_learnt_margin_reads_the_policys_rate_history():
+    # ticks every 10 s, a 60 s start-up: a rise is read over the 7 ticks ahead. A steady 30 req/s for 20 ticks (no
+    # rise: the learnt fraction is 1), then 16 req/s: 2.39 replicas' worth, within 3 x 1: the release is not held
+    pol = _policy(scale_down_clear_quantile=0.9)
+    assert (pol.config.interval_s, pol.config.startup_s) == (10, 60)
+    for i in range(20):
+        d = pol.decide(obs(10 * i, p=5, d=5, rate=30.0), 10 * i)
+        assert d.prefill == 5
+    d = pol.decide(obs(200, p=5, d=d.decode, rate=16.0), 200)
+    assert d.prefill == 3 and "stabilised" not in d.reason
+
+
+def test_a_learnt_margin_needs_history():
+    # the same after 10 ticks: 4 rises seen, too few to learn from: stabilised
+    pol = _policy(scale_down_clear_quantile=0.9)
+    for i in range(10):
+        d = pol.decide(obs(10 * i, p=5, d=5, rate=30.0), 10 * i)
+    d = pol.decide(obs(100, p=5, d=d.decode, rate=16.0), 100)
+    assert d.prefill == 5 and "stabilised" in d.reason

@@ -12,17 +12,18 @@ still carry the load after such a rise. Pure arithmetic over the policy's own ra
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 # Rises seen before a learnt margin is trusted (fewer: every release is stabilised).
 MIN_RISES = 10
 
 
-def rise_quantile(rates: Sequence[float], ahead: int, q: float) -> float | None:
+def rise_quantile(rates: Iterable[float], ahead: int, q: float) -> float | None:
     """The q-quantile over ticks ``i`` of ``max(rates[i+1 .. i+ahead]) / rates[i]`` (1 where the rate fell), over
     ticks with a positive rate; None with fewer than ``MIN_RISES`` such ticks."""
     if ahead < 1:
         raise ValueError(f"ticks ahead must be >= 1, got {ahead}")
+    rates = list(rates)  # the policy's history is a deque, which does not slice
     rises = sorted(max(max(rates[i + 1:i + 1 + ahead]) / rates[i], 1.0)
                    for i in range(len(rates) - ahead) if rates[i] > 0 and math.isfinite(rates[i]))
     if len(rises) < MIN_RISES:
@@ -30,7 +31,7 @@ def rise_quantile(rates: Sequence[float], ahead: int, q: float) -> float | None:
     return rises[min(math.ceil(q * len(rises)) - 1, len(rises) - 1)] if q > 0 else rises[0]
 
 
-def clear_fraction(fixed: float | None, q: float | None, rates: Sequence[float], ahead: int) -> float | None:
+def clear_fraction(fixed: float | None, q: float | None, rates: Iterable[float], ahead: int) -> float | None:
     """The fraction of ``k`` a pool's largest term may reach for a release to ``k`` to skip the stabilisation:
     ``fixed``, or ``1 / rise`` with ``q`` set (at most ``fixed`` where both are); None: every release stabilised."""
     if q is None:
