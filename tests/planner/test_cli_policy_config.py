@@ -54,6 +54,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--scale-down-stabilization-max-replicas", "1"): ("scale_down_stabilization_max_replicas", 1),
     ("--scale-down-clear-fraction", "0.9"): ("scale_down_clear_fraction", 0.9),
     ("--scale-down-clear-quantile", "0.9"): ("scale_down_clear_quantile", 0.9),
+    ("--no-stabilize-drain",): ("stabilize_drain", False),
     ("--no-correction-decode-curve",): ("correction_decode_curve", False),
     ("--decode-queue-compute",): ("decode_queue_compute", True),
     ("--decode-correction-max", "3"): ("correction_bounds_decode", (0.67, 3.0)),

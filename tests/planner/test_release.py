@@ -49,3 +49,15 @@ def test_a_quantile_outside_zero_to_one_is_refused():
     from pdserve.planner.core.policy_config import PolicyConfig
     assert "not in (0, 1]" in PolicyConfig(scale_down_clear_quantile=0).invalid()
     assert PolicyConfig(scale_down_clear_quantile=0.9).invalid() is None
+
+
+def test_the_stabilisation_remembers_no_drain():
+    from pdserve.planner.core.release import undrained
+    terms = {"prefill_compute": 3.4, "prefill_link": 6.0, "prefill_drain": 0.0, "prefill_peak": 0.0,
+             "decode_compute": 0.6, "decode_link": 2.0, "decode_drain": 4.0, "decode_peak": 0.0}
+    # prefill: the link term asked for 6, and stays; decode: 4 from the drain alone, remembered as the link's 2
+    assert undrained(terms, 6, 4, 1, 1) == (6, 2)
+    # never above the recommendation, never under the pool's minimum
+    assert undrained(terms, 5, 1, 1, 1) == (5, 1)
+    assert undrained({"decode_drain": 3.0, "decode_compute": 0.2}, 2, 3, 1, 2) == (2, 2)
+    assert undrained({}, 2, 3, 1, 1) == (2, 3)

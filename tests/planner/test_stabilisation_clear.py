@@ -70,3 +70,19 @@ def test_a_learnt_margin_needs_history():
         d = pol.decide(obs(10 * i, p=5, d=5, rate=30.0), 10 * i)
     d = pol.decide(obs(100, p=5, d=d.decode, rate=16.0), 100)
     assert d.prefill == 5 and "stabilised" in d.reason
+
+
+def test_a_drained_queue_is_not_held():
+    """A decode queue asks for more decode replicas (the drain term: 400 requests of 200 tokens worked off within the
+    drain time, 3.19 replicas beside the arrivals' 0.64); once it is worked off, with the drain left out of what the
+    stabilisation remembers, they go at the next tick, not a window later."""
+    def run(**kw):
+        pol = _policy(decode_queue_compute=True, **kw)
+        up = pol.decide(obs(0, p=2, d=1, rate=10.0, waiting=400, decode_waiting=400), 0)
+        down = pol.decide(obs(10, p=up.prefill, d=up.decode, rate=10.0), 10)
+        return up, down
+    up, down = run()
+    assert up.explanation["demand"]["terms"]["binding_decode"] == "drain" and up.decode == 4
+    assert down.decode == 4 and "stabilised" in down.reason
+    up, down = run(stabilize_drain=False)
+    assert up.decode == 4 and down.decode == 1

@@ -52,6 +52,9 @@ class PolicyConfig:
     # left carries the load after the q-quantile rise of the arrival rate within a start-up plus an interval over the
     # rate history (at most scale_down_clear_fraction where both are set). None: the fixed fraction alone.
     scale_down_clear_quantile: float | None = None
+    # False: the stabilisation remembers each tick's recommendation without its drain terms (what a queue alone asked
+    # for), so capacity bought to work a queue off goes once the queue is gone, not a window later. Opt-in.
+    stabilize_drain: bool = True
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
     stale_after_s: float | None = None  # default: 3 intervals

@@ -6,7 +6,8 @@ ready one start-up later. A release the load clears by a margin needs no such in
 fixed (``PolicyConfig.scale_down_clear_fraction``: the pool's largest sizing term at most ``k x F``) or learnt from
 the traffic itself (``scale_down_clear_quantile``): the q-quantile of how far the arrival rate has risen within a
 start-up plus an interval of any tick of its history, so that a release clears only where the pool left would
-still carry the load after such a rise. Pure arithmetic over the policy's own rate history; no state.
+still carry the load after such a rise. And what the stabilisation remembers may leave out what a queue alone asked
+for (``stabilize_drain`` off). Pure arithmetic over the policy's own rate history and terms; no state.
 """
 
 from __future__ import annotations
@@ -47,3 +48,16 @@ def is_clear(terms: dict, pool: str, k: int, fraction: float | None) -> bool:
     ``k x fraction``. False without a fraction or without terms."""
     need = [v for t, v in terms.items() if t.startswith(f"{pool}_") and isinstance(v, (int, float))]
     return fraction is not None and bool(need) and max(need) <= k * fraction
+
+
+
+def undrained(terms: dict, p: int, d: int, prefill_min: int, decode_min: int) -> tuple[int, int]:
+    """The recommendation (``p``, ``d``) without what each pool's drain term alone asked for (a queue worked off asks
+    for nothing a minute later): what the stabilisation remembers where ``PolicyConfig.stabilize_drain`` is off.
+    Each pool at least its minimum, at most its recommendation; a pool without terms keeps its recommendation."""
+    out = []
+    for pool, n, low in (("prefill", p, prefill_min), ("decode", d, decode_min)):
+        need = [v for t, v in terms.items()
+                if t.startswith(f"{pool}_") and t != f"{pool}_drain" and isinstance(v, (int, float))]
+        out.append(min(n, max(math.ceil(max(need) - 1e-9), low)) if need else n)
+    return out[0], out[1]

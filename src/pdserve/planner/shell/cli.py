@@ -149,6 +149,7 @@ def _run_parser(sub) -> None:
     _optional(g, "--scale-down-clear-fraction", "scale_down_clear_fraction", "F",
               "release a pool to K replicas without stabilisation where its largest sizing term is at most K x F",
               "every release stabilised")
+    _switch(g, "stabilize_drain", "let the scale-down stabilisation hold what the drain terms alone asked for")
     _optional(g, "--scale-down-clear-quantile", "scale_down_clear_quantile", "Q",
               "learn the clear fraction as 1 / the Q-quantile rise of the arrival rate within a start-up plus an "
               "interval over the rate history", "the fixed fraction alone")
@@ -269,6 +270,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         scale_down_stabilization_max_replicas=args.scale_down_stabilization_max_replicas,
         scale_down_clear_fraction=args.scale_down_clear_fraction,
         scale_down_clear_quantile=args.scale_down_clear_quantile,
+        stabilize_drain=args.stabilize_drain,
         correction_decode_curve=args.correction_decode_curve, correction_engage_pool=args.correction_engage_pool,
         decode_queue_compute=args.decode_queue_compute,
         correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]
