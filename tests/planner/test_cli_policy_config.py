@@ -55,6 +55,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--scale-down-clear-fraction", "0.9"): ("scale_down_clear_fraction", 0.9),
     ("--scale-down-clear-quantile", "0.9"): ("scale_down_clear_quantile", 0.9),
     ("--no-stabilize-drain",): ("stabilize_drain", False),
+    ("--no-scale-down-clear-after-burst",): ("scale_down_clear_after_burst", False),
     ("--no-correction-decode-curve",): ("correction_decode_curve", False),
     ("--decode-queue-compute",): ("decode_queue_compute", True),
     ("--decode-correction-max", "3"): ("correction_bounds_decode", (0.67, 3.0)),

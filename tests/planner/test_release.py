@@ -61,3 +61,10 @@ def test_the_stabilisation_remembers_no_drain():
     assert undrained(terms, 5, 1, 1, 1) == (5, 1)
     assert undrained({"decode_drain": 3.0, "decode_compute": 0.2}, 2, 3, 1, 2) == (2, 2)
     assert undrained({}, 2, 3, 1, 1) == (2, 3)
+
+
+def test_reserved_reads_the_pools_peak_term():
+    from pdserve.planner.core.release import reserved
+    assert reserved({"prefill_peak": 1.4, "decode_peak": 0.0}, "prefill")
+    assert not reserved({"prefill_peak": 1.4, "decode_peak": 0.0}, "decode")
+    assert not reserved({}, "decode")

@@ -86,3 +86,20 @@ def test_a_drained_queue_is_not_held():
     assert down.decode == 4 and "stabilised" in down.reason
     up, down = run(stabilize_drain=False)
     assert up.decode == 4 and down.decode == 1
+
+
+def _terms(compute: float, peak: float) -> dict:
+    return {"demand": {"terms": {"prefill_compute": compute, "prefill_peak": peak, "decode_compute": 0.5}}}
+
+
+def test_a_reserve_in_the_window_keeps_the_cleared_release_waiting():
+    """A burst reserve asks for 4 prefill at one tick and is off the next (the absorb gate), the compute term then
+    1.2, under 2 x 0.9: by default the release to 2 skips the window; with scale_down_clear_after_burst off it waits
+    the window out, as the reserve may be back at the next tick."""
+    def run(**kw):
+        pol = _policy(scale_down_clear_fraction=0.9, **kw)
+        pol._clamp((2, 1), (4, 1), obs(0, p=2, d=1), 0, _terms(1.2, 3.5))
+        return pol._clamp((4, 1), (2, 1), obs(10, p=4, d=1), 10, _terms(1.2, 0.0))
+    assert run().prefill == 2
+    held = run(scale_down_clear_after_burst=False)
+    assert held.prefill == 4 and "stabilised" in held.reason

@@ -32,7 +32,7 @@ from pdserve.planner.core.observation import Observation
 from pdserve.planner.core.observation import finite as _finite
 from pdserve.planner.core.policy_config import PolicyConfig
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
-from pdserve.planner.core.release import clear_fraction, is_clear, undrained
+from pdserve.planner.core.release import clear_fraction, is_clear, reserved, undrained
 from pdserve.planner.core.profile import CapacityProfile
 from pdserve.planner.core.sizing import LINK_PLATEAU, Capacity, Load, absorbed, missed_tokens, size
 
@@ -435,16 +435,18 @@ class PlannerPolicy:
         # Scale-down stabilisation: act on the highest recommendation in the window.
         terms = expl.get("demand", {}).get("terms", {})
         remember = (p, d) if cfg.stabilize_drain else undrained(terms, p, d, cfg.prefill_min, cfg.decode_min)
-        s.recs.append((now, *remember))
+        s.recs.append((now, *remember, *(reserved(terms, pool) for pool in ("prefill", "decode"))))
         while s.recs and s.recs[0][0] < now - cfg.scale_down_stabilization_s:
             s.recs.popleft()
         before = (p, d)
         small = cfg.scale_down_stabilization_max_replicas
         ahead = max(1, math.ceil((cfg.startup_s + cfg.interval_s) / cfg.interval_s - 1e-9))
         clear = clear_fraction(cfg.scale_down_clear_fraction, cfg.scale_down_clear_quantile, s.rate, ahead)
-        if p < cur[0] and (small is None or p <= small) and not is_clear(terms, "prefill", p, clear):
+        # (a burst reserve that stood in the window: off one tick, it may be back the next; the window holds it)
+        after = [cfg.scale_down_clear_after_burst or not any(r[i] for r in s.recs) for i in (3, 4)]
+        if p < cur[0] and (small is None or p <= small) and not (after[0] and is_clear(terms, "prefill", p, clear)):
             p = min(cur[0], max(r[1] for r in s.recs))
-        if d < cur[1] and (small is None or d <= small) and not is_clear(terms, "decode", d, clear):
+        if d < cur[1] and (small is None or d <= small) and not (after[1] and is_clear(terms, "decode", d, clear)):
             d = min(cur[1], max(r[2] for r in s.recs))
         if (p, d) != before:
             notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")

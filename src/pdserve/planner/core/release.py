@@ -61,3 +61,9 @@ def undrained(terms: dict, p: int, d: int, prefill_min: int, decode_min: int) ->
                 if t.startswith(f"{pool}_") and t != f"{pool}_drain" and isinstance(v, (int, float))]
         out.append(min(n, max(math.ceil(max(need) - 1e-9), low)) if need else n)
     return out[0], out[1]
+
+
+def reserved(terms: dict, pool: str) -> bool:
+    """The pool's burst reserve (its peak term) asked for replicas at this tick."""
+    v = terms.get(f"{pool}_peak")
+    return isinstance(v, (int, float)) and v > 0

@@ -149,6 +149,8 @@ def _run_parser(sub) -> None:
     _optional(g, "--scale-down-clear-fraction", "scale_down_clear_fraction", "F",
               "release a pool to K replicas without stabilisation where its largest sizing term is at most K x F",
               "every release stabilised")
+    _switch(g, "scale_down_clear_after_burst", "let a cleared release skip the stabilisation even while a burst "
+            "reserve asked for replicas in its window")
     _switch(g, "stabilize_drain", "let the scale-down stabilisation hold what the drain terms alone asked for")
     _optional(g, "--scale-down-clear-quantile", "scale_down_clear_quantile", "Q",
               "learn the clear fraction as 1 / the Q-quantile rise of the arrival rate within a start-up plus an "
@@ -271,6 +273,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         scale_down_clear_fraction=args.scale_down_clear_fraction,
         scale_down_clear_quantile=args.scale_down_clear_quantile,
         stabilize_drain=args.stabilize_drain,
+        scale_down_clear_after_burst=args.scale_down_clear_after_burst,
         correction_decode_curve=args.correction_decode_curve, correction_engage_pool=args.correction_engage_pool,
         decode_queue_compute=args.decode_queue_compute,
         correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]
