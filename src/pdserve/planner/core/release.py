@@ -6,8 +6,9 @@ ready one start-up later. A release the load clears by a margin needs no such in
 fixed (``PolicyConfig.scale_down_clear_fraction``: the pool's largest sizing term at most ``k x F``) or learnt from
 the traffic itself (``scale_down_clear_quantile``): the q-quantile of how far the arrival rate has risen within a
 start-up plus an interval of any tick of its history, so that a release clears only where the pool left would
-still carry the load after such a rise. And what the stabilisation remembers may leave out what a queue alone asked
-for (``stabilize_drain`` off). Pure arithmetic over the policy's own rate history and terms; no state.
+still carry the load after such a rise, and (``scale_down_clear_after_burst`` off) only where no burst reserve
+asked for replicas in the window. What the stabilisation remembers may also leave out what a queue alone asked for
+(``stabilize_drain`` off). Pure arithmetic over the policy's own rate history and terms; no state.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ def is_clear(terms: dict, pool: str, k: int, fraction: float | None) -> bool:
     ``k x fraction``. False without a fraction or without terms."""
     need = [v for t, v in terms.items() if t.startswith(f"{pool}_") and isinstance(v, (int, float))]
     return fraction is not None and bool(need) and max(need) <= k * fraction
-
 
 
 def undrained(terms: dict, p: int, d: int, prefill_min: int, decode_min: int) -> tuple[int, int]:

@@ -149,12 +149,12 @@ def _run_parser(sub) -> None:
     _optional(g, "--scale-down-clear-fraction", "scale_down_clear_fraction", "F",
               "release a pool to K replicas without stabilisation where its largest sizing term is at most K x F",
               "every release stabilised")
-    _switch(g, "scale_down_clear_after_burst", "let a cleared release skip the stabilisation even while a burst "
-            "reserve asked for replicas in its window")
-    _switch(g, "stabilize_drain", "let the scale-down stabilisation hold what the drain terms alone asked for")
     _optional(g, "--scale-down-clear-quantile", "scale_down_clear_quantile", "Q",
               "learn the clear fraction as 1 / the Q-quantile rise of the arrival rate within a start-up plus an "
               "interval over the rate history", "the fixed fraction alone")
+    _switch(g, "scale_down_clear_after_burst", "let a cleared release skip the stabilisation even while a burst "
+            "reserve asked for replicas in its window")
+    _switch(g, "stabilize_drain", "let the scale-down stabilisation hold what the drain terms alone asked for")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
