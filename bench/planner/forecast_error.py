@@ -20,7 +20,6 @@ smoothing unbounded (statsmodels: 0..1) and bounded below at each ``--bounds`` v
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -69,7 +68,7 @@ def arrivals(key: str, trace_root: Path, duration: float | None, history: float 
     policy = PlannerPolicy(cfg, s.profile)
     policy.predictor = rec
     run_policy(tr, s, PlannerAutoscaler(policy), (1, 1), args.warmup, feas=feas)
-    return rec.history, max(1, math.ceil((cfg.startup_s + cfg.interval_s) / cfg.interval_s - 1e-9))
+    return rec.history, cfg.horizon_ticks
 
 
 def errors(series: list[float], horizon: int, predict) -> dict:

@@ -132,7 +132,7 @@ class PlannerPolicy:
         if _finite(obs.prefix_hit_ratio):
             s.hit = min(max(obs.prefix_hit_ratio, 0.0), 0.95)
 
-        horizon = max(1, math.ceil((cfg.startup_s + cfg.interval_s) / cfg.interval_s - 1e-9))
+        horizon = cfg.horizon_ticks
         f_rate = self.predictor.predict(list(s.rate), horizon)
         f_isl = self.length_predictor.predict(list(s.isl))
         f_osl = self.length_predictor.predict(list(s.osl))
@@ -440,8 +440,9 @@ class PlannerPolicy:
             s.recs.popleft()
         before = (p, d)
         small = cfg.scale_down_stabilization_max_replicas
-        ahead = max(1, math.ceil((cfg.startup_s + cfg.interval_s) / cfg.interval_s - 1e-9))
-        clear = clear_fraction(cfg.scale_down_clear_fraction, cfg.scale_down_clear_quantile, s.rate, ahead)
+        # (the learnt margin reads the rate history: only where a pool is being released)
+        clear = (clear_fraction(cfg.scale_down_clear_fraction, cfg.scale_down_clear_quantile, s.rate, cfg.horizon_ticks)
+                 if p < cur[0] or d < cur[1] else None)
         # (a burst reserve that stood in the window: off one tick, it may be back the next; the window holds it)
         after = [cfg.scale_down_clear_after_burst or not any(r[i] for r in s.recs) for i in (3, 4)]
         if p < cur[0] and (small is None or p <= small) and not (after[0] and is_clear(terms, "prefill", p, clear)):

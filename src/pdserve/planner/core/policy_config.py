@@ -3,6 +3,8 @@ reads them is ``pdserve.planner.core.policy`` (which re-exports this class)."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from pdserve.common.burst import BUDGETS_S
@@ -304,6 +306,12 @@ class PolicyConfig:
     correction_engage_pool: bool = False
     explode_ratio: float = 4.0
     history_len: int = 240
+
+    @property
+    def horizon_ticks(self) -> int:
+        """Ticks from a decision until a replica it asks for has served an interval (start-up plus one interval):
+        the forecast's horizon and the span a release's rise is read over."""
+        return max(1, math.ceil((self.startup_s + self.interval_s) / self.interval_s - 1e-9))
 
     @property
     def decode_correction_limits(self) -> tuple[float, float]:

@@ -44,10 +44,16 @@ def clear_fraction(fixed: float | None, q: float | None, rates: Iterable[float],
     return min(1.0 / rise, fixed if fixed is not None else 1.0)
 
 
+def _pool_terms(terms: dict, pool: str, *, drain: bool = True) -> list[float]:
+    """The pool's sizing terms (replicas) in ``terms`` as a decision explains them (``prefill_compute``, ...; the
+    ``binding_*`` names are not terms), its drain term left out with ``drain`` False."""
+    return [v for t, v in terms.items()
+            if t.startswith(f"{pool}_") and (drain or t != f"{pool}_drain") and isinstance(v, (int, float))]
+
+
 def is_clear(terms: dict, pool: str, k: int, fraction: float | None) -> bool:
-    """The pool's largest sizing term (``terms`` as a decision explains them: ``prefill_compute``, ...) is at most
-    ``k x fraction``. False without a fraction or without terms."""
-    need = [v for t, v in terms.items() if t.startswith(f"{pool}_") and isinstance(v, (int, float))]
+    """The pool's largest sizing term is at most ``k x fraction``. False without a fraction or without terms."""
+    need = _pool_terms(terms, pool)
     return fraction is not None and bool(need) and max(need) <= k * fraction
 
 
@@ -57,8 +63,7 @@ def undrained(terms: dict, p: int, d: int, prefill_min: int, decode_min: int) ->
     Each pool at least its minimum, at most its recommendation; a pool without terms keeps its recommendation."""
     out = []
     for pool, n, low in (("prefill", p, prefill_min), ("decode", d, decode_min)):
-        need = [v for t, v in terms.items()
-                if t.startswith(f"{pool}_") and t != f"{pool}_drain" and isinstance(v, (int, float))]
+        need = _pool_terms(terms, pool, drain=False)
         out.append(min(n, max(math.ceil(max(need) - 1e-9), low)) if need else n)
     return out[0], out[1]
 
