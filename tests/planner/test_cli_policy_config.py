@@ -53,7 +53,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--ramp-ticks", "3"): ("ramp_ticks", 3),
     ("--scale-down-stabilization-max-replicas", "1"): ("scale_down_stabilization_max_replicas", 1),
     ("--scale-down-clear-fraction", "0.9"): ("scale_down_clear_fraction", 0.9),
-    ("--scale-down-clear-quantile", "0.9"): ("scale_down_clear_quantile", 0.9),
+    ("--scale-down-clear-quantile", "none"): ("scale_down_clear_quantile", None),
     ("--no-stabilize-drain",): ("stabilize_drain", False),
     ("--no-scale-down-clear-after-burst",): ("scale_down_clear_after_burst", False),
     ("--no-correction-decode-curve",): ("correction_decode_curve", False),

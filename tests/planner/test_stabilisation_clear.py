@@ -1,5 +1,6 @@
-"""A release the load clears by a margin skips the scale-down stabilisation (opt-in:
-PolicyConfig.scale_down_clear_fraction). Same analytic profile and helpers as test_policy."""
+"""A release the load clears by a margin skips the scale-down stabilisation (PolicyConfig.scale_down_clear_fraction,
+opt-in; scale_down_clear_quantile, the learnt margin, 0.9 by default since session 36). Same analytic profile and
+helpers as test_policy."""
 
 import math
 
@@ -19,7 +20,7 @@ def _policy(**kw):
 def test_a_release_the_load_clears_is_not_held():
     # 16 req/s: 2.39 replicas' worth, under 3 x 0.9 = 2.7: three replicas carry it with the margin to spare
     assert math.ceil(_term(30.0)) == 5 and 2.3 < _term(16.0) < 2.4
-    pol = _policy(scale_down_clear_fraction=0.9)
+    pol = _policy(scale_down_clear_fraction=0.9, scale_down_clear_quantile=None)
     up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
     assert up.prefill == 5
     d = pol.decide(obs(10, p=5, d=up.decode, rate=16.0), 10)
@@ -29,7 +30,7 @@ def test_a_release_the_load_clears_is_not_held():
 def test_a_release_within_the_margin_waits_the_window():
     # 19 req/s: 2.83 replicas' worth, over 2.7: the release to 3 is stabilised (the window's highest, 5)
     assert 2.8 < _term(19.0) < 2.9
-    pol = _policy(scale_down_clear_fraction=0.9)
+    pol = _policy(scale_down_clear_fraction=0.9, scale_down_clear_quantile=None)
     up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
     d = pol.decide(obs(10, p=5, d=up.decode, rate=19.0), 10)
     assert d.prefill == 5 and "stabilised" in d.reason
@@ -38,7 +39,7 @@ def test_a_release_within_the_margin_waits_the_window():
 
 
 def test_unset_the_cleared_release_waits_too():
-    pol = _policy()
+    pol = _policy(scale_down_clear_quantile=None)
     up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
     d = pol.decide(obs(10, p=5, d=up.decode, rate=16.0), 10)
     assert d.prefill == 5 and "stabilised" in d.reason
@@ -61,6 +62,23 @@ def test_the_learnt_margin_reads_the_policys_rate_history():
         assert d.prefill == 5
     d = pol.decide(obs(200, p=5, d=d.decode, rate=16.0), 200)
     assert d.prefill == 3 and "stabilised" not in d.reason
+
+
+def test_the_default_learns_the_margin():
+    # the same steady 20 ticks with the policy's defaults: the learnt margin (0.9 quantile) releases at once; with
+    # it off (None, the default before session 36) the release waits the window
+    from pdserve.planner.core.policy_config import PolicyConfig
+    assert PolicyConfig().scale_down_clear_quantile == 0.9 and PolicyConfig().scale_down_clear_fraction is None
+
+    def run(**kw):
+        pol = _policy(**kw)
+        for i in range(20):
+            d = pol.decide(obs(10 * i, p=5, d=5, rate=30.0), 10 * i)
+        return pol.decide(obs(200, p=5, d=d.decode, rate=16.0), 200)
+    d = run()
+    assert d.prefill == 3 and "stabilised" not in d.reason
+    d = run(scale_down_clear_quantile=None)
+    assert d.prefill == 5 and "stabilised" in d.reason
 
 
 def test_a_learnt_margin_needs_history():
@@ -97,7 +115,7 @@ def test_a_reserve_in_the_window_keeps_the_cleared_release_waiting():
     1.2, under 2 x 0.9: by default the release to 2 skips the window; with scale_down_clear_after_burst off it waits
     the window out, as the reserve may be back at the next tick."""
     def run(**kw):
-        pol = _policy(scale_down_clear_fraction=0.9, **kw)
+        pol = _policy(scale_down_clear_fraction=0.9, scale_down_clear_quantile=None, **kw)
         pol._clamp((2, 1), (4, 1), obs(0, p=2, d=1), 0, _terms(1.2, 3.5))
         return pol._clamp((4, 1), (2, 1), obs(10, p=4, d=1), 10, _terms(1.2, 0.0))
     assert run().prefill == 2
