@@ -248,7 +248,10 @@ class AutoscalingSpec(ApiModel):
     decode: PoolBounds = Field(default_factory=PoolBounds, description="Decode pool bounds.")
     gpu_budget: int | None = Field(None, ge=1, description="Most GPUs prefill + decode may use together; unset means no budget.")
     prometheus_url: str = Field("http://prometheus-operated.monitoring.svc:9090", pattern=r"^https?://\S+$", description="Prometheus the planner queries.")
-    scale_down_stabilization_seconds: int = Field(int(PolicyConfig.scale_down_stabilization_s), ge=0, le=86400, description="A scale-down must be wanted this long before it happens.")
+    scale_down_stabilization_seconds: int = Field(int(PolicyConfig.scale_down_stabilization_s), ge=0, le=86400, description=(
+        "A scale-down must be wanted this long before it happens, unless the pool left still carries the load after "
+        f"the arrival rate's {PolicyConfig.scale_down_clear_quantile:g}-quantile rise within a start-up plus an "
+        "interval, as seen in the rate history."))
     scale_to_zero: bool = Field(False, description="Allow a pool's minimum of 0 (the pool is empty when idle).")
 
     __cel__ = (CelRule("self.scaleToZero || (self.prefill.min >= 1 && self.decode.min >= 1)", "a minimum of 0 needs scaleToZero: true", ".scaleToZero"),)
