@@ -52,15 +52,22 @@ def test_a_fraction_outside_zero_to_one_is_refused():
     assert PolicyConfig(scale_down_clear_fraction=0.9).invalid() is None
 
 
+def _fall_after_steady(ticks: int, **kw):
+    """A steady 30 req/s (five prefill replicas' worth) for ``ticks`` ticks 10 s apart, then 16 req/s: the decision
+    at the fall."""
+    pol = _policy(**kw)
+    for i in range(ticks):
+        d = pol.decide(obs(10 * i, p=5, d=5, rate=30.0), 10 * i)
+        assert d.prefill == 5
+    return pol.decide(obs(10 * ticks, p=5, d=d.decode, rate=16.0), 10 * ticks)
+
+
 def test_the_learnt_margin_reads_the_policys_rate_history():
     # ticks every 10 s, a 60 s start-up: a rise is read over the 7 ticks ahead. A steady 30 req/s for 20 ticks (no
     # rise: the learnt fraction is 1), then 16 req/s: 2.39 replicas' worth, within 3 x 1: the release is not held
-    pol = _policy(scale_down_clear_quantile=0.9)
-    assert (pol.config.interval_s, pol.config.startup_s) == (10, 60)
-    for i in range(20):
-        d = pol.decide(obs(10 * i, p=5, d=5, rate=30.0), 10 * i)
-        assert d.prefill == 5
-    d = pol.decide(obs(200, p=5, d=d.decode, rate=16.0), 200)
+    cfg = _policy(scale_down_clear_quantile=0.9).config
+    assert (cfg.interval_s, cfg.startup_s) == (10, 60)
+    d = _fall_after_steady(20, scale_down_clear_quantile=0.9)
     assert d.prefill == 3 and "stabilised" not in d.reason
 
 
@@ -69,24 +76,15 @@ def test_the_default_learns_the_margin():
     # it off (None, the default before session 36) the release waits the window
     from pdserve.planner.core.policy_config import PolicyConfig
     assert PolicyConfig().scale_down_clear_quantile == 0.9 and PolicyConfig().scale_down_clear_fraction is None
-
-    def run(**kw):
-        pol = _policy(**kw)
-        for i in range(20):
-            d = pol.decide(obs(10 * i, p=5, d=5, rate=30.0), 10 * i)
-        return pol.decide(obs(200, p=5, d=d.decode, rate=16.0), 200)
-    d = run()
+    d = _fall_after_steady(20)
     assert d.prefill == 3 and "stabilised" not in d.reason
-    d = run(scale_down_clear_quantile=None)
+    d = _fall_after_steady(20, scale_down_clear_quantile=None)
     assert d.prefill == 5 and "stabilised" in d.reason
 
 
 def test_a_learnt_margin_needs_history():
     # the same after 10 ticks: 4 rises seen, too few to learn from: stabilised
-    pol = _policy(scale_down_clear_quantile=0.9)
-    for i in range(10):
-        d = pol.decide(obs(10 * i, p=5, d=5, rate=30.0), 10 * i)
-    d = pol.decide(obs(100, p=5, d=d.decode, rate=16.0), 100)
+    d = _fall_after_steady(10, scale_down_clear_quantile=0.9)
     assert d.prefill == 5 and "stabilised" in d.reason
 
 
