@@ -175,7 +175,12 @@ def test_the_planner_runs_inside_the_operator_and_is_configurable(chart: helm.Ch
     assert "--prometheus-url=http://prom.obs.svc:9090" in args
     assert "--planner-interval=20" in args
     assert "--planner-dry-run" in args and "--no-planner" not in args
+    assert "--planner-no-warm-start" not in args  # a planner that starts replays its history by default
     assert {"name": "metrics", "containerPort": 9091, "protocol": "TCP"} in operator["ports"]
+    (deploy,) = of_kind(render(chart, {"planner": {"warmStart": False}}), "Deployment")
+    cold = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    from pdserve.operator.cli import _parser  # the operator's own parser reads the flag the chart writes
+    assert "--planner-no-warm-start" in cold and _parser().parse_args(cold[1:]).planner_no_warm_start
     (deploy,) = of_kind(render(chart, {"planner": {"enabled": False}}), "Deployment")
     (operator,) = deploy["spec"]["template"]["spec"]["containers"]
     assert "--no-planner" in operator["args"] and not any(a.startswith("--prometheus-url") for a in operator["args"])

@@ -80,7 +80,11 @@ async def test_dry_run_writes_only_status(api):
 
 async def test_hosted_holds_when_prometheus_is_down(api):
     stopped, evs = asyncio.Event(), Events()
-    task = asyncio.create_task(run_hosted("ns", "svc", stopped=stopped, logger=logging.getLogger("t"), api_client=api,
+    lines: list[str] = []
+    log = logging.getLogger("t.hosted")
+    log.setLevel(logging.INFO)
+    log.addHandler(type("Lines", (logging.Handler,), {"emit": lambda self, r: lines.append(r.getMessage())})())
+    task = asyncio.create_task(run_hosted("ns", "svc", stopped=stopped, logger=log, api_client=api,
                                           post_event=evs))
     for _ in range(200):
         obj = await asyncio.to_thread(read, api)
@@ -93,6 +97,8 @@ async def test_hosted_holds_when_prometheus_is_down(api):
     assert st["held"] is True and st["holdReason"] == "metrics-unavailable" and "prometheus" in st["reason"]
     assert obj["spec"]["prefill"]["replicas"] == 1 and obj["spec"]["decode"]["replicas"] == 2
     assert any(reason == "PlannerHeld" and warning for _, reason, _, warning in evs)
+    # the new planner first asked Prometheus for its history (core.warm_start) and started cold, saying why
+    assert any(ln.startswith("planner ns/svc: cold start: no history (") for ln in lines), lines
 
 
 async def test_hosted_stops_when_the_resource_is_gone(kmock):

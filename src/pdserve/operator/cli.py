@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--planner-interval", type=float, help="seconds between decisions, unless a resource sets spec.autoscaling.intervalSeconds")
     pl.add_argument("--planner-dry-run", action="store_true", help="decide and write status.planner, never the replicas")
     pl.add_argument("--metrics-port", type=int, default=0, help="serve the planner's pdserve_planner_* metrics on this port (0: off)")
+    pl.add_argument("--planner-no-warm-start", action="store_true",
+                    help="start each planner cold: without replaying its history from Prometheus first")
     le = p.add_argument_group("leader election (a Lease: only its holder runs kopf, so replicas: 2 is safe)")
     le.add_argument("--no-leader-elect", action="store_true", help="run kopf at once without a Lease (one replica only)")
     le.add_argument("--lease-name", default=LEASE_NAME)
@@ -97,7 +99,8 @@ async def _serve(args: argparse.Namespace, level: int, lease: LeaseConfig | None
     api = load_api_client(args.kubeconfig)
     kube = Kube(api)
     options = RenderOptions(pdserve_image=args.pdserve_image, vllm_image=args.vllm_image, cluster_domain=args.cluster_domain)
-    planner = None if args.no_planner else HostOptions(prometheus_url=args.prometheus_url, interval_s=args.planner_interval, dry_run=args.planner_dry_run)
+    planner = None if args.no_planner else HostOptions(prometheus_url=args.prometheus_url, interval_s=args.planner_interval,
+                                                      dry_run=args.planner_dry_run, warm_start=not args.planner_no_warm_start)
     if planner is not None and args.metrics_port:
         from prometheus_client import start_http_server
 

@@ -6,7 +6,9 @@ The only way pdserve plans a resource on Kubernetes: the operator runs it in a k
 daemon per DisaggregatedService (kopf starts and stops it with the resource, and only
 the replica that holds the operator's Lease runs kopf at all). Each interval it re-reads the resource (so edits to
 spec.slo / spec.autoscaling apply on the next interval), decides with a policy whose
-history survives those edits, and patches the resource. It returns when ``stopped``
+history survives those edits, and patches the resource. A new policy (the daemon's start, after an operator
+restart or a lost Lease, or a changed profile) first replays its memory span from Prometheus
+(``loop.warm_up``), so a restart neither drops a burst reserve nor skips the stabilisation. It returns when ``stopped``
 is set (kopf's DaemonStopped, or any object with ``is_set()`` and ``wait(timeout)``)
 or when the resource is deleted. While autoscaling is disabled it idles.
 """
@@ -22,7 +24,7 @@ from pdserve.common.clock import WALL, Clock
 from pdserve.kube import events
 from pdserve.planner.hosting.actuator import KubernetesActuator
 from pdserve.planner.hosting.options import HostOptions
-from pdserve.planner.shell.loop import is_stopped, sleep_unless_stopped, tick
+from pdserve.planner.shell.loop import is_stopped, sleep_unless_stopped, tick, warm_up
 from pdserve.planner.shell.metrics import PlannerMetrics
 from pdserve.planner.core.policy import PlannerPolicy
 from pdserve.planner.core.predictors import make_predictor
@@ -66,6 +68,14 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
         if not settings.enabled:
             await sleep_unless_stopped(stopped, settings.config.interval_s)
             continue
+        query = PromQL(f'namespace="{namespace}",pdserve_service="{name}"',
+                       window=rate_window(settings.config.interval_s, options.scrape_interval_s),
+                       quantile=min(max(settings.config.attainment, 0.5), 0.99),
+                       burst_budget_s=settings.config.burst_budget_s,
+                       burst_fit_budget_s=settings.config.burst_fit_budget_s)
+        if source is None or source.url != settings.prometheus_url:
+            source = PrometheusSource(settings.prometheus_url, query)
+        source.query = query
         key = (settings.profile_configmap, settings.perf_profile, settings.config.prefill_tp, settings.config.decode_tp)
         if policy is None or key != profile_key:
             try:
@@ -75,19 +85,18 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
                 await sleep_unless_stopped(stopped, retry_s)
                 continue
             policy, profile_key = PlannerPolicy(settings.config, profile), key
+            if options.warm_start:  # start where the planner before this one was (core.warm_start)
+                try:
+                    pools = await asyncio.to_thread(actuator.pools)
+                    logger.info(f"planner {namespace}/{name}: "
+                                + await asyncio.to_thread(warm_up, policy, source, *pools, clock.now()))
+                except Exception as exc:
+                    logger.warning(f"planner {namespace}/{name}: cannot read the pools, starting cold: {exc}")
         elif dataclasses.asdict(policy.config) != dataclasses.asdict(settings.config):
             # Keep the history; the new bounds / SLOs apply from this interval.
             if settings.config.predictor != policy.config.predictor:
                 policy.predictor = make_predictor(settings.config.predictor, explode_ratio=settings.config.explode_ratio)
             policy.config = settings.config
-        query = PromQL(f'namespace="{namespace}",pdserve_service="{name}"',
-                       window=rate_window(settings.config.interval_s, options.scrape_interval_s),
-                       quantile=min(max(settings.config.attainment, 0.5), 0.99),
-                       burst_budget_s=settings.config.burst_budget_s,
-                       burst_fit_budget_s=settings.config.burst_fit_budget_s)
-        if source is None or source.url != settings.prometheus_url:
-            source = PrometheusSource(settings.prometheus_url, query)
-        source.query = query
         started = clock.monotonic()
         try:
             out = await tick(policy, source, actuator, now=clock.now(), logger=logger)

@@ -14,3 +14,4 @@ class HostOptions:
     dry_run: bool = False  # decide and write status.planner, never the replicas
     scrape_interval_s: float = 15.0  # Prometheus's, to size rate() windows
     retry_s: float = 10.0  # after a failed read of the resource or its profile
+    warm_start: bool = True  # a new policy first replays its history from Prometheus (planner core.warm_start)

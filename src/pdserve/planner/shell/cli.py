@@ -48,6 +48,8 @@ def _run_parser(sub) -> None:
                    help="scrape /metrics directly (repeatable); ROLE is prefill, decode or router; "
                         "with the process pool these add to its own workers")
     p.add_argument("--dry-run", action="store_true", help="decide and report, never change replicas")
+    p.add_argument("--no-warm-start", action="store_true",
+                   help="start cold: without replaying the planner's history from --prometheus first")
     p.add_argument("--metrics-port", type=int, default=0, help="serve pdserve_planner_* metrics here (0: off)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--max-ticks", type=int, help="stop after this many decisions (local actuators)")
@@ -346,7 +348,7 @@ async def _run_local(args, stopped, log) -> int:
     try:
         await run_loop(PlannerPolicy(cfg, profile), source, actuator, stopped=stopped, metrics=metrics,
                        service=service, namespace=ns, dry_run=args.dry_run, on_decision=record,
-                       max_ticks=args.max_ticks, logger=log)
+                       max_ticks=args.max_ticks, logger=log, warm=bool(args.prometheus) and not args.no_warm_start)
     finally:
         if pool is not None:
             pool.close()

@@ -4,7 +4,8 @@ Sources and actuators are blocking (HTTP clients) and run in a worker thread so 
 loop stays responsive to ``stopped``. A failure to read the pools skips the tick
 (nothing sensible can be decided without knowing the current sizes); a failing
 source becomes a held decision inside the policy; a failing actuator is logged and
-retried on the next tick.
+retried on the next tick. Before its first tick a fresh policy is warmed up from the source's
+history where the source keeps one (``warm_up``: Prometheus does, a direct scrape does not).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.shell.metrics import PlannerMetrics
 from pdserve.planner.core.observation import Observation, PoolState
 from pdserve.planner.core.policy import PlannerPolicy
+from pdserve.planner.core.warm_start import history_ticks, warm_start
 
 
 class MetricSource(Protocol):
@@ -30,6 +32,22 @@ class Actuator(Protocol):
     def pools(self) -> tuple[PoolState, PoolState]: ...
 
     def apply(self, decision: ScalingDecision) -> None: ...
+
+
+def warm_up(policy: PlannerPolicy, source: Any, prefill: PoolState, decode: PoolState, now: float) -> str:
+    """Replay the source's history of the policy's memory span into a fresh ``policy`` (``core.warm_start``);
+    what happened, in a line for the log. A source without history, or one that cannot answer, leaves the
+    policy cold (as every planner before this started) and says why."""
+    history = getattr(source, "history", None)
+    if history is None:
+        return "cold start: the metric source keeps no history"
+    try:
+        observations = history(history_ticks(policy.config, now), prefill, decode)
+    except Exception as exc:  # an unreachable or failing store: start cold, as without one
+        from pdserve.planner.shell.source_prometheus import failure_reason
+
+        return f"cold start: no history ({failure_reason(exc)})"
+    return warm_start(policy, observations).describe()
 
 
 async def sleep_unless_stopped(stopped: Any, seconds: float) -> None:
@@ -74,8 +92,16 @@ async def run_loop(policy: PlannerPolicy, source: MetricSource, actuator: Actuat
                    clock: Clock = WALL, metrics: PlannerMetrics | None = None,
                    service: str = "", namespace: str = "", dry_run: bool = False,
                    on_decision: Callable[[Observation, ScalingDecision], None] | None = None,
-                   max_ticks: int | None = None, logger: logging.Logger | Any = None) -> None:
+                   max_ticks: int | None = None, logger: logging.Logger | Any = None,
+                   warm: bool = False) -> None:
     log = logger or logging.getLogger("pdserve.planner")
+    if warm:
+        try:
+            prefill, decode = await asyncio.to_thread(actuator.pools)
+            log.info(f"planner {namespace}/{service}: "
+                     + await asyncio.to_thread(warm_up, policy, source, prefill, decode, clock.now()))
+        except Exception as exc:
+            log.warning(f"planner: cannot read the pools, starting cold: {exc}")
     n = 0
     while not is_stopped(stopped) and (max_ticks is None or n < max_ticks):
         # Decisions see wall time (metrics are timestamped with it); the interval is paced

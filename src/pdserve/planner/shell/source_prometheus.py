@@ -8,12 +8,16 @@ covers vLLM >= 0.10 names, older names (``vllm:time_per_output_token_seconds``,
 ``vllm:gpu_cache_usage_perc``, ``vllm:gpu_prefix_cache_*``) and pools without a role
 label (colocated). Anything Prometheus cannot answer comes back NaN; an unreachable
 Prometheus yields an ``Observation`` with ``error`` set, never an exception.
+``PrometheusSource.history`` reads the same queries over a past span (one range query each):
+what a restarted planner replays to start where the running one was (``core.warm_start``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, get_type_hints
 
 from pdserve.planner.core.observation import Observation, PoolState
@@ -130,6 +134,11 @@ class PromQL:
         } | ({"router_prompt_tokens_peak_wide": self.peak(self.burst_fit_budget_s)}
              if self.burst_fit_budget_s is not None else {})
 
+    def pods(self, role: str) -> str:
+        """How many of the role's pods Prometheus scraped: a pool's ready size at a past instant (the planner's
+        PoolState comes from the resource now, and the resource keeps no history)."""
+        return self._alts(self.names.running, role, lambda m, s: f"count({m}{s})", fallback=False)
+
     def peak(self, budget_s: float | None = None) -> str:
         """The router's burst gauge at the budget (default: ``burst_budget_s``), highest since the
         last tick; where no router exports it, the highest per-scrape rate of its prompt-token counter."""
@@ -169,6 +178,33 @@ class PrometheusSource:
         except Exception as exc:  # network errors, HTTP 5xx, bad JSON: all mean "no data"
             return Observation.failed(now, prefill, decode, f"prometheus {self.url}: {failure_reason(exc, self.timeout_s)}")
         return Observation(timestamp=now, prefill=prefill, decode=decode, **_metric_fields(values))
+
+    def history(self, ticks: Sequence[float], prefill: PoolState, decode: PoolState) -> list[Observation]:
+        """What ``observe`` would have read at each of ``ticks`` (one interval apart, oldest first), each query as
+        one range query. A pool's size at a tick is its pods' series count there; where there is none (a pool
+        without a role label, or no pods), ``prefill`` / ``decode``: the pools now. Raises where Prometheus
+        cannot answer (the caller starts cold and says why)."""
+        if not ticks:
+            return []
+        step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+        start, end = (datetime.fromtimestamp(t, tz=UTC) for t in (ticks[0], ticks[-1]))
+        # (the client rounds start and end to whole seconds; its params win, so the ticks' own times are sent)
+        params = {"start": f"{ticks[0]:.3f}", "end": f"{ticks[-1]:.3f}"}
+
+        def series(q: str) -> dict[int, float]:
+            res = self._prom.custom_query_range(query=q, start_time=start, end_time=end, step=f"{step:g}",
+                                                params=params)
+            return _points(res, ticks[0], step)
+
+        cols = {key: series(q) for key, q in self.query.queries().items()}
+        sizes = {role: series(self.query.pods(role)) for role in ("prefill", "decode")}
+        out = []
+        for i, t in enumerate(ticks):
+            values = {key: col.get(i, math.nan) for key, col in cols.items()}
+            pools = [PoolState(replicas=int(n), ready=int(n)) if math.isfinite(n := sizes[role].get(i, math.nan))
+                     else now for role, now in (("prefill", prefill), ("decode", decode))]
+            out.append(Observation(timestamp=t, prefill=pools[0], decode=pools[1], **_metric_fields(values)))
+        return out
 
 
 # Longest "why" kept from a failed query: it lands in status.planner.reason and a Warning Event.
@@ -221,6 +257,18 @@ def _metric_fields(values: dict[str, float]) -> dict[str, Any]:
     if unknown := sorted(set(values) - METRIC_FIELDS):
         raise ValueError(f"not an Observation metric field: {', '.join(unknown)}")
     return dict(values)
+
+
+def _points(result: list, start: float, step: float) -> dict[int, float]:
+    """A range query's first series (as ``_scalar`` reads an instant one) as {step index from ``start``: value}
+    (Prometheus stamps its points in whole milliseconds: the index, not the float time, matches a tick)."""
+    out: dict[int, float] = {}
+    for t, v in (result[0].get("values", []) if result else []):
+        try:
+            out[round((float(t) - start) / step)] = float(v)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def _scalar(result: list) -> float:
