@@ -112,6 +112,19 @@ def cross_engine(d: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def restarts(d: dict[str, Any]) -> str:
+    """bench/planner/restart.py: the suite's runs and held-out windows with the planner restarted, cold and warm."""
+    sm = d["summary"]
+    low, met = sm["lower_attainment_than_planner"], sm["meeting_target"]
+    worst = {w: min(r["replays"][w]["attainment_after_warmup"] - r["replays"]["planner"]["attainment_after_warmup"]
+                    for r in d["rows"]) for w in ("cold", "warm")}
+    return (f"a fresh planner every {d['restart_every_s']:g} s of each scored window ({sm['restarts']} restarts, "
+            f"{sm['files']} runs and windows): started cold it attains less than the planner never restarted on "
+            f"{low['cold']} (down to {100 * worst['cold']:+.1f} points) and meets the target on {met['cold']} "
+            f"(never restarted: {met['planner']}); warm-started from the store's history, less on {low['warm']}, "
+            f"meets it on {met['warm']}, the same replica series on {sm['warm_same_as_planner']}")
+
+
 def heldout_windows(rows: list[dict[str, Any]]) -> str:
     """The summary's held-out windows (suite.heldout_rows, report.py's "Held-out windows"): windows of the traces
     no suite run replays, each after the window before it replayed; how many meet the bound, and the misses."""
@@ -256,6 +269,8 @@ ROWS: list[Row] = [
     Row("Planner vs Dynamo 1.6.1's SLA planner as its guide advises for bursty traffic (load-based scaling beside "
         "throughput-based, KV router; Dynamo in its own replay)", "ahead of Dynamo's planner at equal or lower GPU-hours",
         "bench/planner/results/diagnosis/dynamo_load30/8b_1gpu/bursty_seed0.json", dynamo_guided),
+    Row("Planner restarts (operator upgrade, Lease handover): cold vs warm-started from Prometheus's history (sim)",
+        "no attainment lost to a restart", "bench/planner/results/diagnosis/restart.json", restarts),
     Row("Disaggregation, DistServe-style (OPT-13B, A100, long in / short out, TTFT <= 1 s, TPOT <= 40 ms)",
         "2P1D >= 1.5x colocated", "bench/sim/results/curves_distserve-opt13b.json", distserve),
     Row("Simulator speed beside Dynamo's replay (same window and topology)", "<= 1.5x Dynamo's CPU per request",

@@ -143,6 +143,10 @@ SMOKES: list[Smoke] = [
     Smoke("planner_excess_terms", "bench/planner/excess_terms.py",
           ["--files", str(REPO / "bench/planner/data/excess_smoke_run.json"), "--traces", str(DATA.parent),
            "--out", "{out}/excess.json"], ["excess.json"]),
+    # A planner restarted cold and warm: the same committed run with both, a restart every 30 s of it.
+    Smoke("planner_restart", "bench/planner/restart.py",
+          ["--files", str(REPO / "bench/planner/data/excess_smoke_run.json"), "--traces", str(DATA.parent),
+           "--restart-every", "30", "--out", "{out}/restart.json"], ["restart.json"]),
     Smoke("planner_rerun", "bench/planner/rerun.py",
           ["--files", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--traces", str(DATA.parent),
            "--policies", "best", "causal_past", "--out-dir", "{out}"], ["peer_sweep_smoke_run.json"]),

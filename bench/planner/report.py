@@ -462,10 +462,40 @@ def heldout(results: Path) -> str:
     return "\n".join(out + [""])
 
 
+def restarts(results: Path) -> str:
+    """``results/diagnosis/restart.json`` (``restart.py``): each file's window with the planner restarted every so
+    often, cold (a fresh planner) and warm (a fresh planner that first replays the store's history)."""
+    f = results / "diagnosis" / "restart.json"
+    if not f.exists():
+        return ""
+    d = json.loads(f.read_text())
+    sm, m = d["summary"], d["meta"]
+    low = sm["lower_attainment_than_planner"]
+    out = [f"#### Planner restarts (`{f.relative_to(results.parent)}`, `restart.py`; commit {m['commit'][:8]}, "
+           f"load {m['loadavg_before']['1m']:.1f})", "",
+           f"A fresh planner every {d['restart_every_s']:g} s of each scored window ({sm['restarts']} restarts on "
+           f"{sm['files']} runs and held-out windows). Started cold, it attains less than the planner never restarted "
+           f"on {low['cold']} of them and meets the target on {sm['meeting_target']['cold']} (never restarted: "
+           f"{sm['meeting_target']['planner']}); warm-started from the store's history, less on {low['warm']}, "
+           f"meets it on {sm['meeting_target']['warm']}, and runs the same replica series as the planner never "
+           f"restarted on {sm['warm_same_as_planner']}.", "",
+           "| run | restarts | never restarted: after warm-up, vs best | cold | warm |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for r in d["rows"]:
+        cell = {w: f"{_pct(x['attainment_after_warmup'])}, "
+                   f"{'-' if x['gpu_hours_vs_best'] is None else format(x['gpu_hours_vs_best'], '.2f')}x"
+                for w, x in r["replays"].items()}
+        name = r["file"].split("results/", 1)[-1].removesuffix(".json")
+        out.append(f"| {name} | {len(r['restarts_s'])} | {cell['planner']} | {cell['cold']} | {cell['warm']} |")
+    return "\n".join(out + [""])
+
+
 def render(results: Path) -> str:
     out = ["#### What is achievable (references)", "", achievable(results), ""]
     held = heldout(results)
     out += [held] if held else []
+    rest = restarts(results)
+    out += [rest] if rest else []
     rep = dynamo_repeats(results)
     out += [rep] if rep else []
     eq = peers_at_planner_gpu_hours(results)
