@@ -87,3 +87,32 @@ def test_the_replay_spans_the_policys_memory():
     ticks = history_ticks(pol.config, 1000.0)
     assert history_span_s(pol.config) == pol.config.history_len * 10
     assert len(ticks) == pol.config.history_len and ticks[-1] == 990.0 and ticks[0] == 1000.0 - 10 * len(ticks)
+
+
+class _Store:
+    """A metric source with a past: the burst's history for ``history``, background for ``observe``."""
+
+    def __init__(self, past: list[Observation]) -> None:
+        self.past = past
+        self.asked: list[list[float]] = []
+
+    def history(self, ticks, prefill, decode):
+        self.asked.append(list(ticks))
+        return [o for o in self.past if ticks[0] <= o.timestamp <= ticks[-1]]
+
+    def observe(self, now, prefill, decode):
+        return _sized(_obs(now), prefill.replicas, decode.replicas)
+
+
+async def test_the_loop_warms_a_fresh_policy_before_its_first_tick():
+    from pdserve.common.clock import VirtualClock
+    from pdserve.planner.core.actuator_static import RecordingActuator
+    from pdserve.planner.shell.loop import run_loop
+
+    past = [_sized(o, 1 if o.timestamp < 0 else 2, 1) for o in _day(range(-890, 100, 10), (0,))]
+    for warm in (False, True):
+        store, act = _Store(past), RecordingActuator(2, 1)
+        await run_loop(_planner(), store, act, clock=VirtualClock(100.0), max_ticks=1, warm=warm)
+        # warm: the store asked for the policy's memory span up to a tick before now, and the reserve stays
+        assert act.decisions[0].prefill == (2 if warm else 1), act.decisions[0].reason
+        assert store.asked == ([[100.0 - 10 * k for k in range(queue_policy().config.history_len, 0, -1)]] if warm else [])

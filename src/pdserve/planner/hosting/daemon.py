@@ -24,7 +24,7 @@ from pdserve.common.clock import WALL, Clock
 from pdserve.kube import events
 from pdserve.planner.hosting.actuator import KubernetesActuator
 from pdserve.planner.hosting.options import HostOptions
-from pdserve.planner.shell.loop import is_stopped, sleep_unless_stopped, tick, warm_up
+from pdserve.planner.shell.loop import is_stopped, sleep_unless_stopped, start_warm, tick
 from pdserve.planner.shell.metrics import PlannerMetrics
 from pdserve.planner.core.policy import PlannerPolicy
 from pdserve.planner.core.predictors import make_predictor
@@ -86,12 +86,7 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
                 continue
             policy, profile_key = PlannerPolicy(settings.config, profile), key
             if options.warm_start:  # start where the planner before this one was (core.warm_start)
-                try:
-                    pools = await asyncio.to_thread(actuator.pools)
-                    logger.info(f"planner {namespace}/{name}: "
-                                + await asyncio.to_thread(warm_up, policy, source, *pools, clock.now()))
-                except Exception as exc:
-                    logger.warning(f"planner {namespace}/{name}: cannot read the pools, starting cold: {exc}")
+                await start_warm(policy, source, actuator, now=clock.now(), label=f"{namespace}/{name}", logger=logger)
         elif dataclasses.asdict(policy.config) != dataclasses.asdict(settings.config):
             # Keep the history; the new bounds / SLOs apply from this interval.
             if settings.config.predictor != policy.config.predictor:

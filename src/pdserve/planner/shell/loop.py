@@ -50,6 +50,21 @@ def warm_up(policy: PlannerPolicy, source: Any, prefill: PoolState, decode: Pool
     return warm_start(policy, observations).describe()
 
 
+async def start_warm(policy: PlannerPolicy, source: Any, actuator: Actuator, *, now: float, label: str,
+                     logger: logging.Logger | Any) -> None:
+    """``warm_up`` off the event loop, with the pools as the actuator reads them now; logged either way (the
+    operator's daemon and ``run_loop`` both start a policy through here)."""
+    try:
+        prefill, decode = await asyncio.to_thread(actuator.pools)
+    except Exception as exc:
+        logger.warning(f"planner {label}: cannot read the pools, starting cold: {exc}")
+        return
+    try:
+        logger.info(f"planner {label}: " + await asyncio.to_thread(warm_up, policy, source, prefill, decode, now))
+    except Exception as exc:  # a replay that fails must not keep the service from being planned
+        logger.exception(f"planner {label}: the warm start failed, planning from here: {exc!r}")
+
+
 async def sleep_unless_stopped(stopped: Any, seconds: float) -> None:
     """Sleep, waking early when ``stopped`` is set (kopf's DaemonStopped or an asyncio.Event)."""
     if stopped is None:
@@ -96,12 +111,7 @@ async def run_loop(policy: PlannerPolicy, source: MetricSource, actuator: Actuat
                    warm: bool = False) -> None:
     log = logger or logging.getLogger("pdserve.planner")
     if warm:
-        try:
-            prefill, decode = await asyncio.to_thread(actuator.pools)
-            log.info(f"planner {namespace}/{service}: "
-                     + await asyncio.to_thread(warm_up, policy, source, prefill, decode, clock.now()))
-        except Exception as exc:
-            log.warning(f"planner: cannot read the pools, starting cold: {exc}")
+        await start_warm(policy, source, actuator, now=clock.now(), label=f"{namespace}/{service}", logger=log)
     n = 0
     while not is_stopped(stopped) and (max_ticks is None or n < max_ticks):
         # Decisions see wall time (metrics are timestamped with it); the interval is paced
