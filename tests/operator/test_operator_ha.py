@@ -213,6 +213,8 @@ def test_leader_killed_mid_reconcile_the_follower_takes_over_with_one_writer(
     print("HA audit:", json.dumps(summary))
     # One hand-over, to the follower, within a lease duration plus a few retries.
     assert [h for _, h, _ in audit.holders] == ["replica-a", "replica-b"], audit.holders
+    # b's planner started where a's was: it replayed a's decisions' inputs from Prometheus (planner core.warm_start)
+    assert f"planner {namespace}/{NAME}: warm start: " in b.log_path.read_text(errors="replace"), b.log_tail(40)
     assert audit.holders[1][2] == audit.holders[0][2] + 1
     assert took_over < LEASE_TIMINGS[0] + 4 * LEASE_TIMINGS[2] + 3.0, summary
     # The planner's replica writes: never back down under a rising load (no flapping) ...
