@@ -13,8 +13,9 @@ the latency correction, the stabilisation window. Each committed ``evaluate.py``
   size as Prometheus gives it back (its ready pods' series count: ``PrometheusSource.history``), not the size
   the running planner was told; the live path's warm start replays exactly that.
 
-Restarts come at ``--restart-every`` seconds from the middle of the first such span after the warm-up (the
-scored window), so every one of them is scored. GPU-hours are read against the file's best schedule found; the
+Restarts come every ``--restart-every`` seconds of the trace, from the middle of the first such span after the
+warm-up (the scored window), each at the first planner tick at or after its time; ``restarts_s`` lists the ones
+that happened (a time after the last tick does not). GPU-hours are read against the file's best schedule found; the
 file's trace must be the replayed one (its sha256), or the row says so.
 
     python bench/planner/restart.py --traces /path/to/traces --jobs 2 --restart-every 600 \\
@@ -56,15 +57,18 @@ def as_stored(o: Observation) -> Observation:
 
 
 class Restarting:
-    """The simulator's autoscaler hook around a planner that is replaced by a fresh one at each restart time
-    (seconds from the first tick), warm-started from the stored observations or not."""
+    """The simulator's autoscaler hook around a planner that is replaced by a fresh one at the first tick at or
+    after each restart time (seconds from ``start``, the trace's first arrival), warm-started from the stored
+    observations or not. ``done``: when each restart happened (seconds from ``start``); a restart time after the
+    last tick never happens and is not in it."""
 
-    def __init__(self, config: PolicyConfig, profile: CapacityProfile, restarts: list[float], warm: bool) -> None:
-        self.config, self.profile, self.warm = config, profile, warm
+    def __init__(self, config: PolicyConfig, profile: CapacityProfile, restarts: list[float], warm: bool,
+                 start: float) -> None:
+        self.config, self.profile, self.warm, self.start = config, profile, warm, start
         self.restarts = sorted(restarts)
         self.inner = PlannerAutoscaler(PlannerPolicy(config, profile))
         self.stored: list[Observation] = []
-        self.t0: float | None = None
+        self.done: list[float] = []
         self.replayed: list[int] = []
 
     @property
@@ -72,11 +76,11 @@ class Restarting:
         return self.inner.interval_s
 
     def on_tick(self, now, window, current):  # type: ignore[no-untyped-def]
-        if self.t0 is None:
-            self.t0 = now
         cfg = self.config
-        if self.restarts and now - self.t0 >= self.restarts[0]:
-            self.restarts.pop(0)
+        if self.restarts and now - self.start >= self.restarts[0]:
+            while self.restarts and now - self.start >= self.restarts[0]:  # (ticks further apart than restarts)
+                self.restarts.pop(0)
+            self.done.append(round(now - self.start, 1))
             policy = PlannerPolicy(cfg, self.profile)
             if self.warm:
                 span = history_ticks(cfg, now)
@@ -104,17 +108,20 @@ def replay(job: tuple[str, list[str], float]) -> dict:
 
     args, trace, s, feas, base, prof = load_planner(argv)
     times = restart_times(args.warmup, trace.duration_s, every)
-    out, replayed = {}, []
+    out, done, replayed = {}, {}, []
     for way in WAYS:
         scaler = (PlannerAutoscaler(PlannerPolicy(base, prof)) if way == "planner"
-                  else Restarting(base, prof, list(times), warm=way == "warm"))
+                  else Restarting(base, prof, list(times), warm=way == "warm", start=trace.requests[0].arrival_s))
         r = run_policy(trace, s, scaler, (1, 1), args.warmup, feas=feas)[0]
         out[way] = {"attainment_after_warmup": r["attainment_after_warmup"], "gpu_hours": r["gpu_hours"],
                     "max_prefill": r["max_prefill"], "max_decode": r["max_decode"],
                     "replicas": r["series"]["replicas"]}
-        if way == "warm":
-            replayed = scaler.replayed
-    return {"file": path, "trace_sha256": trace.sha256, "restarts_s": times, "warm_replayed_intervals": replayed,
+        if isinstance(scaler, Restarting):
+            done[way] = scaler.done
+            replayed = scaler.replayed if way == "warm" else replayed
+    if done["cold"] != done["warm"]:
+        raise SystemExit(f"{path}: cold restarted at {done['cold']}, warm at {done['warm']}")
+    return {"file": path, "trace_sha256": trace.sha256, "restarts_s": done["cold"], "warm_replayed_intervals": replayed,
             "replays": out}
 
 

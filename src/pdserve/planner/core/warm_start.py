@@ -25,7 +25,8 @@ from pdserve.planner.core.policy_config import PolicyConfig
 
 @dataclass(frozen=True)
 class WarmStart:
-    """What a warm start replayed: how many intervals, how many of them held (gaps in the store), from when."""
+    """What a warm start replayed: how many intervals, how many of those the policy held on (a field missing), from
+    when to when, and how many ticks the store had nothing for."""
 
     intervals: int
     held: int
