@@ -99,6 +99,9 @@ async def test_hosted_holds_when_prometheus_is_down(api):
     assert any(reason == "PlannerHeld" and warning for _, reason, _, warning in evs)
     # the new planner first asked Prometheus for its history (core.warm_start) and started cold, saying why
     assert any(ln.startswith("planner ns/svc: cold start: no history (") for ln in lines), lines
+    # ... and an Event on the resource says so, as a Warning (the history was not readable)
+    started = [(msg, warning) for _, reason, msg, warning in evs if reason == "PlannerStarted"]
+    assert len(started) == 1 and started[0][0].startswith("cold start: no history (") and started[0][1], evs
 
 
 async def test_hosted_stops_when_the_resource_is_gone(kmock):

@@ -78,15 +78,16 @@ class KubernetesActuator:
         if decision.changed and not self.dry_run:
             self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
                                                        replicas_patch(decision), _content_type=MERGE_PATCH)
-            self._event("Scaled", f"prefill {decision.previous[0]}->{decision.prefill}, decode "
+            self.event("Scaled", f"prefill {decision.previous[0]}->{decision.prefill}, decode "
                                   f"{decision.previous[1]}->{decision.decode}: {decision.reason}", warning=False)
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, self.namespace, PLURAL, self.name,
                                                           status_patch(decision, now), _content_type=MERGE_PATCH)
         hold = decision.hold_key if decision.held else None
         if hold and hold != self._last_hold:
-            self._event("PlannerHeld", decision.reason, warning=True)
+            self.event("PlannerHeld", decision.reason, warning=True)
         self._last_hold = hold
 
-    def _event(self, reason: str, message: str, *, warning: bool) -> None:
+    def event(self, reason: str, message: str, *, warning: bool) -> None:
+        """An Event on the resource last read (none before the first read)."""
         if self.last_body is not None:
             self.post_event(self.last_body, reason, message, warning=warning)

@@ -51,18 +51,23 @@ def warm_up(policy: PlannerPolicy, source: Any, prefill: PoolState, decode: Pool
 
 
 async def start_warm(policy: PlannerPolicy, source: Any, actuator: Actuator, *, now: float, label: str,
-                     logger: logging.Logger | Any) -> None:
+                     logger: logging.Logger | Any) -> str:
     """``warm_up`` off the event loop, with the pools as the actuator reads them now; logged either way (the
-    operator's daemon and ``run_loop`` both start a policy through here)."""
+    operator's daemon and ``run_loop`` both start a policy through here). Returns the line logged."""
     try:
         prefill, decode = await asyncio.to_thread(actuator.pools)
     except Exception as exc:
-        logger.warning(f"planner {label}: cannot read the pools, starting cold: {exc}")
-        return
+        line = f"cold start: cannot read the pools ({exc})"
+        logger.warning(f"planner {label}: {line}")
+        return line
     try:
-        logger.info(f"planner {label}: " + await asyncio.to_thread(warm_up, policy, source, prefill, decode, now))
+        line = await asyncio.to_thread(warm_up, policy, source, prefill, decode, now)
     except Exception as exc:  # a replay that fails must not keep the service from being planned
-        logger.exception(f"planner {label}: the warm start failed, planning from here: {exc!r}")
+        line = f"cold start: the replay failed ({exc!r})"
+        logger.exception(f"planner {label}: {line}")
+        return line
+    logger.info(f"planner {label}: {line}")
+    return line
 
 
 async def sleep_unless_stopped(stopped: Any, seconds: float) -> None:
