@@ -25,6 +25,7 @@ file's trace must be the replayed one (its sha256), or the row says so.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -36,6 +37,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 import report  # noqa: E402
 from recorded import recorded_argv  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
+from settings_sweep import read_against_best  # noqa: E402
 
 from pdserve.planner.core.observation import Observation, PoolState  # noqa: E402
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
@@ -53,7 +55,7 @@ def as_stored(o: Observation) -> Observation:
     def pool(p: PoolState) -> PoolState:
         return PoolState(replicas=p.effective_ready, ready=p.effective_ready)
 
-    return Observation(**{**o.__dict__, "prefill": pool(o.prefill), "decode": pool(o.decode)})
+    return dataclasses.replace(o, prefill=pool(o.prefill), decode=pool(o.decode))
 
 
 class Restarting:
@@ -78,8 +80,7 @@ class Restarting:
     def on_tick(self, now, window, current):  # type: ignore[no-untyped-def]
         cfg = self.config
         if self.restarts and now - self.start >= self.restarts[0]:
-            while self.restarts and now - self.start >= self.restarts[0]:  # (ticks further apart than restarts)
-                self.restarts.pop(0)
+            self.restarts = [t for t in self.restarts if t > now - self.start]  # all due by this tick: one restart
             self.done.append(round(now - self.start, 1))
             policy = PlannerPolicy(cfg, self.profile)
             if self.warm:
@@ -141,18 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
         for row in ex.map(replay, jobs):
-            d = docs[row["file"]]
-            best = d["results"].get("best", {}).get("gpu_hours")
-            same_trace = d["trace"].get("sha256") == row["trace_sha256"]
-            for r in row["replays"].values():
-                r["gpu_hours_vs_best"] = round(r["gpu_hours"] / best, 4) if best and same_trace else None
-                r["meets_target"] = (r["gpu_hours_vs_best"] is not None and r["attainment_after_warmup"] is not None
-                                     and report.heldout_target_met(r["attainment_after_warmup"], r["gpu_hours_vs_best"]))
-            p, w = row["replays"]["planner"], row["replays"]["warm"]
-            row |= {"file": str(Path(row["file"]).resolve().relative_to(HERE.parents[1]))
-                    if Path(row["file"]).resolve().is_relative_to(HERE.parents[1]) else row["file"],
-                    "file_commit": d["meta"]["commit"], "same_trace": same_trace,
-                    "warm_same_as_planner": p["replicas"] == w["replicas"]}
+            read_against_best(row, docs[row["file"]])
+            row["warm_same_as_planner"] = row["replays"]["planner"]["replicas"] == row["replays"]["warm"]["replicas"]
             rows.append(row)
             cells = "  ".join(f"{n} {100 * r['attainment_after_warmup']:.2f} % "
                               f"{'-' if r['gpu_hours_vs_best'] is None else format(r['gpu_hours_vs_best'], '.3f')}x"

@@ -97,6 +97,23 @@ def replay(job: tuple[str, list[str], dict[str, dict[str, object]]]) -> dict:
     return {"file": path, "trace_sha256": trace.sha256, "replays": out}
 
 
+def read_against_best(row: dict, d: dict) -> bool:
+    """A replayed row (``replays``: name -> attainment and GPU-hours) read against its committed result file ``d``:
+    each replay's GPU-hours as a multiple of the file's best schedule found and whether it meets the target, and the
+    row's file (repository-relative), the file's commit and whether the replayed trace is the file's. Returns that
+    last (no multiple is read from another trace). Also restart.py's."""
+    best = d["results"].get("best", {}).get("gpu_hours")
+    same_trace = d["trace"].get("sha256") == row["trace_sha256"]
+    for r in row["replays"].values():
+        r["gpu_hours_vs_best"] = round(r["gpu_hours"] / best, 4) if best and same_trace else None
+        r["meets_target"] = (r["gpu_hours_vs_best"] is not None and r["attainment_after_warmup"] is not None
+                             and report.heldout_target_met(r["attainment_after_warmup"], r["gpu_hours_vs_best"]))
+    f = Path(row["file"]).resolve()
+    row |= {"file": str(f.relative_to(HERE.parents[1])) if f.is_relative_to(HERE.parents[1]) else row["file"],
+            "file_commit": d["meta"]["commit"], "same_trace": same_trace}
+    return same_trace
+
+
 def discover(results: Path) -> list[Path]:
     """Every run (``report.runs``) and held-out window file with a ``planner`` result."""
     held = [(f, json.loads(f.read_text())) for f in sorted((results / report.HELDOUT_DIR).glob("*/*.json"))]
@@ -127,21 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
         for row in ex.map(replay, jobs):
             d = docs[row["file"]]
-            res = d["results"]
-            best = res.get("best", {}).get("gpu_hours")
-            same_trace = d["trace"].get("sha256") == row["trace_sha256"]
-            committed = res["planner"]
+            committed = d["results"]["planner"]
+            same_trace = read_against_best(row, d)
             for r in row["replays"].values():
                 r["same_as_committed_planner"] = (same_trace and r["attainment_after_warmup"] == committed[
                     "attainment_after_warmup"] and abs(r["gpu_hours"] - committed["gpu_hours"]) < 1e-9)
-                r["gpu_hours_vs_best"] = round(r["gpu_hours"] / best, 4) if best and same_trace else None
-                r["meets_target"] = (r["gpu_hours_vs_best"] is not None
-                                     and report.heldout_target_met(r["attainment_after_warmup"], r["gpu_hours_vs_best"]))
-            row |= {"file": str(Path(row["file"]).resolve().relative_to(HERE.parents[1]))
-                    if Path(row["file"]).resolve().is_relative_to(HERE.parents[1]) else row["file"],
-                    "file_commit": d["meta"]["commit"], "same_trace": same_trace,
-                    "committed_planner": {"attainment_after_warmup": committed["attainment_after_warmup"],
-                                          "gpu_hours": committed["gpu_hours"]}}
+            row["committed_planner"] = {"attainment_after_warmup": committed["attainment_after_warmup"],
+                                        "gpu_hours": committed["gpu_hours"]}
             rows.append(row)
             cells = "  ".join(f"{n} {100 * r['attainment_after_warmup']:.2f} % "
                               f"{'-' if r['gpu_hours_vs_best'] is None else format(r['gpu_hours_vs_best'], '.3f')}x"

@@ -3,6 +3,7 @@ started cold, it forgets a burst reserve and the stabilisation window and releas
 are test_burst_miss_budget's (a 4 s burst at 11,000 prompt tokens/s over 2,048/s of background: a reserve of two
 prefill replicas held for the 900 s peak window)."""
 
+import dataclasses
 import math
 
 from pdserve.planner.core.observation import Observation, PoolState
@@ -14,7 +15,7 @@ from test_burst_miss_budget import BURST, _obs
 
 
 def _sized(o: Observation, p: int, d: int) -> Observation:
-    return Observation(**{**o.__dict__, "prefill": PoolState(p), "decode": PoolState(d)})
+    return dataclasses.replace(o, prefill=PoolState(p), decode=PoolState(d))
 
 
 def _day(ticks: range, bursts: tuple[int, ...]) -> list[Observation]:

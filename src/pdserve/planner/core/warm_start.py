@@ -52,8 +52,7 @@ def history_span_s(config: PolicyConfig) -> float:
 def history_ticks(config: PolicyConfig, now: float) -> list[float]:
     """The ticks a running planner would have decided at before ``now``, oldest first (one interval apart,
     the last one interval before ``now``)."""
-    n = max(0, math.floor(history_span_s(config) / config.interval_s))
-    return [now - k * config.interval_s for k in range(n, 0, -1)]
+    return [now - k * config.interval_s for k in range(config.history_len, 0, -1)]
 
 
 def warm_start(policy: PlannerPolicy, history: Iterable[Observation]) -> WarmStart:
