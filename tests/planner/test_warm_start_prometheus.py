@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from pdserve.planner.core.observation import PoolState
-from pdserve.planner.shell.loop import warm_up
+from pdserve.planner.shell.loop import Started, warm_up
 from pdserve.planner.shell.source_prometheus import PrometheusSource, PromQL
 from prometheus_server import PrometheusServer, file_sd
 
@@ -68,8 +68,9 @@ def test_history_reads_each_query_at_the_past_ticks(tmp_path: Path):
             assert all((o.prefill.replicas, o.decode.replicas) == (2, 1) for o in late)  # the pods' series count
 
             pol = queue_policy()
-            line = warm_up(pol, source, *now_pools, time.time())
-            assert line.startswith("warm start: ") and "empty skipped" in line, line
+            started = warm_up(pol, source, *now_pools, time.time())
+            assert started.line.startswith("warm start: ") and "empty skipped" in started.line, started
+            assert not started.failed
     finally:
         stop.set()
         router.join(5)
@@ -80,10 +81,11 @@ def test_history_reads_each_query_at_the_past_ticks(tmp_path: Path):
 def test_warm_up_starts_cold_and_says_why():
     pol = queue_policy()
     closed = PrometheusSource("http://127.0.0.1:9", PromQL(SEL), timeout_s=1)  # the discard port: refused
-    line = warm_up(pol, closed, PoolState(1), PoolState(1), 1000.0)
-    assert line.startswith("cold start: no history (unreachable"), line
+    started = warm_up(pol, closed, PoolState(1), PoolState(1), 1000.0)
+    assert started.line.startswith("cold start: no history (unreachable") and started.failed, started
 
     class Scrape:  # a direct scrape keeps no past
         def observe(self, now, prefill, decode): ...
 
-    assert warm_up(pol, Scrape(), PoolState(1), PoolState(1), 1000.0) == "cold start: the metric source keeps no history"
+    # by design, not a failure: no Warning
+    assert warm_up(pol, Scrape(), PoolState(1), PoolState(1), 1000.0) == Started("cold start: the metric source keeps no history")

@@ -86,10 +86,10 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
                 continue
             policy, profile_key = PlannerPolicy(settings.config, profile), key
             if options.warm_start:  # start where the planner before this one was (core.warm_start)
-                line = await start_warm(policy, source, actuator, now=clock.now(), label=f"{namespace}/{name}",
-                                        logger=logger)
+                how = await start_warm(policy, source, actuator, now=clock.now(), label=f"{namespace}/{name}",
+                                       logger=logger)
                 # seen with kubectl describe; a Warning where the history was there to read and could not be
-                actuator.event("PlannerStarted", line, warning=not line.startswith(("warm start", "cold start: no history in")))
+                actuator.event("PlannerStarted", how.line, warning=how.failed)
         elif dataclasses.asdict(policy.config) != dataclasses.asdict(settings.config):
             # Keep the history; the new bounds / SLOs apply from this interval.
             if settings.config.predictor != policy.config.predictor:

@@ -14,6 +14,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pdserve.common.clock import WALL, Clock
@@ -34,40 +35,50 @@ class Actuator(Protocol):
     def apply(self, decision: ScalingDecision) -> None: ...
 
 
-def warm_up(policy: PlannerPolicy, source: Any, prefill: PoolState, decode: PoolState, now: float) -> str:
-    """Replay the source's history of the policy's memory span into a fresh ``policy`` (``core.warm_start``);
-    what happened, in a line for the log. A source without history, or one that cannot answer, leaves the
-    policy cold (as every planner before this started) and says why."""
+@dataclass(frozen=True)
+class Started:
+    """How a policy started: the line for the log, and whether something failed on the way (the store, the
+    pools or the replay), which the hosted planner posts as a Warning. A cold start by design (a source that
+    keeps no history, a store with nothing yet) is not a failure."""
+
+    line: str
+    failed: bool = False
+
+
+def warm_up(policy: PlannerPolicy, source: Any, prefill: PoolState, decode: PoolState, now: float) -> Started:
+    """Replay the source's history of the policy's memory span into a fresh ``policy`` (``core.warm_start``)
+    and say what happened. A source without history, or one that cannot answer, leaves the policy cold (as
+    every planner before this started) and says why."""
     history = getattr(source, "history", None)
     if history is None:
-        return "cold start: the metric source keeps no history"
+        return Started("cold start: the metric source keeps no history")
     try:
         observations = history(history_ticks(policy.config, now), prefill, decode)
     except Exception as exc:  # an unreachable or failing store: start cold, as without one
         from pdserve.planner.shell.source_prometheus import failure_reason
 
-        return f"cold start: no history ({failure_reason(exc)})"
-    return warm_start(policy, observations).describe()
+        return Started(f"cold start: no history ({failure_reason(exc)})", failed=True)
+    return Started(warm_start(policy, observations).describe())
 
 
 async def start_warm(policy: PlannerPolicy, source: Any, actuator: Actuator, *, now: float, label: str,
-                     logger: logging.Logger | Any) -> str:
+                     logger: logging.Logger | Any) -> Started:
     """``warm_up`` off the event loop, with the pools as the actuator reads them now; logged either way (the
-    operator's daemon and ``run_loop`` both start a policy through here). Returns the line logged."""
+    operator's daemon and ``run_loop`` both start a policy through here), a failure as a warning."""
     try:
         prefill, decode = await asyncio.to_thread(actuator.pools)
     except Exception as exc:
-        line = f"cold start: cannot read the pools ({exc})"
-        logger.warning(f"planner {label}: {line}")
-        return line
+        started = Started(f"cold start: cannot read the pools ({exc})", failed=True)
+        logger.warning(f"planner {label}: {started.line}")
+        return started
     try:
-        line = await asyncio.to_thread(warm_up, policy, source, prefill, decode, now)
+        started = await asyncio.to_thread(warm_up, policy, source, prefill, decode, now)
     except Exception as exc:  # a replay that fails must not keep the service from being planned
-        line = f"cold start: the replay failed ({exc!r})"
-        logger.exception(f"planner {label}: {line}")
-        return line
-    logger.info(f"planner {label}: {line}")
-    return line
+        started = Started(f"cold start: the replay failed ({exc!r})", failed=True)
+        logger.exception(f"planner {label}: {started.line}")
+        return started
+    (logger.warning if started.failed else logger.info)(f"planner {label}: {started.line}")
+    return started
 
 
 async def sleep_unless_stopped(stopped: Any, seconds: float) -> None:
