@@ -45,7 +45,7 @@ def test_prometheus_returns_the_burst_gauge_at_the_planners_budget(tmp_path: Pat
             seen: dict = {}
             deadline = time.monotonic() + 40
             while time.monotonic() < deadline:
-                seen = {b: s.observe(0.0, PoolState(1), PoolState(1)).router_prompt_tokens_peak for b, s in sources.items()}
+                seen = {b: s.observe(time.time(), PoolState(1), PoolState(1)).router_prompt_tokens_peak for b, s in sources.items()}
                 if seen[2.0] > 0 and seen[0.0] > 0 and seen[None] == seen[None]:
                     break
                 time.sleep(0.5)

@@ -286,7 +286,7 @@ def test_a_role_that_saw_nothing_does_not_hide_the_other_roles_answer(tmp_path: 
     with _scraped(tmp_path, servers, feed_decode) as source:
         deadline, obs = time.monotonic() + 40, None
         while time.monotonic() < deadline:  # until both targets have been scraped often enough for rate()
-            obs = source.observe(0.0, PoolState(1), PoolState(1))
+            obs = source.observe(time.time(), PoolState(1), PoolState(1))
             if obs.error is None and obs.request_rate > 0 and math.isfinite(obs.mean_isl):
                 break  # (before the fix mean_isl stayed NaN to the deadline)
             time.sleep(0.5)
@@ -332,7 +332,7 @@ def test_the_output_length_never_comes_from_the_prefill_pods(tmp_path: Path):
         def observe_until(done, what: str):
             deadline, obs = time.monotonic() + 40, None
             while time.monotonic() < deadline:
-                obs = source.observe(0.0, PoolState(1), PoolState(1))
+                obs = source.observe(time.time(), PoolState(1), PoolState(1))
                 if obs.error is None and done(obs):
                     return obs
                 time.sleep(0.5)

@@ -89,3 +89,67 @@ def test_warm_up_starts_cold_and_says_why():
 
     # by design, not a failure: no Warning
     assert warm_up(pol, Scrape(), PoolState(1), PoolState(1), 1000.0) == Started("cold start: the metric source keeps no history")
+
+
+def test_history_reads_back_what_the_live_ticks_read(tmp_path: Path):
+    """Live ticks, then the same ticks as history: the same values, field for field. Each tick falls half way
+    between two of the decode pod's scrapes and is read live 0.6 s after it, as a planner's queries reach
+    Prometheus some time after its tick: every sample at or before the tick is stored by then, and the decode pod's
+    next one too. Evaluated at the tick, the live read is what the store later says of that tick; evaluated when
+    Prometheus receives it (before), it reads that next scrape, which the history at the tick does not."""
+    from fake_vllm_metrics import FakeVllm
+
+    reg = CollectorRegistry()
+    tokens = Counter("pdserve_router_prompt_tokens", "prompt tokens routed", registry=reg)
+    router, _ = start_http_server(0, addr="127.0.0.1", registry=reg)
+    pods = {role: FakeVllm() for role in ("prefill", "decode")}
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps(
+        [{"targets": [f"127.0.0.1:{router.server_port}"], "labels": {"namespace": "test", "pdserve_service": "svc"}}]
+        + [{"targets": [p.url.removeprefix("http://")],
+            "labels": {"namespace": "test", "pdserve_service": "svc", "pdserve_role": role}} for role, p in pods.items()]))
+    stop = threading.Event()
+
+    def serve() -> None:  # a request every 0.1 s, its lengths and latencies varying
+        i = 0
+        while not stop.wait(0.1):
+            i += 1
+            tokens.inc(300 + 37 * (i % 11))
+            for p in pods.values():
+                p.finish(1, isl=300 + 37 * (i % 11), osl=40 + i % 7, ttft=0.05 * (1 + i % 5), itl=0.02 * (1 + i % 3))
+                p.waiting.labels(**p.lab).set(i % 4)
+                p.running.labels(**p.lab).set(2 + i % 3)
+
+    feeder = threading.Thread(target=serve, daemon=True)
+    feeder.start()
+    pools = (PoolState(2), PoolState(1))
+    try:
+        with PrometheusServer([file_sd("svc", targets)]) as prom:
+            source = PrometheusSource(prom.url, PromQL(SEL, window="5s", peak_range="2s", scrape="1s"), timeout_s=5)
+            up = 'timestamp(up{pdserve_service="svc", pdserve_role="decode"})'
+            deadline = time.time() + 60
+            while not prom.query(up)["data"]["result"] and time.time() < deadline:
+                time.sleep(0.5)
+            time.sleep(8)  # the 5 s rate window full
+            scraped = float(prom.query(up)["data"]["result"][0]["value"][1])
+            first = scraped + math.ceil(time.time() - scraped) + 1.5  # half way between its scrapes
+            ticks = [round(first + k, 3) for k in range(4)]
+            live = []
+            for t in ticks:
+                time.sleep(max(0.0, t + 0.6 - time.time()))
+                live.append(source.observe(t, *pools))
+            stored = source.history(ticks, *pools)
+    finally:
+        stop.set()
+        feeder.join(5)
+        router.shutdown()
+        router.server_close()
+        for p in pods.values():
+            p.close()
+
+    assert all(o.error is None for o in live), live
+    for a, b in zip(live, stored, strict=True):
+        la, lb = a.metrics_dict(), b.metrics_dict()
+        read = {k for k, v in la.items() if isinstance(v, float) and math.isfinite(v)}
+        assert {"request_rate", "mean_isl", "ttft_tail_s", "waiting", "router_prompt_tokens_rate"} <= read, la
+        assert {k: lb[k] for k in read} == {k: la[k] for k in read}, (a.timestamp, la, lb)

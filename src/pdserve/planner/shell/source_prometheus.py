@@ -171,10 +171,14 @@ class PrometheusSource:
                                        retry=Retry(total=1, backoff_factor=0.1))
 
     def observe(self, now: float, prefill: PoolState, decode: PoolState) -> Observation:
+        """Each query evaluated at ``now`` (wall-clock seconds), not at whenever Prometheus receives it: the
+        observation is the store's state at its own timestamp, so ``history`` at the same tick reads back what
+        this read (a warm start rebuilds the live memory; a decision can be audited from the store)."""
         values: dict[str, float] = {}
+        at = {"time": f"{now:.3f}"}
         try:
             for key, q in self.query.queries().items():
-                values[key] = _scalar(self._prom.custom_query(query=q))
+                values[key] = _scalar(self._prom.custom_query(query=q, params=at))
         except Exception as exc:  # network errors, HTTP 5xx, bad JSON: all mean "no data"
             return Observation.failed(now, prefill, decode, f"prometheus {self.url}: {failure_reason(exc, self.timeout_s)}")
         return Observation(timestamp=now, prefill=prefill, decode=decode, **_metric_fields(values))
