@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The shipped planner on each committed window after the history a planner in service would have seen, not the
+600-900 s the windows were run with: does the evaluation read the service's planner?
+
+In service the planner remembers ``history_len`` intervals (240: two hours at 30 s, now also across a restart:
+``core.warm_start``); the committed held-out windows replay 600 s before their start (20 intervals) and the bursty
+runs 900 s, so its forecast, learnt release margin and burst memory start there from less than a running service
+has. Each file's own command (``meta.command``) is replayed twice: as recorded (it must give the committed planner
+row: the harness check) and with ``--history`` as long as the service's memory or, for a trace window, as all the
+trace before the window's start where that is shorter. The scored requests are the same in both (the window's;
+checked), so the GPU-hours read against the file's best schedule found, as ``settings_sweep.py`` reads them.
+
+    python bench/planner/history_length.py --traces /path/to/traces --jobs 2 \\
+        --files bench/planner/results/heldout/*/*.json bench/planner/results/8b_1gpu/bursty_seed*.json \\
+        --out bench/planner/results/diagnosis/history_length.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+import report  # noqa: E402
+from recorded import recorded_argv  # noqa: E402
+from resultmeta import Run, write_result  # noqa: E402
+from settings_sweep import load_planner, read_against_best  # noqa: E402
+
+SCHEMA = "pdserve.planner-history-length/1"
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    """The value of ``name`` in a recorded command (None: not given)."""
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def with_history(argv: list[str], seconds: float) -> list[str]:
+    """``argv`` with ``--history`` set to ``seconds``."""
+    out = list(argv)
+    if "--history" in out:
+        out[out.index("--history") + 1] = f"{seconds:g}"
+    else:
+        out += ["--history", f"{seconds:g}"]
+    return out
+
+
+def service_history_s(argv: list[str]) -> float | None:
+    """The history a planner in service would have at the window: its memory span, or for a trace window all the
+    trace before it where that is shorter. None where that is no longer than the recorded history, or where the
+    run was recorded without history (it scores from its start after a warm-up: another window with history)."""
+    import evaluate
+
+    from pdserve.planner.core.policy_config import PolicyConfig
+
+    args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
+
+    if not args.history:
+        return None
+    memory = PolicyConfig.history_len * args.interval
+    longest = memory if args.trace is None else min(memory, args.start)
+    return longest if longest > (args.history or 0.0) + 1e-9 else None
+
+
+def replay(job: tuple[str, list[str], float]) -> dict:
+    """One file: the shipped planner after its recorded history and after ``seconds`` of it."""
+    path, argv, seconds = job
+    from replays import run_policy
+
+    from pdserve.planner.core.policy import PlannerPolicy
+    from pdserve.planner.core.sim_hook import PlannerAutoscaler
+
+    out, scored = {}, {}
+    for name, av in (("recorded", argv), ("service", with_history(argv, seconds))):
+        args, trace, s, feas, cfg, prof = load_planner(av)
+        t0 = time.perf_counter()
+        r = run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
+        # the scored requests (after the warm-up), relative times and lengths: the same window in both replays
+        window = [(round(q.arrival_s - args.warmup, 6), q.input_tokens, q.output_tokens)
+                  for q in trace.requests if q.arrival_s >= args.warmup]
+        scored[name] = hashlib.sha256(repr(window).encode()).hexdigest()[:16]
+        out[name] = {"history_s": args.history, "attainment_after_warmup": r["attainment_after_warmup"],
+                     "gpu_hours": r["gpu_hours"], "max_prefill": r["max_prefill"], "max_decode": r["max_decode"],
+                     "sim_wall_s": round(time.perf_counter() - t0, 1)}
+        if name == "recorded":
+            sha = trace.sha256
+    return {"file": path, "trace_sha256": sha, "scored_requests": scored, "replays": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=Path, nargs="+", required=True, help="evaluate.py result files with a planner")
+    ap.add_argument("--traces", type=Path, help="trace root, where a file's recorded trace path is not on this machine")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    run = Run(argv if argv is None else [sys.argv[0], *argv])
+    jobs, docs, skipped = [], {}, []
+    for f in args.files:
+        d = json.loads(f.read_text())
+        av = recorded_argv(d["meta"]["command"], args.traces)
+        seconds = service_history_s(av)
+        if seconds is None or "planner" not in d["results"]:
+            skipped.append(str(f))
+            continue
+        jobs.append((str(f), av, seconds))
+        docs[str(f)] = d
+    rows = []
+    with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
+        for row in ex.map(replay, jobs):
+            d = docs[row["file"]]
+            committed = d["results"]["planner"]
+            read_against_best(row, d)
+            row["same_scored_requests"] = len(set(row["scored_requests"].values())) == 1
+            if not row["same_scored_requests"]:  # another window: no multiple of this file's best
+                row["replays"]["service"] |= {"gpu_hours_vs_best": None, "meets_target": False}
+            rec = row["replays"]["recorded"]
+            row["recorded_is_committed"] = (row["same_trace"] and rec["attainment_after_warmup"] == committed[
+                "attainment_after_warmup"] and abs(rec["gpu_hours"] - committed["gpu_hours"]) < 1e-9)
+            rows.append(row)
+            cells = "  ".join(f"{n} ({r['history_s']:g} s) {100 * r['attainment_after_warmup']:.2f} % "
+                              f"{'-' if r['gpu_hours_vs_best'] is None else format(r['gpu_hours_vs_best'], '.3f')}x"
+                              f"{' met' if r['meets_target'] else ''}" for n, r in row["replays"].items())
+            print(f"{row['file']}: {cells}{'' if row['recorded_is_committed'] else '  (recorded != committed)'}",
+                  flush=True)
+    met = {n: sum(r["replays"][n]["meets_target"] for r in rows) for n in ("recorded", "service")}
+    write_result(args.out, {"schema": SCHEMA, "target": {
+        "attainment_after_warmup": report.TARGET_ATTAINMENT, "gpu_hours_vs_best": report.TARGET_VS_BEST},
+        "files_meeting_target": met, "skipped_no_longer_history": skipped, "rows": rows}, run)
+    print(json.dumps({"files": len(rows), "files_meeting_target": met, "skipped": len(skipped)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
