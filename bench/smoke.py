@@ -147,6 +147,10 @@ SMOKES: list[Smoke] = [
     Smoke("planner_restart", "bench/planner/restart.py",
           ["--files", str(REPO / "bench/planner/data/excess_smoke_run.json"), "--traces", str(DATA.parent),
            "--restart-every", "30", "--out", "{out}/restart.json"], ["restart.json"]),
+    # The planner on a committed run with history, replayed as recorded and after the longer history in service.
+    Smoke("planner_history_length", "bench/planner/history_length.py",
+          ["--files", str(REPO / "bench/planner/data/history_smoke_run.json"), "--traces", str(DATA.parent),
+           "--out", "{out}/history_length.json"], ["history_length.json"]),
     Smoke("planner_rerun", "bench/planner/rerun.py",
           ["--files", str(REPO / "bench/planner/data/peer_sweep_smoke_run.json"), "--traces", str(DATA.parent),
            "--policies", "best", "causal_past", "--out-dir", "{out}"], ["peer_sweep_smoke_run.json"]),
