@@ -49,12 +49,14 @@ class Setup:
     routing: RoutingSpec = field(default_factory=RoutingSpec)  # the router's rules in every replay
     decode_token_budget: int | None = None  # the decode engines' max_num_batched_tokens (None: the simulator's 8192)
     gpu_seconds_from_s: float = 0.0  # GPU-hours count from here (after replayed history; SimConfig's field)
+    first_tick_s: float | None = None  # the autoscaler's first tick (None: one interval after the first arrival)
 
     def sim_config(self, p: int, d: int, startup: float | None = None) -> SimConfig:
         return SimConfig(topology="disagg", prefill_instances=p, decode_instances=d, profile=self.profile_name,
                          startup_delay_s=self.startup_s if startup is None else startup, slo=self.slo,
                          kv_link_gbps=self.kv_link_gbps, routing=self.routing,
-                         decode_token_budget=self.decode_token_budget, gpu_seconds_from_s=self.gpu_seconds_from_s)
+                         decode_token_budget=self.decode_token_budget, gpu_seconds_from_s=self.gpu_seconds_from_s,
+                         first_tick_s=self.first_tick_s)
 
     def gpus(self, p: float, d: float) -> float:
         return p * self.tp_p + d * self.tp_d

@@ -18,6 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 import claims  # noqa: E402
+from report_history import history_length  # noqa: E402
 from readme_block import replace_block, write_or_check  # noqa: E402
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
 ORDER = ["lower bound", "best", "static", "causal", "causal_past", "best_cap16", "best_cap32", "static_cap16", "reactive", "planner", "planner_no_level", "planner_irate", "planner_burst",
@@ -496,6 +497,8 @@ def render(results: Path) -> str:
     out += [held] if held else []
     rest = restarts(results)
     out += [rest] if rest else []
+    hist = history_length(results)
+    out += [hist] if hist else []
     rep = dynamo_repeats(results)
     out += [rep] if rep else []
     eq = peers_at_planner_gpu_hours(results)

@@ -7,10 +7,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "planner"))
 
-from history_length import replay, service_history_s, with_history  # noqa: E402
+from history_length import aligned_first_tick, replay, service_history_s, with_history  # noqa: E402
 from recorded import recorded_argv  # noqa: E402
 
 RUN = ROOT / "bench/planner/data/history_smoke_run.json"
@@ -28,6 +30,14 @@ def test_the_service_history_is_its_memory_or_all_the_trace_before_the_window() 
     assert service_history_s([*TRACE, "--duration", "600"]) is None
 
 
+def test_the_service_replay_ticks_at_the_recorded_instants() -> None:
+    # recorded: first arrival 0.2 s, scored from 600.3 s, ticks at 30.2 + 30 k; service: first arrival 0.05 s,
+    # scored from 1200.35 s, so the recorded 630.2 s... is its 1230.25 s...: ticks at 0.25 + 30 k, the first at 0.25 s
+    assert aligned_first_tick(0.2, 600.3, 0.05, 1200.35, 30.0) == pytest.approx(0.25)
+    # a grid point on the first arrival itself: the next one
+    assert aligned_first_tick(0.0, 600.0, 0.0, 1200.0, 30.0) == 30.0
+
+
 def test_with_history_replaces_or_adds_the_flag() -> None:
     assert with_history(["--start", "5", "--history", "60"], 120.0) == ["--start", "5", "--history", "120"]
     assert with_history(["--start", "5"], 120.0) == ["--start", "5", "--history", "120"]
@@ -36,10 +46,28 @@ def test_with_history_replaces_or_adds_the_flag() -> None:
 def test_the_committed_run_after_the_longer_history_scores_the_same_requests() -> None:
     # the Azure excerpt's 240-300 s, recorded after 120 s of history; the service's is all 240 s before it
     argv = recorded_argv(json.loads(RUN.read_text())["meta"]["command"], ROOT / "bench/sim/data")
-    row = replay((str(RUN), argv, 240.0))
-    rec, svc = row["replays"]["recorded"], row["replays"]["service"]
-    assert (rec["history_s"], svc["history_s"]) == (120.0, 240.0)
-    assert row["scored_requests"]["recorded"] == row["scored_requests"]["service"], row["scored_requests"]
+    row = replay((str(RUN), argv, 240.0, 2))
+    rec, svc, half = row["replays"]["recorded"], row["replays"]["service"], row["replays"]["phase_1_of_2"]
+    assert (rec["history_s"], svc["history_s"], half["history_s"]) == (120.0, 240.0, 120.0)
+    assert len(set(row["scored_requests"].values())) == 1, row["scored_requests"]
+    # the service replay ticks at the recorded instants; the phase variant half an interval (30 s) off them
+    phase = rec["ticks_from_scored_start_mod_interval"]
+    assert svc["ticks_from_scored_start_mod_interval"] == phase
+    assert half["ticks_from_scored_start_mod_interval"] == round((phase + 15.0) % 30.0, 3)
     committed = json.loads(RUN.read_text())["results"]["planner"]
     assert rec["attainment_after_warmup"] == committed["attainment_after_warmup"]
     assert abs(rec["gpu_hours"] - committed["gpu_hours"]) < 1e-9
+
+
+def test_the_report_counts_what_the_longer_history_moved() -> None:
+    from report_history import counts
+
+    def row(att: tuple[float, float], gpu: tuple[float, float], met: tuple[bool, bool]) -> dict:
+        return {"replays": {n: {"attainment_after_warmup": a, "gpu_hours": g, "meets_target": m}
+                            for n, a, g, m in zip(("recorded", "service"), att, gpu, met)}}
+
+    d = {"rows": [row((0.99, 0.99), (1.0, 1.0), (True, True)),      # unchanged
+                  row((0.995, 0.98), (1.0, 0.9), (True, False)),    # cheaper and under 99 %: lost
+                  row((0.97, 0.995), (1.0, 1.1), (False, True))]}   # dearer and over: gained
+    assert counts(d) == {"att_lower": 1, "att_higher": 1, "gpu_lower": 1, "gpu_higher": 1, "unchanged": 1,
+                         "gained": 1, "lost": 1}

@@ -196,3 +196,15 @@ def test_an_instance_added_to_a_busy_pool_takes_its_share_of_the_requests(policy
     after = [r for r in res.records if 310.0 <= r.arrival_s - t0 < 370.0]
     share = sum(r.prefill_instance == "P1" for r in after) / len(after)
     assert len(after) > 150 and 0.3 <= share <= 0.7, share
+
+
+def test_the_first_tick_sets_the_ticks_phase() -> None:
+    # by default one interval after the first arrival; first_tick_s puts the grid elsewhere (an evaluation holds
+    # the ticks' phase fixed across replays whose first arrival differs, or varies it)
+    trace = synthetic_trace(100, 5.0, (200, 400), (10, 20), seed=2)
+    t0 = trace.requests[0].arrival_s
+    default, shifted = Scripted({}), Scripted({})
+    run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1), autoscaler=default)
+    run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1, first_tick_s=t0 + 3.5), autoscaler=shifted)
+    assert [t for t, _, _ in default.seen][:2] == [t0 + 10.0, t0 + 20.0]
+    assert [t for t, _, _ in shifted.seen][:3] == [t0 + 3.5, t0 + 13.5, t0 + 23.5]

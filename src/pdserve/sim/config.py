@@ -117,6 +117,12 @@ class SimConfig(BaseModel):
         description="count GPU-seconds from this time only (an evaluation that replays history before its scored "
         "window pays for the window, not the history); 0 = every instance's whole lifetime",
     )
+    first_tick_s: float | None = Field(
+        None, ge=0,
+        description="autoscaling: when the autoscaler first ticks, then every interval (default: one interval after "
+        "the first arrival). Sets the ticks' phase against the traffic, which an evaluation may hold fixed across "
+        "replays of different length or vary to measure what the phase alone changes",
+    )
     slo: Slo = Field(default_factory=Slo)
     seed: int = 0
     max_sim_time_s: float | None = Field(None, gt=0, description="stop the clock here (default: no limit)")

@@ -413,7 +413,8 @@ class Simulation:
             if not (self.autoscaler.interval_s > 0):
                 raise SimConfigError(f"autoscaler.interval_s must be > 0, got {self.autoscaler.interval_s!r}")
             first = reqs[0].arrival_s if reqs else 0.0
-            self._push(first + self.autoscaler.interval_s, _TICK, None)
+            at = self.cfg.first_tick_s
+            self._push(first + self.autoscaler.interval_s if at is None else at, _TICK, None)
         if self.router_view.scraping:
             self._push(0.0, _SCRAPE, None)
         i = 0
