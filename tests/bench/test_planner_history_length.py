@@ -62,12 +62,16 @@ def test_the_committed_run_after_the_longer_history_scores_the_same_requests() -
 def test_the_report_counts_what_the_longer_history_moved() -> None:
     from report_history import counts
 
-    def row(att: tuple[float, float], gpu: tuple[float, float], met: tuple[bool, bool]) -> dict:
-        return {"replays": {n: {"attainment_after_warmup": a, "gpu_hours": g, "meets_target": m}
-                            for n, a, g, m in zip(("recorded", "service"), att, gpu, met)}}
+    def r(a: float, g: float, m: bool) -> dict:
+        return {"attainment_after_warmup": a, "gpu_hours": g, "meets_target": m}
 
-    d = {"rows": [row((0.99, 0.99), (1.0, 1.0), (True, True)),      # unchanged
-                  row((0.995, 0.98), (1.0, 0.9), (True, False)),    # cheaper and under 99 %: lost
-                  row((0.97, 0.995), (1.0, 1.1), (False, True))]}   # dearer and over: gained
+    def row(rec: dict, svc: dict, *phases: dict) -> dict:
+        return {"replays": {"recorded": rec, "service": svc} | {f"phase_{j}_of_3": p for j, p in enumerate(phases, 1)}}
+
+    d = {"rows": [row(r(0.99, 1.0, True), r(0.99, 1.0, True), r(0.99, 1.0, True), r(0.99, 1.0, True)),  # unchanged
+                  # cheaper and under 99 % (lost), inside the phases' range, and a phase misses too
+                  row(r(0.995, 1.0, True), r(0.98, 0.9, False), r(0.97, 1.0, False), r(0.995, 1.0, True)),
+                  # dearer and over (gained), above every phase
+                  row(r(0.97, 1.0, False), r(0.995, 1.1, True), r(0.97, 1.0, False), r(0.98, 1.0, False))]}
     assert counts(d) == {"att_lower": 1, "att_higher": 1, "gpu_lower": 1, "gpu_higher": 1, "unchanged": 1,
-                         "gained": 1, "lost": 1}
+                         "gained": 1, "lost": 1, "phase_verdict_differs": 1, "beyond_phase_spread": 1}
