@@ -125,6 +125,21 @@ def restarts(d: dict[str, Any]) -> str:
             f"meets it on {met['warm']}, the same replica series on {sm['warm_same_as_planner']}")
 
 
+def history_and_phase(d: dict[str, Any]) -> str:
+    """bench/planner/history_length.py: each window after the service's longer history, and the tick phase alone."""
+    _planner_report()  # (puts bench/planner on sys.path)
+    rh = importlib.import_module("report_history")
+    c, w = rh.counts(d), rh.worst_drop(d)
+    met, n = d["files_meeting_target"], len(d["rows"])
+    phases = [v for k, v in met.items() if k.startswith("phase_")]
+    return (f"{n} windows replayed after the history a planner in service has (up to its 240-interval memory): "
+            f"target met on {met['service']} vs {met['recorded']} as recorded (gained {c['gained']}, lost "
+            f"{c['lost']}), attainment lower on {c['att_lower']}, from >= 99 % to under on {c['fell_under_99']} "
+            f"(the most {w[0]}: {100 * w[1]:.1f} -> {100 * w[2]:.1f} %); the ticks moved by 1/{d['phases']} interval steps "
+            f"alone: met on {min(phases + [met['recorded']])}-{max(phases + [met['recorded']])}, the verdict changes "
+            f"on {c['phase_verdict_differs']}")
+
+
 def heldout_windows(rows: list[dict[str, Any]]) -> str:
     """The summary's held-out windows (suite.heldout_rows, report.py's "Held-out windows"): windows of the traces
     no suite run replays, each after the window before it replayed; how many meet the bound, and the misses."""
@@ -271,6 +286,8 @@ ROWS: list[Row] = [
         "bench/planner/results/diagnosis/dynamo_load30/8b_1gpu/bursty_seed0.json", dynamo_guided),
     Row("Planner restarts (operator upgrade, Lease handover): cold vs warm-started from Prometheus's history (sim)",
         "no attainment lost to a restart", "bench/planner/results/diagnosis/restart.json", restarts),
+    Row("Planner verdicts under the service's longer history and the ticks' phase (sim; the same scored requests)",
+        "no verdict changed by either", "bench/planner/results/diagnosis/history_length.json", history_and_phase),
     Row("Disaggregation, DistServe-style (OPT-13B, A100, long in / short out, TTFT <= 1 s, TPOT <= 40 ms)",
         "2P1D >= 1.5x colocated", "bench/sim/results/curves_distserve-opt13b.json", distserve),
     Row("Simulator speed beside Dynamo's replay (same window and topology)", "<= 1.5x Dynamo's CPU per request",

@@ -19,10 +19,10 @@ def phases_of(row: dict) -> list[dict]:
 
 def counts(d: dict) -> dict[str, int]:
     """How the longer history moves each window against the recorded replay: attainment and GPU-hours lower /
-    higher, both unchanged, the target's verdict gained / lost; and beside it what the ticks' phase alone does:
+    higher, both unchanged, the target's verdict gained / lost, attainment from >= 99 % to under; and beside it what the ticks' phase alone does:
     windows whose verdict differs between phases, and history effects on attainment larger than the phases' spread."""
     out = dict.fromkeys(("att_lower", "att_higher", "gpu_lower", "gpu_higher", "unchanged", "gained", "lost",
-                         "phase_verdict_differs", "beyond_phase_spread"), 0)
+                         "fell_under_99", "phase_verdict_differs", "beyond_phase_spread"), 0)
     for row in d["rows"]:
         a, b = row["replays"]["recorded"], row["replays"]["service"]
         da = b["attainment_after_warmup"] - a["attainment_after_warmup"]
@@ -34,6 +34,7 @@ def counts(d: dict) -> dict[str, int]:
         out["unchanged"] += abs(da) <= 1e-12 and abs(dg) <= 1e-9
         out["gained"] += b["meets_target"] and not a["meets_target"]
         out["lost"] += a["meets_target"] and not b["meets_target"]
+        out["fell_under_99"] += a["attainment_after_warmup"] >= 0.99 > b["attainment_after_warmup"]
         ph = phases_of(row)
         out["phase_verdict_differs"] += len({r["meets_target"] for r in ph}) > 1
         att = [r["attainment_after_warmup"] for r in ph]
@@ -41,12 +42,20 @@ def counts(d: dict) -> dict[str, int]:
     return out
 
 
+def worst_drop(d: dict) -> tuple[str, float, float]:
+    """The window whose attainment the longer history lowered most: its name, as recorded, after the history."""
+    row = min(d["rows"], key=lambda r: r["replays"]["service"]["attainment_after_warmup"]
+              - r["replays"]["recorded"]["attainment_after_warmup"])
+    return (row["file"].split("results/", 1)[-1].removesuffix(".json"),
+            row["replays"]["recorded"]["attainment_after_warmup"], row["replays"]["service"]["attainment_after_warmup"])
+
+
 def history_length(results: Path) -> str:
     f = results / "diagnosis" / "history_length.json"
     if not f.exists():
         return ""
     d = json.loads(f.read_text())
-    m, rows, c = d["meta"], d["rows"], counts(d)
+    m, rows, c, w = d["meta"], d["rows"], counts(d), worst_drop(d)
     met = d["files_meeting_target"]
     n = d.get("phases", 1)
     same = sum(r["same_scored_requests"] for r in rows)
@@ -58,7 +67,8 @@ def history_length(results: Path) -> str:
            f"a planner in service would have seen: its 240-interval memory, or all the trace before the window where "
            f"shorter ({min(spans):g}-{max(spans):g} s; {len(rows)} windows, the ticks at the recorded replay's "
            f"instants, the same scored requests in every replay on {same}). After the longer history: attainment "
-           f"lower on {c['att_lower']}, higher on {c['att_higher']}; GPU-hours lower on {c['gpu_lower']}, higher on "
+           f"lower on {c['att_lower']} (from >= 99 % to under on {c['fell_under_99']}; the most on {w[0]}, "
+           f"{100 * w[1]:.2f} -> {100 * w[2]:.2f} %), higher on {c['att_higher']}; GPU-hours lower on {c['gpu_lower']}, higher on "
            f"{c['gpu_higher']}; both unchanged on {c['unchanged']}. The target is met on {met['service']} (as "
            f"recorded: {met['recorded']}; gained on {c['gained']}, lost on {c['lost']})."
            + (f" The ticks' phase alone (the recorded replay with its ticks moved by each 1/{n} of an interval: "

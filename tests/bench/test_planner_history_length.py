@@ -74,4 +74,5 @@ def test_the_report_counts_what_the_longer_history_moved() -> None:
                   # dearer and over (gained), above every phase
                   row(r(0.97, 1.0, False), r(0.995, 1.1, True), r(0.97, 1.0, False), r(0.98, 1.0, False))]}
     assert counts(d) == {"att_lower": 1, "att_higher": 1, "gpu_lower": 1, "gpu_higher": 1, "unchanged": 1,
-                         "gained": 1, "lost": 1, "phase_verdict_differs": 1, "beyond_phase_spread": 1}
+                         "gained": 1, "lost": 1, "fell_under_99": 1, "phase_verdict_differs": 1,
+                         "beyond_phase_spread": 1}
