@@ -208,3 +208,15 @@ def test_the_first_tick_sets_the_ticks_phase() -> None:
     run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1, first_tick_s=t0 + 3.5), autoscaler=shifted)
     assert [t for t, _, _ in default.seen][:2] == [t0 + 10.0, t0 + 20.0]
     assert [t for t, _, _ in shifted.seen][:3] == [t0 + 3.5, t0 + 13.5, t0 + 23.5]
+
+
+def test_the_scrapes_keep_their_phase_to_the_first_tick() -> None:
+    # by default a tick 10 s after the first arrival reads the scrape 7.5 s after it (half a 15 s period behind);
+    # with the first tick moved, the scrape it reads moves with it
+    trace = synthetic_trace(100, 5.0, (200, 400), (10, 20), seed=2)
+    t0 = trace.requests[0].arrival_s
+    default, shifted = Scripted({}), Scripted({})
+    run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1), autoscaler=default)
+    run_simulation(trace, SimConfig(prefill_instances=1, decode_instances=1, first_tick_s=t0 + 13.5), autoscaler=shifted)
+    assert default.seen[0][1].end_s == pytest.approx(t0 + 7.5)
+    assert shifted.seen[0][1].end_s == pytest.approx(t0 + 11.0)  # 13.5 - 10 + 7.5

@@ -120,8 +120,9 @@ class SimConfig(BaseModel):
     first_tick_s: float | None = Field(
         None, ge=0,
         description="autoscaling: when the autoscaler first ticks, then every interval (default: one interval after "
-        "the first arrival). Sets the ticks' phase against the traffic, which an evaluation may hold fixed across "
-        "replays of different length or vary to measure what the phase alone changes",
+        "the first arrival); the planner's metric scrapes keep their phase to the ticks. Sets the phase of both "
+        "against the traffic, which an evaluation may hold fixed across replays of different length or vary to "
+        "measure what the phase alone changes",
     )
     slo: Slo = Field(default_factory=Slo)
     seed: int = 0
