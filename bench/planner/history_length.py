@@ -8,7 +8,9 @@ runs 900 s, so its forecast, learnt release margin and burst memory start there 
 has. Each file's own command (``meta.command``) is replayed twice: as recorded (it must give the committed planner
 row: the harness check) and with ``--history`` as long as the service's memory or, for a trace window, as all the
 trace before the window's start where that is shorter. The scored requests are the same in both (the window's;
-checked), so the GPU-hours read against the file's best schedule found, as ``settings_sweep.py`` reads them.
+checked), so the GPU-hours read against the file's best schedule found, as ``settings_sweep.py`` reads them. On a
+trace window the longer history ends in the recorded one's traffic; a bursty seed's is another draw of its history
+stream (``bursty.with_history`` generates the whole span), so the traffic just before the window differs too.
 
 The planner ticks every interval from a phase the simulator takes from the replay's first arrival, and a longer
 history moves that first arrival: the service replay's ticks are put at the recorded replay's instants

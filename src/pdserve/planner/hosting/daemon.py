@@ -88,7 +88,7 @@ async def run_hosted(namespace: str, name: str, *, stopped: Any, logger: logging
             if options.warm_start:  # start where the planner before this one was (core.warm_start)
                 how = await start_warm(policy, source, actuator, now=clock.now(), label=f"{namespace}/{name}",
                                        logger=logger)
-                # seen with kubectl describe; a Warning where the history was there to read and could not be
+                # seen with kubectl describe; a Warning where the store, the pools or the replay failed
                 actuator.event("PlannerStarted", how.line, warning=how.failed)
         elif dataclasses.asdict(policy.config) != dataclasses.asdict(settings.config):
             # Keep the history; the new bounds / SLOs apply from this interval.
