@@ -412,11 +412,9 @@ class Simulation:
         if self.autoscaler is not None:
             if not (self.autoscaler.interval_s > 0):
                 raise SimConfigError(f"autoscaler.interval_s must be > 0, got {self.autoscaler.interval_s!r}")
-            first = reqs[0].arrival_s if reqs else 0.0
-            at = self.cfg.first_tick_s
-            if at is not None:  # the metric scrapes keep their phase to the ticks (as from the first arrival)
-                self.windows.origin = at - self.autoscaler.interval_s
-            self._push(first + self.autoscaler.interval_s if at is None else at, _TICK, None)
+            if (first := self.cfg.first_tick_s) is not None:  # the metric scrapes keep their phase to the ticks
+                self.windows.origin = first - self.autoscaler.interval_s
+            self._push(first if first is not None else (reqs[0].arrival_s if reqs else 0.0) + self.autoscaler.interval_s, _TICK, None)
         if self.router_view.scraping:
             self._push(0.0, _SCRAPE, None)
         i = 0
