@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -95,6 +96,14 @@ async def test_two_processes_share_the_port_route_and_report_metrics_together(ro
                 assert r.status == 200
                 events = await read_sse(r)
                 assert events[-1] == "[DONE]" and stream_text(events)
+        # A request is counted once its stream has ended, which the server may finish after the client read
+        # [DONE]: wait (bounded) for the last one before reading. A count that is lost still fails here.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            async with s.get(url + "/metrics") as r:
+                if metric_sum(await r.text(), "pdserve_router_requests_total") >= 30:
+                    break
+            await asyncio.sleep(0.05)
         # Any process answers /metrics with every process's counts added up.
         for _ in range(4):
             async with s.get(url + "/metrics") as r:
