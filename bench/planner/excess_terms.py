@@ -4,7 +4,7 @@ set the planner's size at that tick.
 
 ``burst_cost.py where`` says *where* the excess is (between bursts or during them); this says *why*, from the
 planner's own explanation at each tick. Each committed ``evaluate.py`` result file's window is replayed with the
-shipped planner, built as ``settings_sweep.py`` builds it (the file's own command, ``evaluate.planner_config``), and
+shipped planner, built as ``committed.load_planner`` builds it (the file's own command, ``evaluate.planner_config``), and
 read against the file's best schedule found, as ``settings_sweep.py`` reads it: the replayed trace must be the
 file's (its sha256), or no attribution is made from it (exit status 1). A file run at an earlier planner is today's
 planner on that window; ``same_as_committed_planner`` says whether its replica series is the file's ``planner``
@@ -152,7 +152,7 @@ def replay(job: tuple[str, list[str]]) -> dict:
     """One file: the shipped planner on its window, its series and each decision's reasons."""
     path, argv = job
     from replays import run_policy
-    from settings_sweep import load_planner
+    from committed import load_planner
 
     from pdserve.planner.core.policy import PlannerPolicy
     from pdserve.planner.core.sim_hook import PlannerAutoscaler

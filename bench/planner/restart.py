@@ -4,7 +4,7 @@
 A planner restarts when the operator does (an upgrade, a lost Lease, an evicted pod). Its memory goes with it:
 the burst reserve held for the peak window, the rate history the forecast and the learnt release margin read,
 the latency correction, the stabilisation window. Each committed ``evaluate.py`` result file's window is replayed
-(its own command, the planner built as ``settings_sweep.py`` builds it) three ways:
+(its own command, the planner built as ``committed.load_planner`` builds it) three ways:
 
 * ``planner``: the planner as shipped, never restarted;
 * ``cold``: a fresh planner at every restart time (what every planner before the warm start did);
@@ -28,16 +28,14 @@ import argparse
 import dataclasses
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import report  # noqa: E402
-from recorded import recorded_argv  # noqa: E402
 from resultmeta import Run, write_result  # noqa: E402
-from settings_sweep import read_against_best  # noqa: E402
+from committed import cell, replay_files  # noqa: E402
 
 from pdserve.planner.core.observation import Observation, PoolState  # noqa: E402
 from pdserve.planner.core.policy import PlannerPolicy, PolicyConfig  # noqa: E402
@@ -105,7 +103,7 @@ def restart_times(warmup_s: float, duration_s: float, every_s: float) -> list[fl
 def replay(job: tuple[str, list[str], float]) -> dict:
     path, argv, every = job
     from replays import run_policy
-    from settings_sweep import load_planner
+    from committed import load_planner
 
     args, trace, s, feas, base, prof = load_planner(argv)
     times = restart_times(args.warmup, trace.duration_s, every)
@@ -137,18 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.restart_every <= 0:
         ap.error("--restart-every must be above 0")
     run = Run(argv if argv is None else [sys.argv[0], *argv])
-    docs = {str(f): json.loads(f.read_text()) for f in args.files}
-    jobs = [(f, recorded_argv(d["meta"]["command"], args.traces), args.restart_every) for f, d in docs.items()]
     rows = []
-    with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
-        for row in ex.map(replay, jobs):
-            read_against_best(row, docs[row["file"]])
-            row["warm_same_as_planner"] = row["replays"]["planner"]["replicas"] == row["replays"]["warm"]["replicas"]
-            rows.append(row)
-            cells = "  ".join(f"{n} {100 * r['attainment_after_warmup']:.2f} % "
-                              f"{'-' if r['gpu_hours_vs_best'] is None else format(r['gpu_hours_vs_best'], '.3f')}x"
-                              f"{' met' if r['meets_target'] else ''}" for n, r in row["replays"].items())
-            print(f"{row['file']}: {len(row['restarts_s'])} restarts  {cells}", flush=True)
+    for row, _d in replay_files(args.files, args.traces, lambda f, av, _d: (f, av, args.restart_every), replay,
+                                args.jobs):
+        row["warm_same_as_planner"] = row["replays"]["planner"]["replicas"] == row["replays"]["warm"]["replicas"]
+        rows.append(row)
+        cells = "  ".join(cell(n, r) for n, r in row["replays"].items())
+        print(f"{row['file']}: {len(row['restarts_s'])} restarts  {cells}", flush=True)
     summary = {
         "files": len(rows), "restarts": sum(len(r["restarts_s"]) for r in rows),
         "meeting_target": {w: sum(r["replays"][w]["meets_target"] for r in rows) for w in WAYS},

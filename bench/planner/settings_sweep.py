@@ -10,6 +10,11 @@ schedule found. The unchanged planner (``shipped``, always replayed) checks the 
 this code's planner it must give the file's ``planner`` numbers (``same_as_committed_planner``; a setting that
 restores the planner a file was run with must too).
 
+One replay per window judges a setting at one arbitrary tick phase after 600-900 s of history, and a setting can
+gain a window at that phase alone (``history_length.json``). ``--phases N`` replays every setting at each 1/N of
+an interval, ``--history service`` after the history a planner in service has (``committed.py``'s conditions);
+``over_conditions`` then reads each setting by the files it meets under every condition and the median count.
+
     python bench/planner/settings_sweep.py --traces /path/to/traces --jobs 2 \\
         --set 'prefill=prefill_utilization:0.95' --set 'both=prefill_utilization:0.95,hold_prefill_on_rise:true' \\
         --out /tmp/settings.json
@@ -24,16 +29,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import report  # noqa: E402
-from recorded import recorded_argv  # noqa: E402
+from committed import (Condition, cell, conditions, prepare, replay_files, same_as_committed,  # noqa: E402
+                       service_history_s)
 from resultmeta import Run, write_result  # noqa: E402
 
 from pdserve.planner.core.policy import PolicyConfig  # noqa: E402
@@ -63,55 +69,54 @@ def parse_set(text: str) -> tuple[str, dict[str, object]]:
     return name, change
 
 
-def load_planner(argv: list[str]) -> tuple:
-    """A result file's recorded command -> its parsed args, trace, setup, feasibility, and the shipped planner's
-    config and profile as ``evaluate.py`` builds its ``planner`` variant (also excess_terms.py's replay)."""
-    import evaluate
-    from variants import Flags, Knobs
-
-    args = evaluate.build_parser().parse_args([*argv, "--out", "/dev/null"])
-    trace, _tid, s, feas, _n, _h = evaluate.load_run(args)
-    base, prof = evaluate.planner_config(args, s, Knobs(), Flags.of(args, s))
-    return args, trace, s, feas, base, prof
-
-
-def replay(job: tuple[str, list[str], dict[str, dict[str, object]]]) -> dict:
-    """One file: the shipped planner and each setting, replayed on its window."""
-    path, argv, settings = job
+def replay(job: tuple[str, list[str], dict[str, dict[str, object]], list[Condition], float | None]) -> dict:
+    """One file: the shipped planner and each setting, replayed on its window under each condition (one condition:
+    keyed by the setting's name; more: ``NAME@CONDITION``)."""
+    path, argv, settings, conds, service_s = job
     from replays import run_policy
 
     from pdserve.planner.core.policy import PlannerPolicy
     from pdserve.planner.core.sim_hook import PlannerAutoscaler
 
-    args, trace, s, feas, base, prof = load_planner(argv)
+    out, sha = {}, None
+    for c, (args, trace, s, feas, base, prof) in prepare(argv, conds, service_s).items():
+        sha = sha or trace.sha256
+        for name, change in {"shipped": {}, **settings}.items():
+            cfg = dataclasses.replace(base, **change)
+            if (bad := cfg.invalid()) is not None:
+                raise SystemExit(f"{name}: {bad}")
+            t0 = time.perf_counter()
+            r = run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
+            out[name if len(conds) == 1 else f"{name}@{c.name}"] = {
+                "attainment_after_warmup": r["attainment_after_warmup"], "gpu_hours": r["gpu_hours"],
+                "max_prefill": r["max_prefill"], "max_decode": r["max_decode"],
+                "sim_wall_s": round(time.perf_counter() - t0, 1)}
+    return {"file": path, "trace_sha256": sha, "replays": out}
+
+
+def over_conditions(rows: list[dict], names: list[str], conds: list[Condition]) -> dict:
+    """Each setting over the conditions: files meeting the target under each, and per file the median and the
+    lowest attainment and the median multiple of best (a setting that gains a window at one phase only has not
+    gained it)."""
     out = {}
-    for name, change in {"shipped": {}, **settings}.items():
-        cfg = dataclasses.replace(base, **change)
-        if (bad := cfg.invalid()) is not None:
-            raise SystemExit(f"{name}: {bad}")
-        t0 = time.perf_counter()
-        r = run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
-        out[name] = {"attainment_after_warmup": r["attainment_after_warmup"], "gpu_hours": r["gpu_hours"],
-                     "max_prefill": r["max_prefill"], "max_decode": r["max_decode"],
-                     "sim_wall_s": round(time.perf_counter() - t0, 1)}
-    return {"file": path, "trace_sha256": trace.sha256, "replays": out}
-
-
-def read_against_best(row: dict, d: dict) -> bool:
-    """A replayed row (``replays``: name -> attainment and GPU-hours) read against its committed result file ``d``:
-    each replay's GPU-hours as a multiple of the file's best schedule found and whether it meets the target, and the
-    row's file (repository-relative), the file's commit and whether the replayed trace is the file's. Returns that
-    last (no multiple is read from another trace). Also restart.py's."""
-    best = d["results"].get("best", {}).get("gpu_hours")
-    same_trace = d["trace"].get("sha256") == row["trace_sha256"]
-    for r in row["replays"].values():
-        r["gpu_hours_vs_best"] = round(r["gpu_hours"] / best, 4) if best and same_trace else None
-        r["meets_target"] = (r["gpu_hours_vs_best"] is not None and r["attainment_after_warmup"] is not None
-                             and report.heldout_target_met(r["attainment_after_warmup"], r["gpu_hours_vs_best"]))
-    f = Path(row["file"]).resolve()
-    row |= {"file": str(f.relative_to(HERE.parents[1])) if f.is_relative_to(HERE.parents[1]) else row["file"],
-            "file_commit": d["meta"]["commit"], "same_trace": same_trace}
-    return same_trace
+    for n in names:
+        keys = [f"{n}@{c.name}" for c in conds]
+        per_file = []
+        for r in rows:
+            reps = [r["replays"][k] for k in keys if k in r["replays"]]
+            if not reps:
+                continue
+            vs = [x["gpu_hours_vs_best"] for x in reps if x["gpu_hours_vs_best"] is not None]
+            att = [x["attainment_after_warmup"] for x in reps]
+            per_file.append({"file": r["file"], "met": sum(x["meets_target"] for x in reps), "of": len(reps),
+                             "attainment_median": statistics.median(att), "attainment_min": min(att),
+                             "gpu_hours_vs_best_median": statistics.median(vs) if vs else None})
+        met = {c.name: sum(r["replays"].get(f"{n}@{c.name}", {}).get("meets_target", False) for r in rows)
+               for c in conds}
+        out[n] = {"files_meeting_target": met, "median_files_meeting_target": statistics.median(met.values()),
+                  "files_met_under_every_condition": sum(f["met"] == f["of"] for f in per_file),
+                  "files": per_file}
+    return out
 
 
 def discover(results: Path) -> list[Path]:
@@ -126,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=Path, nargs="*", help="these result files instead of every one under --results")
     ap.add_argument("--traces", type=Path, help="trace root, where a file's recorded trace path is not on this machine")
     ap.add_argument("--set", dest="settings", type=parse_set, action="append", default=[], metavar="NAME=FIELD:VALUE")
+    ap.add_argument("--phases", type=int, default=1, help="replay each setting with the ticks at each 1/N of an "
+                                                               "interval (1: the recorded ticks only)")
+    ap.add_argument("--history", choices=("recorded", "service", "both"), default="recorded",
+                    help="the recorded history, the one a planner in service has (committed.service_history_s; "
+                         "files without a longer one are skipped), or both")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
@@ -134,36 +144,39 @@ def main(argv: list[str] | None = None) -> int:
     files = args.files if args.files else discover(args.results)
     if not files:
         raise SystemExit(f"no evaluate.py result file with a planner under {args.results}")
-    jobs = []
-    docs = {}
-    for f in files:
-        d = json.loads(f.read_text())
-        jobs.append((str(f), recorded_argv(d["meta"]["command"], args.traces), settings))
-        docs[str(f)] = d
-    rows = []
-    with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
-        for row in ex.map(replay, jobs):
-            d = docs[row["file"]]
-            committed = d["results"]["planner"]
-            same_trace = read_against_best(row, d)
-            for r in row["replays"].values():
-                r["same_as_committed_planner"] = (same_trace and r["attainment_after_warmup"] == committed[
-                    "attainment_after_warmup"] and abs(r["gpu_hours"] - committed["gpu_hours"]) < 1e-9)
-            row["committed_planner"] = {"attainment_after_warmup": committed["attainment_after_warmup"],
-                                        "gpu_hours": committed["gpu_hours"]}
-            rows.append(row)
-            cells = "  ".join(f"{n} {100 * r['attainment_after_warmup']:.2f} % "
-                              f"{'-' if r['gpu_hours_vs_best'] is None else format(r['gpu_hours_vs_best'], '.3f')}x"
-                              f"{' met' if r['meets_target'] else ''}{' =committed' if r['same_as_committed_planner'] else ''}"
-                              for n, r in row["replays"].items())
-            print(f"{row['file']} ({row['file_commit'][:7]}): {cells}", flush=True)
-    met = {n: sum(r["replays"][n]["meets_target"] for r in rows) for n in ["shipped", *settings]}
-    write_result(args.out, {"schema": SCHEMA, "settings": settings, "target": {
-        "attainment_after_warmup": report.TARGET_ATTAINMENT, "gpu_hours_vs_best": report.TARGET_VS_BEST},
-        "files_meeting_target": met, "rows": rows}, run)
-    print(json.dumps({"files": len(rows), "files_meeting_target": met}))
-    return 0
+    conds = conditions(args.phases, args.history)
+    skipped: list[str] = []
 
+    def job(path: str, av: list[str], _d: dict) -> tuple | None:
+        service_s = service_history_s(av) if any(c.service for c in conds) else None
+        if any(c.service for c in conds) and service_s is None:
+            skipped.append(path)  # no longer history a service would have: the condition is the recorded one
+            return None
+        return path, av, settings, conds, service_s
+
+    rows = []
+    for row, d in replay_files(files, args.traces, job, replay, args.jobs):
+        for r in row["replays"].values():
+            r["same_as_committed_planner"] = same_as_committed(r, d, row["same_trace"])
+        committed = d["results"]["planner"]
+        row["committed_planner"] = {"attainment_after_warmup": committed["attainment_after_warmup"],
+                                    "gpu_hours": committed["gpu_hours"]}
+        rows.append(row)
+        cells = "  ".join(f"{cell(n, r)}{' =committed' if r['same_as_committed_planner'] else ''}"
+                          for n, r in row["replays"].items())
+        print(f"{row['file']} ({row['file_commit'][:7]}): {cells}", flush=True)
+    names = ["shipped", *settings]
+    doc = {"schema": SCHEMA, "settings": settings, "target": {
+        "attainment_after_warmup": report.TARGET_ATTAINMENT, "gpu_hours_vs_best": report.TARGET_VS_BEST}}
+    if len(conds) == 1:
+        doc["files_meeting_target"] = {n: sum(r["replays"][n]["meets_target"] for r in rows) for n in names}
+    else:
+        doc |= {"conditions": [c.name for c in conds], "skipped_no_longer_history": skipped,
+                "over_conditions": over_conditions(rows, names, conds)}
+        doc["files_meeting_target"] = {n: doc["over_conditions"][n]["files_meeting_target"] for n in names}
+    write_result(args.out, doc | {"rows": rows}, run)
+    print(json.dumps({"files": len(rows), "files_meeting_target": doc["files_meeting_target"]}))
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

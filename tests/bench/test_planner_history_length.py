@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "planner"))
 
-from history_length import aligned_first_tick, replay, service_history_s, with_history  # noqa: E402
+from committed import aligned_first_tick, service_history_s, with_history  # noqa: E402
+from history_length import replay  # noqa: E402
 from recorded import recorded_argv  # noqa: E402
 
 RUN = ROOT / "bench/planner/data/history_smoke_run.json"
@@ -76,3 +77,16 @@ def test_the_report_counts_what_the_longer_history_moved() -> None:
     assert counts(d) == {"att_lower": 1, "att_higher": 1, "gpu_lower": 1, "gpu_higher": 1, "unchanged": 1,
                          "gained": 1, "lost": 1, "fell_under_99": 1, "phase_verdict_differs": 1,
                          "beyond_phase_spread": 1}
+
+
+def test_a_service_condition_at_a_phase_ticks_that_far_off_the_recorded_instants() -> None:
+    # committed.prepare: the service history with the ticks a third of an interval (10 s) after the recorded ones
+    from committed import Condition, prepare, ticks_from_scored_start
+
+    argv = recorded_argv(json.loads(RUN.read_text())["meta"]["command"], ROOT / "bench/sim/data")
+    runs = prepare(argv, [Condition(), Condition(True), Condition(True, 1, 3)], 240.0)
+    at = {c.name: ticks_from_scored_start(trace, s, feas) for c, (_, trace, s, feas, _, _) in runs.items()}
+    assert at["service"] == at["recorded"]
+    assert at["service_phase_1_of_3"] == round((at["recorded"] + 10.0) % 30.0, 3)
+    with pytest.raises(ValueError, match="service"):
+        prepare(argv, [Condition(True)], None)

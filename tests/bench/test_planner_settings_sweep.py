@@ -28,3 +28,36 @@ def test_a_list_value_keeps_its_commas_and_becomes_the_field_s_tuple() -> None:
 def test_bad_settings_are_refused_by_name(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="--set"):
         parse_set(text)
+
+
+def test_conditions_are_each_history_at_each_phase() -> None:
+    from committed import conditions
+
+    assert [c.name for c in conditions(1, "recorded")] == ["recorded"]
+    assert [c.name for c in conditions(2, "both")] == ["recorded", "phase_1_of_2", "service", "service_phase_1_of_2"]
+    assert [c.phase for c in conditions(4, "service")] == [0.0, 0.25, 0.5, 0.75]
+
+
+def test_a_setting_is_read_over_the_conditions() -> None:
+    from committed import conditions
+    from settings_sweep import over_conditions
+
+    def r(a: float, vs: float | None, met: bool) -> dict:
+        return {"attainment_after_warmup": a, "gpu_hours_vs_best": vs, "meets_target": met}
+
+    conds = conditions(3, "recorded")  # recorded, phase_1_of_3, phase_2_of_3
+    rows = [  # A: met at one phase only; B: met at all three; C: met at none
+        {"file": "A", "replays": {"s@recorded": r(0.995, 1.1, True), "s@phase_1_of_3": r(0.98, 1.0, False),
+                                  "s@phase_2_of_3": r(0.97, 1.2, False)}},
+        {"file": "B", "replays": {"s@recorded": r(0.999, 1.0, True), "s@phase_1_of_3": r(0.995, 1.05, True),
+                                  "s@phase_2_of_3": r(0.991, 1.1, True)}},
+        {"file": "C", "replays": {"s@recorded": r(0.9, None, False), "s@phase_1_of_3": r(0.8, None, False),
+                                  "s@phase_2_of_3": r(0.95, None, False)}}]
+    s = over_conditions(rows, ["s"], conds)["s"]
+    assert s["files_meeting_target"] == {"recorded": 2, "phase_1_of_3": 1, "phase_2_of_3": 1}
+    assert s["median_files_meeting_target"] == 1
+    assert s["files_met_under_every_condition"] == 1
+    a, b, c = s["files"]
+    assert (a["met"], a["of"], a["attainment_median"], a["attainment_min"], a["gpu_hours_vs_best_median"]) == (
+        1, 3, 0.98, 0.97, 1.1)
+    assert (b["met"], c["met"], c["gpu_hours_vs_best_median"]) == (3, 0, None)

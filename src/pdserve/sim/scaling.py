@@ -1,14 +1,31 @@
-"""Applying an autoscaler's decision to the simulated pools (see pdserve.sim.autoscale)."""
+"""When the autoscaler ticks, and applying its decision to the simulated pools (see pdserve.sim.autoscale)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from pdserve.sim.autoscale import PoolSizes, ScalingEvent
+from pdserve.sim.config import SimConfigError
 from pdserve.sim.instance import State
 
 if TYPE_CHECKING:
     from pdserve.sim.simulator import Simulation
+
+
+def first_tick(sim: Simulation) -> float:
+    """When the autoscaler first ticks (then every interval): ``SimConfig.first_tick_s``, else one interval after
+    the first arrival. A set first tick also moves the planner's metric scrapes (the window grid's origin one
+    interval before it), so that they keep their phase to the ticks as the default ones do to the first arrival."""
+    assert sim.autoscaler is not None
+    interval = sim.autoscaler.interval_s
+    if not (interval > 0):
+        raise SimConfigError(f"autoscaler.interval_s must be > 0, got {interval!r}")
+    first = sim.cfg.first_tick_s
+    if first is None:
+        reqs = sim.trace.requests
+        return (reqs[0].arrival_s if reqs else 0.0) + interval
+    sim.windows.origin = first - interval
+    return first
 
 
 def apply_tick(sim: Simulation) -> None:

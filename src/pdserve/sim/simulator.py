@@ -42,6 +42,7 @@ from pdserve.router.policies import Decision, Policy, RouteRequest, WorkerView
 from pdserve.sim.autoscale import Autoscaler, ScalingEvent
 from pdserve.sim.coast import end_coast, reach, settle_coasts, start_coast
 from pdserve.sim.config import SimConfig, SimConfigError
+from pdserve.sim.scaling import first_tick
 from pdserve.sim.events import (  # module globals, not ev.X: the event loop reads them per event
     COAST_DONE as _COAST_DONE, DISPATCH as _DISPATCH, HANDOFF as _HANDOFF, KICK as _KICK, KV_DONE as _KV_DONE,
     KV_EVENTS as _KV_EVENTS, READY as _READY, SCRAPE as _SCRAPE, STEP_DONE as _STEP_DONE, TICK as _TICK,
@@ -410,11 +411,7 @@ class Simulation:
             # An autoscaler that never scales a zero pool back up would tick forever.
             limit = min(limit, reqs[-1].arrival_s + 86400.0)
         if self.autoscaler is not None:
-            if not (self.autoscaler.interval_s > 0):
-                raise SimConfigError(f"autoscaler.interval_s must be > 0, got {self.autoscaler.interval_s!r}")
-            if (first := self.cfg.first_tick_s) is not None:  # the metric scrapes keep their phase to the ticks
-                self.windows.origin = first - self.autoscaler.interval_s
-            self._push(first if first is not None else (reqs[0].arrival_s if reqs else 0.0) + self.autoscaler.interval_s, _TICK, None)
+            self._push(first_tick(self), _TICK, None)
         if self.router_view.scraping:
             self._push(0.0, _SCRAPE, None)
         i = 0
