@@ -111,14 +111,25 @@ def scored_hash(trace: Any, warmup: float) -> str:
     return hashlib.sha256(repr(window).encode()).hexdigest()[:16]
 
 
-def prepare(argv: list[str], conds: Iterable[Condition], service_s: float | None) -> dict[Condition, tuple]:
-    """Each condition's loaded run (``load_planner``'s tuple) with the setup's first tick set. The recorded replay
-    at phase 0 keeps the simulator's own first tick (it must give the committed row). A service condition needs
-    ``service_s``."""
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """Each condition's loaded run (``load_planner``'s tuple, the setup's first tick set), and the recorded run's
+    trace hash and scored requests (``scored_hash``): a service history's trace is another file (a bursty seed's
+    is another draw of its whole span), so a condition is read against the committed file's best where it scores
+    the recorded requests, not where its trace hash matches."""
+
+    runs: dict[Condition, tuple]
+    recorded_sha: str
+    recorded_scored: str
+
+
+def prepare(argv: list[str], conds: Iterable[Condition], service_s: float | None) -> Prepared:
+    """The conditions' runs. The recorded replay at phase 0 keeps the simulator's own first tick (it must give the
+    committed row). A service condition needs ``service_s``."""
     conds = list(conds)
     rec = load_planner(argv)
     svc = load_planner(with_history(argv, service_s)) if any(c.service for c in conds) and service_s else None
-    (_, rtrace, rs, rfeas, _, _) = rec
+    (rargs, rtrace, rs, rfeas, _, _) = rec
     rec_t0, interval = rtrace.requests[0].arrival_s, rs.interval_s
     out = {}
     for c in conds:
@@ -132,7 +143,17 @@ def prepare(argv: list[str], conds: Iterable[Condition], service_s: float | None
         elif c.step:  # the recorded first tick (one interval after the first arrival), moved
             s = dataclasses.replace(s, first_tick_s=rec_t0 + interval * (1 + c.phase))
         out[c] = (args, trace, s, feas, cfg, prof)
-    return out
+    return Prepared(out, rtrace.sha256, scored_hash(rtrace, rargs.warmup))
+
+
+def not_the_window(row: dict, recorded_scored: str) -> None:
+    """Replays (``row["replays"]``) whose condition scored other requests than the recorded run
+    (``row["scored_requests"]``: replay name -> ``scored_hash``) get no multiple of the file's best and no verdict;
+    ``row["same_scored_requests"]`` says whether every one scored the recorded requests."""
+    row["same_scored_requests"] = all(h == recorded_scored for h in row["scored_requests"].values())
+    for name, h in row["scored_requests"].items():
+        if h != recorded_scored:
+            row["replays"][name] |= {"gpu_hours_vs_best": None, "meets_target": False}
 
 
 def ticks_from_scored_start(trace: Any, s: Any, feas: Any) -> float:

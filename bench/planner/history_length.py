@@ -36,8 +36,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import report  # noqa: E402
-from committed import (Condition, cell, prepare, replay_files, same_as_committed, scored_hash,  # noqa: E402
-                       service_history_s, ticks_from_scored_start)
+from committed import (Condition, cell, not_the_window, prepare, replay_files, same_as_committed,  # noqa: E402
+                       scored_hash, service_history_s, ticks_from_scored_start)
 from resultmeta import Run, write_result  # noqa: E402
 
 SCHEMA = "pdserve.planner-history-length/1"
@@ -54,9 +54,9 @@ def replay(job: tuple[str, list[str], float, int]) -> dict:
     from pdserve.planner.core.sim_hook import PlannerAutoscaler
 
     conds = [Condition(), Condition(service=True), *(Condition(False, j, phases) for j in range(1, phases))]
-    out, scored, rtrace = {}, {}, None
-    for c, (args, trace, s, feas, cfg, prof) in prepare(argv, conds, seconds).items():
-        rtrace = rtrace or trace
+    out, scored = {}, {}
+    prepared = prepare(argv, conds, seconds)
+    for c, (args, trace, s, feas, cfg, prof) in prepared.runs.items():
         t0 = time.perf_counter()
         r = run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
         scored[c.name] = scored_hash(trace, args.warmup)
@@ -65,7 +65,8 @@ def replay(job: tuple[str, list[str], float, int]) -> dict:
                        "attainment_after_warmup": r["attainment_after_warmup"],
                        "gpu_hours": r["gpu_hours"], "max_prefill": r["max_prefill"], "max_decode": r["max_decode"],
                        "sim_wall_s": round(time.perf_counter() - t0, 1)}
-    return {"file": path, "trace_sha256": rtrace.sha256, "scored_requests": scored, "replays": out}
+    return {"file": path, "trace_sha256": prepared.recorded_sha, "recorded_scored": prepared.recorded_scored,
+            "scored_requests": scored, "replays": out}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,11 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for row, d in replay_files(args.files, args.traces, job, replay, args.jobs):
-        row["same_scored_requests"] = len(set(row["scored_requests"].values())) == 1
-        if not row["same_scored_requests"]:  # another window: no multiple of this file's best
-            for name, h in row["scored_requests"].items():
-                if h != row["scored_requests"]["recorded"]:
-                    row["replays"][name] |= {"gpu_hours_vs_best": None, "meets_target": False}
+        not_the_window(row, row.pop("recorded_scored"))  # another window: no multiple of this file's best
         row["recorded_is_committed"] = same_as_committed(row["replays"]["recorded"], d, row["same_trace"])
         rows.append(row)
         cells = "  ".join(cell(f"{n} ({r['history_s']:g} s)", r) for n, r in row["replays"].items())

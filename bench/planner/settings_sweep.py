@@ -38,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import report  # noqa: E402
-from committed import (Condition, cell, conditions, prepare, replay_files, same_as_committed,  # noqa: E402
-                       service_history_s)
+from committed import (Condition, cell, conditions, not_the_window, prepare, replay_files,  # noqa: E402
+                       same_as_committed, scored_hash, service_history_s)
 from resultmeta import Run, write_result  # noqa: E402
 
 from pdserve.planner.core.policy import PolicyConfig  # noqa: E402
@@ -78,20 +78,23 @@ def replay(job: tuple[str, list[str], dict[str, dict[str, object]], list[Conditi
     from pdserve.planner.core.policy import PlannerPolicy
     from pdserve.planner.core.sim_hook import PlannerAutoscaler
 
-    out, sha = {}, None
-    for c, (args, trace, s, feas, base, prof) in prepare(argv, conds, service_s).items():
-        sha = sha or trace.sha256
+    out, scored = {}, {}
+    prepared = prepare(argv, conds, service_s)
+    for c, (args, trace, s, feas, base, prof) in prepared.runs.items():
         for name, change in {"shipped": {}, **settings}.items():
             cfg = dataclasses.replace(base, **change)
             if (bad := cfg.invalid()) is not None:
                 raise SystemExit(f"{name}: {bad}")
             t0 = time.perf_counter()
             r = run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
-            out[name if len(conds) == 1 else f"{name}@{c.name}"] = {
+            key = name if len(conds) == 1 else f"{name}@{c.name}"
+            scored[key] = scored_hash(trace, args.warmup)
+            out[key] = {
                 "attainment_after_warmup": r["attainment_after_warmup"], "gpu_hours": r["gpu_hours"],
                 "max_prefill": r["max_prefill"], "max_decode": r["max_decode"],
                 "sim_wall_s": round(time.perf_counter() - t0, 1)}
-    return {"file": path, "trace_sha256": sha, "replays": out}
+    return {"file": path, "trace_sha256": prepared.recorded_sha, "recorded_scored": prepared.recorded_scored,
+            "scored_requests": scored, "replays": out}
 
 
 def over_conditions(rows: list[dict], names: list[str], conds: list[Condition]) -> dict:
@@ -156,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for row, d in replay_files(files, args.traces, job, replay, args.jobs):
+        not_the_window(row, row.pop("recorded_scored"))
         for r in row["replays"].values():
             r["same_as_committed_planner"] = same_as_committed(r, d, row["same_trace"])
         committed = d["results"]["planner"]

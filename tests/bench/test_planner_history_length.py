@@ -85,8 +85,20 @@ def test_a_service_condition_at_a_phase_ticks_that_far_off_the_recorded_instants
 
     argv = recorded_argv(json.loads(RUN.read_text())["meta"]["command"], ROOT / "bench/sim/data")
     runs = prepare(argv, [Condition(), Condition(True), Condition(True, 1, 3)], 240.0)
-    at = {c.name: ticks_from_scored_start(trace, s, feas) for c, (_, trace, s, feas, _, _) in runs.items()}
+    at = {c.name: ticks_from_scored_start(trace, s, feas) for c, (_, trace, s, feas, _, _) in runs.runs.items()}
     assert at["service"] == at["recorded"]
     assert at["service_phase_1_of_3"] == round((at["recorded"] + 10.0) % 30.0, 3)
     with pytest.raises(ValueError, match="service"):
         prepare(argv, [Condition(True)], None)
+
+
+def test_a_condition_that_scores_other_requests_is_not_read_against_the_file_s_best() -> None:
+    from committed import not_the_window
+
+    row = {"scored_requests": {"a": "h1", "b": "h2"},
+           "replays": {"a": {"gpu_hours_vs_best": 1.1, "meets_target": True},
+                       "b": {"gpu_hours_vs_best": 1.0, "meets_target": True}}}
+    not_the_window(row, "h1")
+    assert row["same_scored_requests"] is False
+    assert row["replays"]["a"] == {"gpu_hours_vs_best": 1.1, "meets_target": True}
+    assert row["replays"]["b"] == {"gpu_hours_vs_best": None, "meets_target": False}

@@ -61,3 +61,18 @@ def test_a_setting_is_read_over_the_conditions() -> None:
     assert (a["met"], a["of"], a["attainment_median"], a["attainment_min"], a["gpu_hours_vs_best_median"]) == (
         1, 3, 0.98, 0.97, 1.1)
     assert (b["met"], c["met"], c["gpu_hours_vs_best_median"]) == (3, 0, None)
+
+
+def test_a_bursty_window_after_another_history_is_read_as_the_recorded_window() -> None:
+    # a bursty seed's longer history is another draw of the whole span: another trace hash, the same scored requests;
+    # the row carries the recorded trace's hash (the committed file's) and each condition's scored requests
+    from committed import Condition, load_planner, scored_hash
+    from settings_sweep import replay
+
+    argv = ["--bursty", "2", "--duration", "60", "--history", "60", "--model-profile", "llama-3.1-8b-h100",
+            "--max-replicas", "4"]
+    _, trace, _, _, _, _ = load_planner(argv)
+    args = load_planner(argv)[0]
+    row = replay(("f.json", argv, {}, [Condition(True), Condition(True, 1, 2)], 120.0))
+    assert row["trace_sha256"] == trace.sha256
+    assert set(row["scored_requests"].values()) == {row["recorded_scored"]} == {scored_hash(trace, args.warmup)}
