@@ -49,11 +49,20 @@ class Condition:
         return f"{'service_' if self.service else ''}phase_{self.step}_of_{self.of}"
 
 
+def parse_condition(name: str) -> Condition:
+    """A condition from its ``name``."""
+    service = name.startswith("service")
+    if name in ("recorded", "service"):
+        return Condition(service)
+    step, _, of = name.removeprefix("service_").removeprefix("phase_").partition("_of_")
+    return Condition(service, int(step), int(of))
+
+
 def conditions(phases: int, history: str) -> list[Condition]:
     """Each history (``recorded``, ``service`` or ``both``) at each of ``phases`` tick phases (0, 1/N, ...)."""
     kinds = {"recorded": [False], "service": [True], "both": [False, True]}[history]
     n = max(phases, 1)
-    return [Condition(k, j, n) for k in kinds for j in range(n)]
+    return [Condition(k, j, n) if j else Condition(k) for k in kinds for j in range(n)]
 
 
 def load_planner(argv: list[str]) -> tuple:

@@ -38,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import report  # noqa: E402
-from committed import (Condition, cell, conditions, not_the_window, prepare, replay_files,  # noqa: E402
-                       same_as_committed, scored_hash, service_history_s)
+from committed import (Condition, cell, conditions, not_the_window, parse_condition, prepare,  # noqa: E402
+                       replay_files, same_as_committed, scored_hash, service_history_s)
 from resultmeta import Run, write_result  # noqa: E402
 
 from pdserve.planner.core.policy import PolicyConfig  # noqa: E402
@@ -97,6 +97,20 @@ def replay(job: tuple[str, list[str], dict[str, dict[str, object]], list[Conditi
             "scored_requests": scored, "replays": out}
 
 
+def rescore(job: tuple[str, list[str], dict, list[Condition], float | None]) -> dict:
+    """One row of an earlier output (``--reread``), its replays kept and its scored requests loaded again (traces
+    only, nothing replayed), for the reading ``main`` gives a fresh row."""
+    path, argv, old, conds, service_s = job
+    prepared = prepare(argv, conds, service_s)
+    keys = {c: [n if len(conds) == 1 else f"{n}@{c.name}" for n in old["settings"]] for c in conds}
+    scored = {k: scored_hash(run[1], run[0].warmup)
+              for c, run in prepared.runs.items() for k in keys[c] if k in old["replays"]}
+    fresh = {"attainment_after_warmup", "gpu_hours", "max_prefill", "max_decode", "sim_wall_s"}
+    return {"file": path, "trace_sha256": prepared.recorded_sha, "recorded_scored": prepared.recorded_scored,
+            "scored_requests": scored,
+            "replays": {k: {f: v for f, v in r.items() if f in fresh} for k, r in old["replays"].items()}}
+
+
 def over_conditions(rows: list[dict], names: list[str], conds: list[Condition]) -> dict:
     """Each setting over the conditions: files meeting the target under each, and per file the median and the
     lowest attainment and the median multiple of best (a setting that gains a window at one phase only has not
@@ -139,26 +153,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--history", choices=("recorded", "service", "both"), default="recorded",
                     help="the recorded history, the one a planner in service has (committed.service_history_s; "
                          "files without a longer one are skipped), or both")
+    ap.add_argument("--reread", type=Path, help="an earlier output of this script: its replays read against each "
+                    "file's best again, the scored requests loaded again (nothing replayed; its files, settings, "
+                    "phases and history are kept)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     run = Run(argv if argv is None else [sys.argv[0], *argv])
+    earlier = json.loads(args.reread.read_text()) if args.reread else None
+    if earlier is not None:  # what the earlier run replayed, under the conditions it named
+        args.settings = list(earlier["settings"].items())
+        args.files = [HERE.parents[1] / r["file"] for r in earlier["rows"]]
+        names = earlier.get("conditions", ["recorded"])
+        args.phases = max((parse_condition(n).of for n in names), default=1)
+        kinds = {parse_condition(n).service for n in names}
+        args.history = "both" if len(kinds) == 2 else "service" if True in kinds else "recorded"
     settings = dict(args.settings)
     files = args.files if args.files else discover(args.results)
     if not files:
         raise SystemExit(f"no evaluate.py result file with a planner under {args.results}")
     conds = conditions(args.phases, args.history)
     skipped: list[str] = []
+    old_rows = {r["file"]: r for r in earlier["rows"]} if earlier is not None else {}
 
     def job(path: str, av: list[str], _d: dict) -> tuple | None:
         service_s = service_history_s(av) if any(c.service for c in conds) else None
         if any(c.service for c in conds) and service_s is None:
             skipped.append(path)  # no longer history a service would have: the condition is the recorded one
             return None
+        if earlier is not None:
+            rel = str(Path(path).resolve().relative_to(HERE.parents[1]))
+            return path, av, old_rows[rel] | {"settings": ["shipped", *settings]}, conds, service_s
         return path, av, settings, conds, service_s
 
     rows = []
-    for row, d in replay_files(files, args.traces, job, replay, args.jobs):
+    for row, d in replay_files(files, args.traces, job, rescore if earlier is not None else replay, args.jobs):
         not_the_window(row, row.pop("recorded_scored"))
         for r in row["replays"].values():
             r["same_as_committed_planner"] = same_as_committed(r, d, row["same_trace"])
@@ -178,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         doc |= {"conditions": [c.name for c in conds], "skipped_no_longer_history": skipped,
                 "over_conditions": over_conditions(rows, names, conds)}
         doc["files_meeting_target"] = {n: doc["over_conditions"][n]["files_meeting_target"] for n in names}
+    if earlier is not None:
+        doc["reread_from"] = {"file": str(args.reread), "meta": earlier["meta"]}
     write_result(args.out, doc | {"rows": rows}, run)
     print(json.dumps({"files": len(rows), "files_meeting_target": doc["files_meeting_target"]}))
     return 0

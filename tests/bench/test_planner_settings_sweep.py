@@ -76,3 +76,33 @@ def test_a_bursty_window_after_another_history_is_read_as_the_recorded_window() 
     row = replay(("f.json", argv, {}, [Condition(True), Condition(True, 1, 2)], 120.0))
     assert row["trace_sha256"] == trace.sha256
     assert set(row["scored_requests"].values()) == {row["recorded_scored"]} == {scored_hash(trace, args.warmup)}
+
+
+def test_a_condition_is_parsed_back_from_its_name() -> None:
+    from committed import conditions, parse_condition
+
+    for c in conditions(4, "both"):
+        assert parse_condition(c.name) == c
+
+
+def test_an_earlier_output_is_read_again_as_a_fresh_run_reads_it(tmp_path: Path) -> None:
+    # the committed run with history, replayed after the service's history at two phases, then --reread: the same
+    # rows and reading (nothing replayed); a multiple of best taken out of the earlier rows comes back
+    import json
+
+    from settings_sweep import main
+
+    root = Path(__file__).resolve().parents[2]
+    run, traces = root / "bench/planner/data/history_smoke_run.json", root / "bench/sim/data"
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["--files", str(run), "--traces", str(traces), "--history", "service", "--phases", "2",
+                 "--out", str(a)]) == 0
+    first = json.loads(a.read_text())
+    for r in first["rows"][0]["replays"].values():
+        r["gpu_hours_vs_best"], r["meets_target"] = None, False
+    a.write_text(json.dumps(first))
+    assert main(["--reread", str(a), "--traces", str(traces), "--out", str(b)]) == 0
+    again = json.loads(b.read_text())
+    assert again["conditions"] == ["service", "service_phase_1_of_2"]
+    assert [r["gpu_hours_vs_best"] for r in again["rows"][0]["replays"].values()] == [1.0, 1.0]
+    assert again["files_meeting_target"] == {"shipped": {"service": 1, "service_phase_1_of_2": 1}}
