@@ -18,6 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 import claims  # noqa: E402
+from report_conditions import settings_service  # noqa: E402
 from report_history import history_length  # noqa: E402
 from readme_block import replace_block, write_or_check  # noqa: E402
 BEGIN, END = "<!-- results:begin (bench/planner/report.py) -->", "<!-- results:end -->"
@@ -499,6 +500,8 @@ def render(results: Path) -> str:
     out += [rest] if rest else []
     hist = history_length(results)
     out += [hist] if hist else []
+    svc = settings_service(results)
+    out += [svc] if svc else []
     rep = dynamo_repeats(results)
     out += [rep] if rep else []
     eq = peers_at_planner_gpu_hours(results)
