@@ -56,6 +56,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--scale-down-clear-quantile", "none"): ("scale_down_clear_quantile", None),
     ("--no-stabilize-drain",): ("stabilize_drain", False),
     ("--no-scale-down-clear-after-burst",): ("scale_down_clear_after_burst", False),
+    ("--release-only-cleared",): ("release_only_cleared", True),
     ("--no-correction-decode-curve",): ("correction_decode_curve", False),
     ("--decode-queue-compute",): ("decode_queue_compute", True),
     ("--decode-correction-max", "3"): ("correction_bounds_decode", (0.67, 3.0)),

@@ -119,3 +119,36 @@ def test_a_reserve_in_the_window_keeps_the_cleared_release_waiting():
     assert run().prefill == 2
     held = run(scale_down_clear_after_burst=False)
     assert held.prefill == 4 and "stabilised" in held.reason
+
+
+def test_a_release_goes_only_as_far_as_the_load_clears_the_margin():
+    """19 req/s is 2.83 replicas' worth: with the fixed margin 0.9 three replicas do not clear it (2.7), four do
+    (3.6). Once the window has passed the release to 3 goes through as before; with release_only_cleared it goes to
+    4, and to 3 once the load falls to 16 req/s (2.39 <= 2.7)."""
+    def run(**kw):
+        pol = _policy(scale_down_clear_fraction=0.9, scale_down_clear_quantile=None, **kw)
+        up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
+        d = pol.decide(obs(10, p=5, d=up.decode, rate=19.0), 10)
+        assert d.prefill == 5
+        return pol, pol.decide(obs(75, p=5, d=d.decode, rate=19.0), 75)
+    assert run()[1].prefill == 3
+    pol, d = run(release_only_cleared=True)
+    assert d.prefill == 4 and "clears 0.90" in d.reason
+    assert pol.decide(obs(85, p=4, d=d.decode, rate=16.0), 85).prefill == 3
+
+
+def test_without_a_margin_the_window_alone_decides():
+    # no margin known (fixed fraction unset, too few rises to learn one): release_only_cleared changes nothing
+    pol = _policy(scale_down_clear_quantile=0.9, release_only_cleared=True)
+    up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
+    d = pol.decide(obs(10, p=5, d=up.decode, rate=19.0), 10)
+    assert pol.decide(obs(75, p=5, d=d.decode, rate=19.0), 75).prefill == 3
+
+
+def test_the_cleared_floor_is_the_fewest_replicas_the_term_fits_in():
+    from pdserve.planner.core.release import cleared_floor
+    terms = {"prefill_compute": 2.83, "prefill_drain": 1.0, "decode_compute": 0.5}
+    assert cleared_floor(terms, "prefill", 0.9) == 4  # 2.83 / 0.9 = 3.14
+    assert cleared_floor(terms, "prefill", 0.9434) == 3  # 3 x 0.9434 = 2.8302
+    assert cleared_floor(terms, "decode", 0.9) == 1
+    assert cleared_floor({}, "prefill", 0.9) is None

@@ -42,3 +42,9 @@ def burst_shape(n1: float, b1: float, n2: float, b2: float, *, min_duration_s: f
         return n1, math.inf
     duration = max((max(n2, 0.0) * b2 - n1 * b1) / (n1 - n2), min_duration_s)
     return n1 * (duration + b1) / duration, duration
+
+
+def lone_episode(times: list[float], now: float, span: float | None) -> bool:
+    """The bursts seen at ``times`` all came within one ``span`` and none since: one episode that has not recurred
+    in as long as it lasted, not a source of bursts to stand by for (``PolicyConfig.lone_burst_s``; None: never)."""
+    return span is not None and max(times) - min(times) <= span and now - max(times) >= span

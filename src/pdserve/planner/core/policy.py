@@ -23,7 +23,7 @@ from typing import Any
 from pdserve.planner.core.arriving import TrafficStart, arrival_rate, arriving_tokens
 from pdserve.planner.core import decision as D
 from pdserve.planner.core.budget import fit_budget, gpus
-from pdserve.planner.core.burst_fit import burst_shape
+from pdserve.planner.core.burst_fit import burst_shape, lone_episode
 from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.core.link_model import budget_transfers, usable_utilization
 from pdserve.planner.core.lookahead import Ramp, moving_replicas
@@ -32,7 +32,7 @@ from pdserve.planner.core.observation import Observation
 from pdserve.planner.core.observation import finite as _finite
 from pdserve.planner.core.policy_config import PolicyConfig
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
-from pdserve.planner.core.release import clear_fraction, is_clear, reserved, undrained
+from pdserve.planner.core.release import clear_fraction, cleared_floor, is_clear, reserved, undrained
 from pdserve.planner.core.profile import CapacityProfile
 from pdserve.planner.core.sizing import LINK_PLATEAU, Capacity, Load, absorbed, missed_tokens, size
 
@@ -354,17 +354,11 @@ class PlannerPolicy:
             return max((p for _, p, _, _ in bursts), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
         over = [(t, p, dur, seen) for t, p, dur, seen in bursts if not absorbed(p, dur, steady, budget)]
-        if over and self._lone_episode([t for t, *_ in over], now):
+        if over and lone_episode([t for t, *_ in over], now, cfg.lone_burst_s):
             return 0.0
         if over and self._within_miss_budget([(p, dur, seen) for _, p, dur, seen in over], steady, budget):
             return 0.0
         return max((p for _, p, _, _ in over), default=0.0)
-
-    def _lone_episode(self, times: list[float], now: float) -> bool:
-        """The bursts the steady plan does not absorb all came within one ``lone_burst_s`` span and none since:
-        one episode that has not recurred in as long as it lasted, not a source of bursts to stand by for."""
-        span = self.config.lone_burst_s
-        return span is not None and max(times) - min(times) <= span and now - max(times) >= span
 
     def _within_miss_budget(self, over: list[tuple[float, float, float]], steady: float, budget: float) -> bool:
         """The bursts the steady plan does not absorb, recurring as seen, would miss fewer prompt tokens than
@@ -451,6 +445,12 @@ class PlannerPolicy:
             d = min(cur[1], max(r[2] for r in s.recs))
         if (p, d) != before:
             notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")
+        if cfg.release_only_cleared and clear is not None and (p < cur[0] or d < cur[1]):
+            floor = [min(n, max(k, cleared_floor(terms, pool, clear) or 0)) if k < n else k
+                     for pool, k, n in (("prefill", p, cur[0]), ("decode", d, cur[1]))]
+            if (p, d) != tuple(floor):
+                p, d = floor
+                notes.append(f"released only as far as the load clears {clear:.2f} of each replica")
         rising = self._rising(obs)
         for pool, idx, hold in (("prefill", 0, cfg.hold_prefill_on_rise), ("decode", 1, cfg.hold_decode_on_rise)):
             if hold and rising is not None and (p, d)[idx] < cur[idx]:

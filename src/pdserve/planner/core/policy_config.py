@@ -67,6 +67,15 @@ class PolicyConfig:
     # the absorb gate may turn a reserve off for one tick and on the next (8B Mooncake with the learnt margin,
     # bench/planner results/diagnosis/settings_sweep35_learnt_8b.json). True: the clear rules read this tick alone.
     scale_down_clear_after_burst: bool = True
+    # True: a release goes only as far as the load clears the margin (the learnt or fixed fraction above: the pool
+    # left carries the load after the q-quantile rise within a start-up plus an interval), however long the window
+    # has wanted less; where no margin is known yet the stabilisation alone decides. The stabilisation insures a
+    # release for a window shorter than a replacement takes, and the releases it lets through once the window has
+    # passed are the ones a rise then punishes: after the history a planner in service has, held-out 70B Azure 2x
+    # from 1,200 s released 2 -> 1 prefill at a compute term of 0.94 and attained 79.54 %, validation35's 70B 1.25x
+    # from 900 s (scale_down_stabilization_s 120) at 0.98 and attained 91.97 % (bench/planner results/diagnosis/
+    # settings_service.json). Opt-in: not yet replayed over the windows.
+    release_only_cleared: bool = False
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
     stale_after_s: float | None = None  # default: 3 intervals

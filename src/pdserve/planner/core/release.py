@@ -57,6 +57,13 @@ def is_clear(terms: dict, pool: str, k: int, fraction: float | None) -> bool:
     return fraction is not None and bool(need) and max(need) <= k * fraction
 
 
+def cleared_floor(terms: dict, pool: str, fraction: float) -> int | None:
+    """The fewest replicas whose ``fraction`` the pool's largest sizing term fits in (``is_clear`` at that size):
+    how far ``PolicyConfig.release_only_cleared`` lets a release go. None without terms."""
+    need = _pool_terms(terms, pool)
+    return max(math.ceil(max(need) / fraction - 1e-9), 1) if need else None
+
+
 def undrained(terms: dict, p: int, d: int, prefill_min: int, decode_min: int) -> tuple[int, int]:
     """The recommendation (``p``, ``d``) without what each pool's drain term alone asked for (a queue worked off asks
     for nothing a minute later): what the stabilisation remembers where ``PolicyConfig.stabilize_drain`` is off.

@@ -157,6 +157,8 @@ def _run_parser(sub) -> None:
     _switch(g, "scale_down_clear_after_burst", "let a cleared release skip the stabilisation even while a burst "
             "reserve asked for replicas in its window")
     _switch(g, "stabilize_drain", "let the scale-down stabilisation hold what the drain terms alone asked for")
+    _switch(g, "release_only_cleared", "release a pool only as far as the load clears the margin (fixed or learnt), "
+            "however long the stabilisation window has wanted less")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -276,6 +278,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         scale_down_clear_quantile=args.scale_down_clear_quantile,
         stabilize_drain=args.stabilize_drain,
         scale_down_clear_after_burst=args.scale_down_clear_after_burst,
+        release_only_cleared=args.release_only_cleared,
         correction_decode_curve=args.correction_decode_curve, correction_engage_pool=args.correction_engage_pool,
         decode_queue_compute=args.decode_queue_compute,
         correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]
