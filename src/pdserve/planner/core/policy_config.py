@@ -73,9 +73,9 @@ class PolicyConfig:
     # release for a window shorter than a replacement takes, and the releases it lets through once the window has
     # passed are the ones a rise then punishes: after the history a planner in service has, held-out 70B Azure 2x
     # from 1,200 s released 2 -> 1 prefill at a compute term of 0.94 and attained 79.54 %, validation35's 70B 1.25x
-    # from 900 s (scale_down_stabilization_s 120) at 0.98 and attained 91.97 % (bench/planner results/diagnosis/
-    # settings_service.json). Opt-in: on those two windows, four tick phases each after the service's history, it
-    # attains 100 % where the shipped planner attained 79.54 % and changes no other phase's verdict (results/diagnosis/
+    # from 900 s (scale_down_stabilization_s 120) at 0.98 and attained 91.97 % (bench/planner README, session 39).
+    # Opt-in: on those two windows, four tick phases each after the service's history, it attains 100 % where the
+    # shipped planner attained 79.54 % and changes no other phase's verdict (results/diagnosis/
     # settings_service_release_only_cleared.json); not yet replayed over the other windows nor fresh ones.
     release_only_cleared: bool = False
     scale_to_zero: bool = False
