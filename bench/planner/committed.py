@@ -58,6 +58,11 @@ def parse_condition(name: str) -> Condition:
     return Condition(service, int(step), int(of))
 
 
+def replay_key(name: str, cond: Condition, n_conds: int) -> str:
+    """A replay's key in a row: the setting's name alone under one condition, ``NAME@CONDITION`` under more."""
+    return name if n_conds == 1 else f"{name}@{cond.name}"
+
+
 def conditions(phases: int, history: str) -> list[Condition]:
     """Each history (``recorded``, ``service`` or ``both``) at each of ``phases`` tick phases (0, 1/N, ...)."""
     kinds = {"recorded": [False], "service": [True], "both": [False, True]}[history]

@@ -39,7 +39,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import report  # noqa: E402
 from committed import (Condition, cell, conditions, not_the_window, parse_condition, prepare,  # noqa: E402
-                       replay_files, same_as_committed, scored_hash, service_history_s)
+                       replay_files, replay_key, same_as_committed, scored_hash, service_history_s)
 from resultmeta import Run, write_result  # noqa: E402
 
 from pdserve.planner.core.policy import PolicyConfig  # noqa: E402
@@ -81,14 +81,15 @@ def replay(job: tuple[str, list[str], dict[str, dict[str, object]], list[Conditi
     out, scored = {}, {}
     prepared = prepare(argv, conds, service_s)
     for c, (args, trace, s, feas, base, prof) in prepared.runs.items():
+        window = scored_hash(trace, args.warmup)  # the condition's, whatever the setting
         for name, change in {"shipped": {}, **settings}.items():
             cfg = dataclasses.replace(base, **change)
             if (bad := cfg.invalid()) is not None:
                 raise SystemExit(f"{name}: {bad}")
             t0 = time.perf_counter()
             r = run_policy(trace, s, PlannerAutoscaler(PlannerPolicy(cfg, prof)), (1, 1), args.warmup, feas=feas)[0]
-            key = name if len(conds) == 1 else f"{name}@{c.name}"
-            scored[key] = scored_hash(trace, args.warmup)
+            key = replay_key(name, c, len(conds))
+            scored[key] = window
             out[key] = {
                 "attainment_after_warmup": r["attainment_after_warmup"], "gpu_hours": r["gpu_hours"],
                 "max_prefill": r["max_prefill"], "max_decode": r["max_decode"],
@@ -102,9 +103,10 @@ def rescore(job: tuple[str, list[str], dict, list[Condition], float | None]) -> 
     only, nothing replayed), for the reading ``main`` gives a fresh row."""
     path, argv, old, conds, service_s = job
     prepared = prepare(argv, conds, service_s)
-    keys = {c: [n if len(conds) == 1 else f"{n}@{c.name}" for n in old["settings"]] for c in conds}
-    scored = {k: scored_hash(run[1], run[0].warmup)
-              for c, run in prepared.runs.items() for k in keys[c] if k in old["replays"]}
+    scored = {}
+    for c, (args, trace, *_rest) in prepared.runs.items():
+        window = scored_hash(trace, args.warmup)
+        scored |= {k: window for n in old["settings"] if (k := replay_key(n, c, len(conds))) in old["replays"]}
     fresh = {"attainment_after_warmup", "gpu_hours", "max_prefill", "max_decode", "sim_wall_s"}
     return {"file": path, "trace_sha256": prepared.recorded_sha, "recorded_scored": prepared.recorded_scored,
             "scored_requests": scored,
@@ -117,7 +119,7 @@ def over_conditions(rows: list[dict], names: list[str], conds: list[Condition]) 
     gained it)."""
     out = {}
     for n in names:
-        keys = [f"{n}@{c.name}" for c in conds]
+        keys = [replay_key(n, c, len(conds)) for c in conds]
         per_file = []
         for r in rows:
             reps = [r["replays"][k] for k in keys if k in r["replays"]]
@@ -128,7 +130,7 @@ def over_conditions(rows: list[dict], names: list[str], conds: list[Condition]) 
             per_file.append({"file": r["file"], "met": sum(x["meets_target"] for x in reps), "of": len(reps),
                              "attainment_median": statistics.median(att), "attainment_min": min(att),
                              "gpu_hours_vs_best_median": statistics.median(vs) if vs else None})
-        met = {c.name: sum(r["replays"].get(f"{n}@{c.name}", {}).get("meets_target", False) for r in rows)
+        met = {c.name: sum(r["replays"].get(replay_key(n, c, len(conds)), {}).get("meets_target", False) for r in rows)
                for c in conds}
         out[n] = {"files_meeting_target": met, "median_files_meeting_target": statistics.median(met.values()),
                   "files_met_under_every_condition": sum(f["met"] == f["of"] for f in per_file),
@@ -164,10 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     if earlier is not None:  # what the earlier run replayed, under the conditions it named
         args.settings = list(earlier["settings"].items())
         args.files = [HERE.parents[1] / r["file"] for r in earlier["rows"]]
-        names = earlier.get("conditions", ["recorded"])
-        args.phases = max((parse_condition(n).of for n in names), default=1)
-        kinds = {parse_condition(n).service for n in names}
-        args.history = "both" if len(kinds) == 2 else "service" if True in kinds else "recorded"
+        if "phases" in earlier:  # recorded since session 40; earlier outputs: derived from the condition names
+            args.phases, args.history = earlier["phases"], earlier["history"]
+        else:
+            names = earlier.get("conditions", ["recorded"])
+            args.phases = max((parse_condition(n).of for n in names), default=1)
+            kinds = {parse_condition(n).service for n in names}
+            args.history = "both" if len(kinds) == 2 else "service" if True in kinds else "recorded"
     settings = dict(args.settings)
     files = args.files if args.files else discover(args.results)
     if not files:
@@ -199,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                           for n, r in row["replays"].items())
         print(f"{row['file']} ({row['file_commit'][:7]}): {cells}", flush=True)
     names = ["shipped", *settings]
-    doc = {"schema": SCHEMA, "settings": settings, "target": {
+    doc = {"schema": SCHEMA, "settings": settings, "phases": args.phases, "history": args.history, "target": {
         "attainment_after_warmup": report.TARGET_ATTAINMENT, "gpu_hours_vs_best": report.TARGET_VS_BEST}}
     if len(conds) == 1:
         doc["files_meeting_target"] = {n: sum(r["replays"][n]["meets_target"] for r in rows) for n in names}

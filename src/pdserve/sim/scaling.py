@@ -12,10 +12,12 @@ if TYPE_CHECKING:
     from pdserve.sim.simulator import Simulation
 
 
-def first_tick(sim: Simulation) -> float:
-    """When the autoscaler first ticks (then every interval): ``SimConfig.first_tick_s``, else one interval after
-    the first arrival. A set first tick also moves the planner's metric scrapes (the window grid's origin one
-    interval before it), so that they keep their phase to the ticks as the default ones do to the first arrival."""
+def first_tick(sim: Simulation) -> tuple[float, float | None]:
+    """When the autoscaler first ticks (then every interval), and the planner's metric-scrape grid origin to go with
+    it: ``SimConfig.first_tick_s`` with the origin one interval before it (so that a set first tick keeps the
+    scrapes' phase to the ticks as the default one does to the first arrival), else one interval after the first
+    arrival with the windows' origin as it is (set by the first arrival). Reads the simulation, changes nothing:
+    the caller sets the origin."""
     assert sim.autoscaler is not None
     interval = sim.autoscaler.interval_s
     if not (interval > 0):
@@ -23,9 +25,8 @@ def first_tick(sim: Simulation) -> float:
     first = sim.cfg.first_tick_s
     if first is None:
         reqs = sim.trace.requests
-        return (reqs[0].arrival_s if reqs else 0.0) + interval
-    sim.windows.origin = first - interval
-    return first
+        return (reqs[0].arrival_s if reqs else 0.0) + interval, sim.windows.origin
+    return first, first - interval
 
 
 def apply_tick(sim: Simulation) -> None:

@@ -411,7 +411,8 @@ class Simulation:
             # An autoscaler that never scales a zero pool back up would tick forever.
             limit = min(limit, reqs[-1].arrival_s + 86400.0)
         if self.autoscaler is not None:
-            self._push(first_tick(self), _TICK, None)
+            tick, self.windows.origin = first_tick(self)
+            self._push(tick, _TICK, None)
         if self.router_view.scraping:
             self._push(0.0, _SCRAPE, None)
         i = 0

@@ -8,7 +8,9 @@ the traffic itself (``scale_down_clear_quantile``): the q-quantile of how far th
 start-up plus an interval of any tick of its history, so that a release clears only where the pool left would
 still carry the load after such a rise, and (``scale_down_clear_after_burst`` off) only where no burst reserve
 asked for replicas in the window. What the stabilisation remembers may also leave out what a queue alone asked for
-(``stabilize_drain`` off). Pure arithmetic over the policy's own rate history and terms; no state.
+(``stabilize_drain`` off). The same margin may also bound how far a release the window lets through goes
+(``release_only_cleared``, ``cleared_floor``): no lower than the fewest replicas the load clears it on. Pure
+arithmetic over the policy's own rate history and terms; no state.
 """
 
 from __future__ import annotations
