@@ -1,6 +1,7 @@
-"""The "Settings after the service's history, over tick phases" table of bench/planner/README.md, from
-``results/diagnosis/settings_service.json`` (``settings_sweep.py --history service --phases N``); report.py
-splices it into the README's generated block."""
+"""The "Settings after the service's history, over tick phases" tables of bench/planner/README.md, one per
+``results/diagnosis/settings_service*.json`` (``settings_sweep.py --history service --phases N``: a sweep too long
+for one session is run as several files, e.g. the bursty windows and the 70B ones); report.py splices them into the
+README's generated block."""
 
 from __future__ import annotations
 
@@ -33,9 +34,12 @@ def lower_than_shipped(d: dict, name: str) -> tuple[int, int]:
 
 
 def settings_service(results: Path) -> str:
-    f = results / FILE
-    if not f.exists():
-        return ""
+    """Every ``settings_service*.json`` sweep's table, in file-name order ("" where there is none)."""
+    found = sorted((results / FILE.parent).glob(f"{FILE.stem}*.json"))
+    return "\n".join(_table(results, f) for f in found)
+
+
+def _table(results: Path, f: Path) -> str:
     d = json.loads(f.read_text())
     m, oc, conds = d["meta"], d["over_conditions"], d["conditions"]
     names = list(oc)

@@ -44,3 +44,13 @@ def test_the_table_has_a_row_per_window_and_a_cell_per_setting(tmp_path: Path) -
     assert "| heldout/a | 1 of 2; 80.00-90.00 %; 1.10x | 2 of 2; 99.00-99.50 %; 1.12x |" in text
     assert "| heldout/b | 2 of 2; 99.50-99.90 %; 1.00x | 2 of 2; 99.40-99.90 %; - |" in text
     assert settings_service(tmp_path / "none") == ""
+
+
+def test_each_sweep_file_gets_its_own_table(tmp_path: Path) -> None:
+    # a sweep too long for one session runs as several files (bursty windows, 70B windows): each is rendered
+    (tmp_path / FILE.parent).mkdir(parents=True)
+    (tmp_path / FILE).write_text(json.dumps(_doc()))
+    (tmp_path / FILE.parent / f"{FILE.stem}_bursty.json").write_text(json.dumps(_doc()))
+    text = settings_service(tmp_path)
+    assert text.count("#### Settings after the service's history") == 2
+    assert f"/{FILE.parent.name}/{FILE.stem}_bursty.json`" in text and f"/{FILE}`" in text
