@@ -66,6 +66,10 @@ class PolicyConfig:
     # False: no release skips the stabilisation while a burst reserve (a peak term) asked for replicas in the window:
     # the absorb gate may turn a reserve off for one tick and on the next (8B Mooncake with the learnt margin,
     # bench/planner results/diagnosis/settings_sweep35_learnt_8b.json). True: the clear rules read this tick alone.
+    # Left True in session 40: after the service's history, off mends 8B bursty seed 2's one missed phase (a decode
+    # release 2 -> 1 eight seconds before a burst) and costs the same on the other bursty windows, but holds capacity
+    # a little longer on several 70B windows at some phases (results/diagnosis/settings_service_bursty.json,
+    # settings_service_70b.json; bench/planner README, session 40).
     scale_down_clear_after_burst: bool = True
     # True: a release goes only as far as the load clears the margin (the learnt or fixed fraction above: the pool
     # left carries the load after the q-quantile rise within a start-up plus an interval), however long the window
@@ -76,7 +80,9 @@ class PolicyConfig:
     # from 900 s (scale_down_stabilization_s 120) at 0.98 and attained 91.97 % (bench/planner README, session 39).
     # Opt-in: on those two windows, four tick phases each after the service's history, it attains 100 % where the
     # shipped planner attained 79.54 % and changes no other phase's verdict (results/diagnosis/
-    # settings_service_release_only_cleared.json); not yet replayed over the other windows nor fresh ones.
+    # settings_service_release_only_cleared.json). Not a default: on the six 8B bursty windows after the service's
+    # history it costs a tenth to over a third more GPU-hours than the shipped planner on every one (the learnt margin
+    # is wide there, so few releases clear it; results/diagnosis/settings_service_bursty.json, session 40).
     release_only_cleared: bool = False
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
@@ -162,7 +168,10 @@ class PolicyConfig:
     arriving_young: str = "peak"
     # Keep capacity for the highest short-window prompt-token rate seen this long (0: off):
     # bursts shorter than the start-up delay can only be absorbed by replicas already up.
-    # 900 s was chosen on the tuning set (bench/planner: 0 / 300 / 900 s on bursty seed 0).
+    # 900 s was chosen on the tuning set (bench/planner: 0 / 300 / 900 s on bursty seed 0). Bursts further apart are
+    # forgotten between them: after the service's history validation36's 8B bursty seed 10 meets its first burst at
+    # 1P1D (its last ones 21 and 28 minutes before); 1800 s mends it at one phase (results/diagnosis/
+    # peak_window_service_bursty.json, session 40), not yet replayed where the reserve already costs most (70B Azure).
     peak_window_s: float = 900.0
     # Which series of the router's burst gauge is "the peak" (pdserve.common.burst): the rate a
     # pool needs so that no recent request waited longer than this (0: the raw 1 s peak).
