@@ -34,13 +34,14 @@ def lower_than_shipped(d: dict, name: str) -> tuple[int, int]:
 
 
 def settings_service(results: Path) -> str:
-    """Every ``settings_service*.json`` sweep's table, in file-name order ("" where there is none)."""
+    """Every ``settings_service*.json`` sweep's table, in file-name order ("" where there is none); a file read
+    under one condition only (no ``over_conditions``) has no such table and is left to its own reader."""
     found = sorted((results / FILE.parent).glob(f"{FILE.stem}*.json"))
-    return "\n".join(_table(results, f) for f in found)
+    docs = [(f, json.loads(f.read_text())) for f in found]
+    return "\n".join(_table(results, f, d) for f, d in docs if "over_conditions" in d)
 
 
-def _table(results: Path, f: Path) -> str:
-    d = json.loads(f.read_text())
+def _table(results: Path, f: Path, d: dict) -> str:
     m, oc, conds = d["meta"], d["over_conditions"], d["conditions"]
     names = list(oc)
     files = [x["file"] for x in oc["shipped"]["files"]]

@@ -51,6 +51,8 @@ def test_each_sweep_file_gets_its_own_table(tmp_path: Path) -> None:
     (tmp_path / FILE.parent).mkdir(parents=True)
     (tmp_path / FILE).write_text(json.dumps(_doc()))
     (tmp_path / FILE.parent / f"{FILE.stem}_bursty.json").write_text(json.dumps(_doc()))
+    one = {"meta": {"commit": "0"}, "settings": {}, "files_meeting_target": {"shipped": 0}, "rows": []}
+    (tmp_path / FILE.parent / f"{FILE.stem}_one_condition.json").write_text(json.dumps(one))  # no table, no crash
     text = settings_service(tmp_path)
     assert text.count("#### Settings after the service's history") == 2
     assert f"/{FILE.parent.name}/{FILE.stem}_bursty.json`" in text and f"/{FILE}`" in text
