@@ -97,6 +97,10 @@ class Stack:
             "--discovery-file", str(self.discovery_file),
             "--policy", self.config.policy,
             "--tokenizer-mode", "mock",  # the demo's mock workers use pdserve's hash-word tokenizer
+            # One process: /health speaks for the process that answers it, so with --processes N (the default, one
+            # per CPU) the stack was "ready" while another process had not read the discovery file yet and answered
+            # the first request 503 (fresh-clone CI, session 40). The demo's few requests per second need one.
+            "--processes", "1",
         ]  # fmt: skip
 
     def _spawn(self, name: str, argv: list[str]) -> None:
