@@ -23,7 +23,7 @@ from typing import Any
 from pdserve.planner.core.arriving import TrafficStart, arrival_rate, arriving_tokens
 from pdserve.planner.core import decision as D
 from pdserve.planner.core.budget import fit_budget, gpus
-from pdserve.planner.core.burst_fit import burst_shape, lone_episode
+from pdserve.planner.core.burst_memory import BurstMemory
 from pdserve.planner.core.decision import ScalingDecision
 from pdserve.planner.core.link_model import budget_transfers, usable_utilization
 from pdserve.planner.core.lookahead import Ramp, moving_replicas
@@ -34,7 +34,7 @@ from pdserve.planner.core.policy_config import PolicyConfig
 from pdserve.planner.core.predictors import Forecast, Predictor, make_predictor
 from pdserve.planner.core.release import clear_fraction, cleared_floor, is_clear, reserved, undrained
 from pdserve.planner.core.profile import CapacityProfile
-from pdserve.planner.core.sizing import LINK_PLATEAU, Capacity, Load, absorbed, missed_tokens, size
+from pdserve.planner.core.sizing import LINK_PLATEAU, Capacity, Load, size
 
 __all__ = ["PlannerPolicy", "PolicyConfig"]
 
@@ -46,9 +46,6 @@ class _State:
     osl: deque = field(default_factory=deque)
     hit: float = 0.0
     recs: deque = field(default_factory=deque)  # (time, prefill, decode) raw recommendations
-    # (time, short-window prompt tokens/s, burst duration s, a level rather than a burst,
-    #  the rate window's prompt tokens/s at that tick: the background the burst stood on)
-    peaks: deque = field(default_factory=deque)
     last_busy: float | None = None  # last time requests were seen
     start: TrafficStart = field(default_factory=TrafficStart)  # when the traffic began (the rate window fills)
     pending_since: dict[str, float] = field(default_factory=dict)
@@ -66,6 +63,7 @@ class PlannerPolicy:
                                                      min_level_smoothing=config.min_level_smoothing)
         self.length_predictor = predictor or make_predictor(config.length_predictor, explode_ratio=config.explode_ratio)
         self._s = _State()
+        self._bursts = BurstMemory(config)
         if config.ramp_projection_s is not None:
             self._s.ramp = Ramp(config.ramp_ticks, config.ramp_projection_s)
         self._rise: tuple[tuple[float, float] | None] | None = None
@@ -191,7 +189,7 @@ class PlannerPolicy:
         if corr_d != 1.0 and (curved := self._curved_decode_capacity(context)) is not None:
             corr_d = cap_d / max(curved, 1e-9)  # the capacity where the load-dependent ratio meets the SLO
         link = prof.kv_link.tokens_per_s if prof.kv_link is not None else None
-        self._record_peak(obs, now)
+        self._bursts.record(obs, now)
         if s.ramp is not None:
             s.ramp.record(now, obs.router_prompt_tokens_rate)
         u_p = self._prefill_utilization(obs)
@@ -257,12 +255,12 @@ class PlannerPolicy:
                                    signal=cfg.arriving_signal, young=cfg.arriving_young)
         load = Load(rate=max(rate, 0.0), isl=isl, osl=osl, hit=s.hit, prefill_queue_tokens=q_p,
                     decode_queue_tokens=q_d, prompt_tokens_floor=floor,
-                    peak_prompt_tokens=self._peak(obs, now, steady=self._steady_prefill(rate * isl, tokens_now, capacity)),
+                    peak_prompt_tokens=self._bursts.reserve(obs, now, steady=self._steady_prefill(rate * isl, tokens_now, capacity)),
                     arriving_prompt_tokens=arriving if cfg.drain_backlog else 0.0,
                     prefill_replicas=cur[0], decode_replicas=cur[1], prefill_moving=self._prefill_moving(obs, now),
                     peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
                                   and _finite(obs.router_prompt_tokens_peak)),
-                    peak_utilization=self._or_target(cfg.burst_utilization) if self._fitting(obs) else 1.0,
+                    peak_utilization=self._or_target(cfg.burst_utilization) if self._bursts.fitting(obs) else 1.0,
                     drain_serves_arriving=cfg.cold_start_link,
                     link_release=self._or_target(cfg.decode_link_release) if cfg.cold_start_link else None,
                     decode_queue_compute=cfg.decode_queue_compute)
@@ -301,82 +299,16 @@ class PlannerPolicy:
         """A pool's or term's own utilisation target, else target_utilization."""
         return self.config.target_utilization if u is None else u
 
-    def _fitting(self, obs: Observation) -> bool:
-        """The peak is a fitted burst arrival rate (both gauge readings present)."""
-        cfg = self.config
-        return (cfg.burst_fit_budget_s is not None and cfg.burst_budget_s is not None
-                and _finite(obs.router_prompt_tokens_peak) and _finite(obs.router_prompt_tokens_peak_wide))
-
     def _steady_prefill(self, tokens: float, floor: float, capacity: Capacity) -> float:
         """Prompt tokens/s the prefill pool sized for the steady load alone moves flat out."""
         fresh = max(tokens, floor) * (1 - self._s.hit)
         replicas = max(math.ceil(capacity.prefill_replicas(fresh) - 1e-9), self.config.prefill_min, 1)
         return replicas * capacity.prefill_saturated / (1 - self._s.hit)
 
-    def _record_peak(self, obs: Observation, now: float) -> None:
-        """This tick's short-window peak into the window ``_peak`` reads (once per tick)."""
-        cfg, peaks = self.config, self._s.peaks
-        if cfg.peak_window_s <= 0:
-            return
-        if self._fitting(obs):
-            assert cfg.burst_budget_s is not None and cfg.burst_fit_budget_s is not None
-            # A burst is believed to last at least the wide budget: below that the fit reads one or
-            # two long prompts in one second as a "rate" (Mooncake: 12k-token prompts, one second
-            # at 290k tokens/s, 16 prefill replicas held for it), and the budget absorbs them anyway.
-            rate, duration = burst_shape(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
-                                         obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
-                                         min_duration_s=cfg.burst_fit_budget_s)
-            seen = obs.router_prompt_tokens_rate if _finite(obs.router_prompt_tokens_rate) else 0.0
-            peaks.append((now, rate, duration, self._level(rate, obs), max(seen, 0.0)))
-        elif _finite(obs.router_prompt_tokens_peak):
-            peaks.append((now, obs.router_prompt_tokens_peak, math.inf, False, 0.0))
-        while peaks and peaks[0][0] <= now - cfg.peak_window_s:
-            peaks.popleft()
-
     def _prefill_moving(self, obs: Observation, now: float) -> float | None:
         """Prefill replica-equivalents moving tokens over the next start-up with ``drain_starting``; else None."""
         cfg = self.config
         return moving_replicas(obs.prefill, self._s.prefill_up_at, now, cfg.startup_s) if cfg.drain_starting else None
-
-    def _peak(self, obs: Observation, now: float, steady: float = 0.0) -> float:
-        """The highest short-window prompt-token rate within ``peak_window_s`` (with a burst fit
-        budget: the highest fitted burst arrival rate, among the bursts the steady plan, moving
-        ``steady`` prompt tokens/s, would not drain in time)."""
-        cfg, peaks = self.config, self._s.peaks
-        if cfg.peak_window_s <= 0:
-            return 0.0
-        bursts = [(t, p, dur, seen) for t, p, dur, level, seen in peaks if not level]
-        now_seen = obs.router_prompt_tokens_rate
-        if cfg.burst_on_level and _finite(now_seen):
-            # A burst topped the level it was seen on; on today's lower level the same excess tops less.
-            bursts = [(t, p - max(seen - now_seen, 0.0) if seen > 0 else p, dur, seen) for t, p, dur, seen in bursts]
-        if cfg.burst_absorb_fraction is None or not self._fitting(obs):
-            return max((p for _, p, _, _ in bursts), default=0.0)
-        budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
-        over = [(t, p, dur, seen) for t, p, dur, seen in bursts if not absorbed(p, dur, steady, budget)]
-        if over and lone_episode([t for t, *_ in over], now, cfg.lone_burst_s):
-            return 0.0
-        if over and self._within_miss_budget([(p, dur, seen) for _, p, dur, seen in over], steady, budget):
-            return 0.0
-        return max((p for _, p, _, _ in over), default=0.0)
-
-    def _within_miss_budget(self, over: list[tuple[float, float, float]], steady: float, budget: float) -> bool:
-        """The bursts the steady plan does not absorb, recurring as seen, would miss fewer prompt tokens than
-        ``burst_miss_budget`` of the SLO's error budget (``1 - attainment``) of the tokens the peak window saw:
-        then that plan stands and they spend the error budget instead of a reserve held for the whole window.
-        Tokens stand in for requests (``sizing.missed_tokens``); each tick in the window counts ``interval_s``."""
-        cfg = self.config
-        if cfg.burst_miss_budget is None:
-            return False
-        arrived = sum(seen for *_, seen in self._s.peaks) * cfg.interval_s
-        missed = sum(missed_tokens(p, dur, steady, budget, seen) for p, dur, seen in over)
-        return missed <= cfg.burst_miss_budget * (1 - cfg.attainment) * arrived
-
-    def _level(self, rate: float, obs: Observation) -> bool:
-        """The fitted burst rate is the load's level (``burst_level_ratio``): the rate window already shows it."""
-        ratio = self.config.burst_level_ratio
-        seen = obs.router_prompt_tokens_rate
-        return ratio is not None and _finite(seen) and seen > 0 and rate <= ratio * seen
 
     @staticmethod
     def _queue_tokens(obs: Observation, isl: float) -> tuple[float, float]:

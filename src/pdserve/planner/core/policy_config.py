@@ -237,6 +237,14 @@ class PolicyConfig:
     # on 70B bursty seed 0 (under 99 % either way); on five fresh windows (settings_sweep26_validation.json) it costs
     # less on one and changes no verdict. Session 24 had left it opt-in: no verdict changed then.
     burst_on_level: bool = True
+    # The level a remembered burst is discounted from (burst_on_level): the lowest router prompt-token rate within this
+    # many seconds up to the tick the burst was seen (0: that tick's rate). That tick's rate window holds the burst's
+    # own tokens, so read alone it puts the level as high as the burst lifted it and, once the burst has left the
+    # window, the discount takes the burst's own share off its reserve (bench/planner, 8B bursty seed 2 after the
+    # service's history: the reserve ~15 % low right after each burst, a decode release 2 -> 1 eight seconds before
+    # the next; results/diagnosis/settings_service_bursty.json). A rate window plus an interval reaches a tick before
+    # a burst that began since the previous one. Opt-in until swept (bench/planner README, session 41).
+    burst_level_lookback_s: float = 0.0
     # Size decode for its queue's work as well as for its links (sizing.Load.decode_queue_compute): requests waiting in
     # the decode pool, for their KV or for a batch slot, each still generate their output; the pool serves the
     # arrivals and works that backlog off within drain_s at its SLO capacity. Without it a decode pool whose batch is
@@ -351,6 +359,8 @@ class PolicyConfig:
                 return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
         if self.scale_down_stabilization_max_replicas is not None and self.scale_down_stabilization_max_replicas < 0:
             return f"scale-down stabilisation max replicas {self.scale_down_stabilization_max_replicas} < 0"
+        if not (math.isfinite(self.burst_level_lookback_s) and self.burst_level_lookback_s >= 0):
+            return f"burst level lookback {self.burst_level_lookback_s:g} s must be a finite number >= 0"
         if self.scale_down_clear_fraction is not None and not (0 < self.scale_down_clear_fraction <= 1):
             return f"scale-down clear fraction {self.scale_down_clear_fraction:g} not in (0, 1]"
         if self.scale_down_clear_quantile is not None and not (0 < self.scale_down_clear_quantile <= 1):
