@@ -122,12 +122,3 @@ def test_report_writes_summary_and_plots(tmp_path: Path) -> None:
     md = (tmp_path / "r" / "summary.md").read_text()
     assert "| succeeded / failed | 10 / 0 |" in md and "![latency against SLO](latency.png)" in md
     assert len(json.loads((tmp_path / "r" / "timeline.json").read_text())["samples"]) == 11
-
-
-def test_the_demo_router_runs_one_process(tmp_path: Path) -> None:
-    # /health speaks for the process that answers it: under --processes N the stack read as ready while another
-    # process had no workers yet and answered the first request 503 (fresh-clone CI, session 40)
-    from pdserve.demo.stack import Stack, StackConfig
-
-    argv = Stack(StackConfig(run_dir=tmp_path)).router_command()
-    assert argv[argv.index("--processes") + 1] == "1"

@@ -136,3 +136,59 @@ async def test_a_process_that_dies_takes_the_others_down_with_a_clear_message(ro
     assert proc.wait(20) != 0
     assert not _alive(pids[1])
     assert f"process {pids[0]} exited" in proc.stderr.read().decode()  # type: ignore[union-attr]
+
+
+async def _health(url: str) -> tuple[int, dict] | None:
+    """One /health on a fresh connection (the kernel picks the process); None while nothing listens."""
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s, \
+                s.get(url + "/health") as r:
+            return r.status, await r.json()
+    except aiohttp.ClientConnectionError:
+        return None
+
+
+async def test_health_is_ok_only_once_every_process_has_its_workers(worker, tmp_path) -> None:
+    # Each process polls the discovery file on its own every 0.5 s: one read it, answered /health 200, and the other
+    # still answered requests 503 "no worker available" (the demo in session 40's fresh-clone CI). The set reads
+    # ready only when every process has a decode worker, so after the first 200 none answers 503.
+    discovery = tmp_path / "discovery.json"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "pdserve.cli", "router", "--discovery-file", str(discovery),
+                             "--port", str(port), "--processes", "2", "--policy", "round_robin", "--log-level",
+                             "WARNING", "--tokenizer-mode", "mock", *server_args()],
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        waiting: set[int] = set()  # both processes listen, neither has a worker
+        deadline = time.monotonic() + 30
+        while len(waiting) < 2 and time.monotonic() < deadline:
+            got = await _health(url)
+            if got is None:
+                await asyncio.sleep(0.1)
+                continue
+            assert got[0] == 503, got
+            waiting.add(got[1]["pid"])
+        assert len(waiting) == 2, waiting
+        discovery.write_text(f'{{"decode": ["{worker.url}"]}}')
+        answers: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 10
+        while not answers or answers[0][0] != 200:
+            assert time.monotonic() < deadline, answers
+            got = await _health(url)
+            assert got is not None
+            answers[:] = [(got[0], got[1]["pid"])]
+        after_first = time.monotonic() + 1.5  # three polling periods
+        while time.monotonic() < after_first:
+            got = await _health(url)
+            assert got is not None
+            answers.append((got[0], got[1]["pid"]))
+        assert {status for status, _ in answers} == {200}, [a for a in answers if a[0] != 200][:3]
+        assert {pid for _, pid in answers} == waiting  # both answered
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)

@@ -97,10 +97,8 @@ class Stack:
             "--discovery-file", str(self.discovery_file),
             "--policy", self.config.policy,
             "--tokenizer-mode", "mock",  # the demo's mock workers use pdserve's hash-word tokenizer
-            # One process: /health speaks for the process that answers it, so with --processes N (the default, one
-            # per CPU) the stack was "ready" while another process had not read the discovery file yet and answered
-            # the first request 503 (fresh-clone CI, session 40). The demo's few requests per second need one.
-            "--processes", "1",
+            # --processes as users get it (one per CPU): /health reads ready only once every process has its
+            # workers (router/shell/siblings.py), which _router_ready waits for.
         ]  # fmt: skip
 
     def _spawn(self, name: str, argv: list[str]) -> None:

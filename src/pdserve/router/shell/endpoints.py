@@ -25,8 +25,12 @@ async def models(state: RouterState) -> Reply:
 def health(state: RouterState) -> Reply:
     now = state.clock.monotonic()  # cool-downs are on the router's clock
     up = {role: len(state.pool.views(role, now, fail_open=False)) for role in ("prefill", "decode")}
-    ok = up["decode"] > 0
-    body = {"status": "ok" if ok else "no decode worker available", "workers": up,
+    status = "ok" if up["decode"] > 0 else "no decode worker available"
+    if status == "ok" and state.siblings is not None:
+        # Any of the set may answer the next request: ready only when each has a decode worker (siblings.py).
+        status = state.siblings.not_ready() or status
+    ok = status == "ok"
+    body = {"status": status, "workers": up,
             "disaggregated": state.disaggregated, "policy": state.cfg.routing.policy.value, "inflight": state.active,
             "pid": os.getpid()}  # which process answered, under --processes N
     return json_reply(body, 200 if ok else 503)

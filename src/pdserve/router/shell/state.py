@@ -19,6 +19,7 @@ from pdserve.router.shell.discovery import Endpoints
 from pdserve.router.shell.kv_events import KvEventSubscriber
 from pdserve.router.core.kv_index import KvIndex
 from pdserve.router.shell.metrics import RouterMetrics
+from pdserve.router.shell.siblings import Siblings
 from pdserve.router.shell.tokenizing import load_router_tokenizer
 from pdserve.router.policies import Decision, Policy, RouteRequest
 from pdserve.router.shell.workers import WorkerPool
@@ -58,6 +59,8 @@ class RouterState:
         # Set when the shutdown drain ends those streams: a migration still being placed gives up too.
         self.ending = asyncio.Event()
         self.models_cache: tuple[float, list[dict]] = (0.0, [])
+        # The other processes of a --processes N set, whose readiness /health reports with this one's.
+        self.siblings = Siblings.from_env()
         self.tracing: Tracing | None = None
         if cfg.otlp_traces_endpoint:  # the SDK is imported only then: off costs nothing
             from pdserve.router.shell.tracing import Tracing, provider_for
@@ -90,6 +93,8 @@ class RouterState:
         if added or removed:
             log.info("workers now: prefill=%s decode=%s (+%d -%d, from %s)", self.pool.urls("prefill"),
                      self.pool.urls("decode"), len(added), len(removed), eps.source)
+        if self.siblings is not None:
+            self.siblings.mark(len(self.pool.urls("decode")))
         if self.kv_sub is not None:
             self.kv_sub.sync({u: w.endpoint.kv_events for u, w in self.pool.workers.items() if w.endpoint.kv_events})
 

@@ -7,7 +7,9 @@ subscriptions and policy state (so a worker's load as seen by one process omits 
 requests the others sent it, and prefix_approx's index is per process; kv_aware's
 index is fed by the workers' own events, so each process has the whole picture).
 Metrics are shared through prometheus_client's multiprocess mode: a scrape of any
-process reports counters and histograms summed over all of them.
+process reports counters and histograms summed over all of them. ``/health`` is ok only
+once every process has a decode worker (``siblings.py``): any of them may take the next
+connection.
 
 The supervisor holds the port (bound, not listening) so ``--port 0`` resolves to one
 port for all, forwards SIGTERM/SIGINT, and stops everything if any process dies, so a
@@ -24,7 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from types import FrameType
+
+from pdserve.router.shell.siblings import ENV as SIBLINGS_ENV, Siblings
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -52,7 +57,9 @@ def supervise(argv: list[str], host: str, port: int, processes: int, grace_s: fl
     holder = hold_port(host, port)
     port = holder.getsockname()[1]
     metrics_dir = tempfile.mkdtemp(prefix="pdserve-router-metrics-")
-    env = {**os.environ, MULTIPROC_ENV: metrics_dir}
+    # Each process marks its discovery's decode workers there; /health reads the set's (siblings.py).
+    ready_dir = Path(metrics_dir) / "ready"
+    env = {**os.environ, MULTIPROC_ENV: metrics_dir, SIBLINGS_ENV: Siblings.env_value(ready_dir, processes)}
     children: list[subprocess.Popen[bytes]] = []
     stopping = False
 
