@@ -187,6 +187,20 @@ def test_router_deployment_service_and_rbac() -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llama-8b-router", "namespace": "llm"}]
 
 
+def test_router_probes_and_its_writable_tmp() -> None:
+    c = _by(render(_svc()), "Deployment", "llama-8b-router")["spec"]["template"]["spec"]
+    (router,) = c["containers"]
+    # Ready once every router process has a decode worker; alive whenever it answers (an empty decode pool while
+    # weights load or after a scale to zero is not a reason to restart the router).
+    assert router["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert router["livenessProbe"]["httpGet"] == {"path": "/live", "port": "http"}
+    # The root is read-only; --processes N keeps its shared folder under Python's temporary directory: /tmp.
+    assert router["securityContext"]["readOnlyRootFilesystem"] is True
+    tmp = [m for m in router["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert len(tmp) == 1 and not tmp[0].get("readOnly")
+    assert {"name": tmp[0]["name"], "emptyDir": {"sizeLimit": "64Mi"}} in c["volumes"]
+
+
 def test_router_args_parse_with_the_real_router_cli() -> None:
     c = _engine(render(_svc()), "llama-8b-router")
     args = router_cli.build_parser().parse_args(c["args"])

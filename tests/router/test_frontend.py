@@ -201,3 +201,15 @@ async def test_router_internal_overhead_metrics_cover_each_stream(colocated) -> 
             assert 0 < metric_sum(text, name + "_sum") < 3.0, name
         ttft_sum = metric_sum(text, "pdserve_router_time_to_first_token_seconds_sum")
         assert metric_sum(text, "pdserve_router_request_overhead_seconds_sum") < ttft_sum
+
+
+async def test_live_answers_while_health_says_no_worker(tmp_path) -> None:
+    # The router pod's liveness probe: /health is 503 while the decode pool is empty (weights loading, scaled to
+    # zero), and as the liveness probe it restarted the router every 30 s; /live only says the process answers.
+    discovery = tmp_path / "workers.json"
+    discovery.write_text('{"decode": []}')
+    async with run_router(router_config(discovery_file=discovery)) as r:
+        health = await r.session.get(r.url + "/health")
+        assert health.status == 503 and (await health.json())["status"] == "no decode worker available"
+        live = await r.session.get(r.url + "/live")
+        assert live.status == 200 and (await live.json())["status"] == "alive"

@@ -70,13 +70,22 @@ def _router_volumes(svc: DisaggregatedService) -> tuple[list[dict[str, Any]], li
     shared = cache.host_path is not None or (cache.persistent_volume_claim is not None and cache.read_only)
     volumes: list[dict[str, Any]] = [{"name": "home", "emptyDir": {}}, cache_volume(svc) if shared else {"name": "model-cache", "emptyDir": {"sizeLimit": SMALL_CACHE}}]
     mounts: list[dict[str, Any]] = [{"name": "home", "mountPath": ROUTER_HOME}, {"name": "model-cache", "mountPath": HF_HOME, **({"readOnly": True} if cache.read_only else {})}]
+    # A writable /tmp: under --processes N (a cpu request of 2 or more) the supervisor keeps the processes' shared
+    # metrics and readiness markers in a temporary folder, and on the read-only root Python finds none ("No usable
+    # temporary directory found in ['/tmp', '/var/tmp', '/usr/tmp', '/tmp']": the router exits at start).
+    volumes.append({"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}})
+    mounts.append({"name": "tmp", "mountPath": "/tmp"})
     return volumes, mounts
 
 
 def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict[str, Any]:
     command = router_command(svc)
     volumes, mounts = _router_volumes(svc)
-    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    # Ready on /health (every process has a decode worker); alive on /live (the process answers). /health is 503
+    # while the decode pool is empty (workers loading weights, scaled to zero): as the liveness probe it restarted a
+    # healthy router every 30 s for as long as that lasted.
+    ready = {"httpGet": {"path": "/health", "port": "http"}}
+    live = {"httpGet": {"path": "/live", "port": "http"}}
     container: dict[str, Any] = {
         "name": "router",
         "image": svc.spec.router.image or options.pdserve_image,
@@ -85,8 +94,8 @@ def router_deployment(svc: DisaggregatedService, options: RenderOptions) -> dict
         "env": router_env(svc),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": router_resources(svc),
-        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
+        "readinessProbe": {**ready, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 3},
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
         "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True},

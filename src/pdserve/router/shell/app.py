@@ -45,6 +45,9 @@ def build_app(cfg: RouterConfig) -> web.Application:
     async def health(request: web.Request) -> web.Response:
         return to_response(endpoints.health(state))
 
+    async def live(request: web.Request) -> web.Response:
+        return to_response(endpoints.live(state))
+
     async def metrics(request: web.Request) -> web.Response:
         return to_response(endpoints.metrics(state))
 
@@ -55,6 +58,7 @@ def build_app(cfg: RouterConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    app.router.add_get("/live", live)
     app.router.add_get("/metrics", metrics)
     app.router.add_route("*", "/{tail:.*}", not_found)
     app.cleanup_ctx.append(_lifecycle)

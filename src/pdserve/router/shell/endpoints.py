@@ -1,4 +1,4 @@
-"""The router's small endpoints (/v1/models, /health, /metrics) as ``Reply``s, for both HTTP servers."""
+"""The router's small endpoints (/v1/models, /health, /live, /metrics) as ``Reply``s, for both HTTP servers."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ def health(state: RouterState) -> Reply:
             "disaggregated": state.disaggregated, "policy": state.cfg.routing.policy.value, "inflight": state.active,
             "pid": os.getpid()}  # which process answered, under --processes N
     return json_reply(body, 200 if ok else 503)
+
+
+def live(state: RouterState) -> Reply:
+    """The process answers (a liveness probe): 200 with or without workers, unlike /health."""
+    return json_reply({"status": "alive", "pid": os.getpid(), "inflight": state.active})
 
 
 def metrics(state: RouterState) -> Reply:

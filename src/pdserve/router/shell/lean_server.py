@@ -77,6 +77,8 @@ class LeanServer:
         elif method in ("GET", "HEAD"):
             if path == "/health":
                 return endpoints.health(self.state)
+            if path == "/live":
+                return endpoints.live(self.state)
             if path == "/metrics":
                 return endpoints.metrics(self.state)
             if path == "/v1/models":
