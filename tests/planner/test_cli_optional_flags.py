@@ -1,6 +1,6 @@
 """``pdserve planner run``'s float-or-'none' policy flags: each one's default is the policy's, 'none' (any case)
 reads as None and a number as that number, a bad number is refused, and all of them at 'none' make a policy that
-decides (fourteen since --peak-window-max-s). Which PolicyConfig field each parsed value reaches: test_cli_policy_config.py."""
+decides (thirteen since --scale-down-clear-fraction / -quantile). Which PolicyConfig field each parsed value reaches: test_cli_policy_config.py."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ OPTIONAL = {argv[0]: field for argv, (field, _) in FLAGS.items()
             if not argv[0].startswith("--no-") and "'none': " in (_run_action(argv[0]).help or "")}
 
 
-def test_the_optional_flags_are_the_fourteen() -> None:
+def test_the_optional_flags_are_the_thirteen() -> None:
     assert set(OPTIONAL) == {"--burst-budget", "--burst-fit-budget", "--burst-absorb-fraction", "--burst-level-ratio",
                              "--burst-miss-budget", "--lone-burst-s", "--prefill-utilization",
                              "--prefill-ratio-floor", "--correction-backlog-s",
                              "--ramp-projection-s", "--decode-link-release", "--scale-down-clear-fraction",
-                             "--scale-down-clear-quantile", "--peak-window-max-s"}
+                             "--scale-down-clear-quantile"}
 
 
 @pytest.mark.parametrize("flag,field", OPTIONAL.items())

@@ -36,8 +36,6 @@ class BurstMemory:
     config: PolicyConfig
     peaks: deque[Peak] = field(default_factory=deque)
     rates: deque[tuple[float, float]] = field(default_factory=deque)  # (t, router rate) within the lookback
-    bursts: deque[float] = field(default_factory=deque)  # ticks that saw a burst (peak_window_max_s's gaps)
-    window_s: float = 0.0  # the peak window this tick (peak_window_s, stretched by the gaps between bursts)
 
     def fitting(self, obs: Observation) -> bool:
         """The peak is a fitted burst arrival rate (both gauge readings present)."""
@@ -64,29 +62,8 @@ class BurstMemory:
             peaks.append(Peak(now, rate, duration, self._level(rate, obs), seen, base))
         elif _finite(obs.router_prompt_tokens_peak):
             peaks.append(Peak(now, obs.router_prompt_tokens_peak, math.inf, False, 0.0, 0.0))
-        self.window_s = self._window(now)
-        while peaks and peaks[0].t <= now - max(cfg.peak_window_s, cfg.peak_window_max_s or 0.0):
+        while peaks and peaks[0].t <= now - cfg.peak_window_s:
             peaks.popleft()
-
-    def _window(self, now: float) -> float:
-        """How long a burst is remembered this tick: ``peak_window_s``, or with ``peak_window_max_s`` the longest
-        gap between ticks that saw a burst (within four times the max; the gap still open since the last burst
-        not counted), between the two."""
-        cfg = self.config
-        if cfg.peak_window_max_s is None:
-            return cfg.peak_window_s
-        last = self.peaks[-1] if self.peaks else None
-        if last is not None and last.t == now and not last.level and math.isfinite(last.duration):
-            self.bursts.append(now)
-        while self.bursts and self.bursts[0] < now - 4 * cfg.peak_window_max_s:
-            self.bursts.popleft()
-        times = list(self.bursts)
-        gap = max((b - a for a, b in zip(times, times[1:])), default=0.0)
-        return min(max(cfg.peak_window_s, gap + cfg.interval_s), cfg.peak_window_max_s)
-
-    def _kept(self, now: float) -> list[Peak]:
-        """The peaks within this tick's window."""
-        return [p for p in self.peaks if p.t > now - self.window_s]
 
     def _base(self, seen: float, now: float) -> float:
         """The load's level under a burst seen now: the lowest router rate within ``burst_level_lookback_s`` (this
@@ -109,7 +86,7 @@ class BurstMemory:
         cfg = self.config
         if cfg.peak_window_s <= 0:
             return 0.0
-        bursts = [(p.t, p.rate, p.duration, p.seen, p.base) for p in self._kept(now) if not p.level]
+        bursts = [(p.t, p.rate, p.duration, p.seen, p.base) for p in self.peaks if not p.level]
         now_seen = obs.router_prompt_tokens_rate
         if cfg.burst_on_level and _finite(now_seen):
             # A burst topped the level it was seen on; on today's lower level the same excess tops less.
@@ -121,12 +98,11 @@ class BurstMemory:
         over = [(t, r, dur, seen) for t, r, dur, seen, _ in bursts if not absorbed(r, dur, steady, budget)]
         if over and lone_episode([t for t, *_ in over], now, cfg.lone_burst_s):
             return 0.0
-        if over and self._within_miss_budget([(r, dur, seen) for _, r, dur, seen in over], steady, budget, now):
+        if over and self._within_miss_budget([(r, dur, seen) for _, r, dur, seen in over], steady, budget):
             return 0.0
         return max((r for _, r, _, _ in over), default=0.0)
 
-    def _within_miss_budget(self, over: list[tuple[float, float, float]], steady: float, budget: float,
-                            now: float) -> bool:
+    def _within_miss_budget(self, over: list[tuple[float, float, float]], steady: float, budget: float) -> bool:
         """The bursts the steady plan does not absorb, recurring as seen, would miss fewer prompt tokens than
         ``burst_miss_budget`` of the SLO's error budget (``1 - attainment``) of the tokens the peak window saw:
         then that plan stands and they spend the error budget instead of a reserve held for the whole window.
@@ -134,7 +110,7 @@ class BurstMemory:
         cfg = self.config
         if cfg.burst_miss_budget is None:
             return False
-        arrived = sum(p.seen for p in self._kept(now)) * cfg.interval_s
+        arrived = sum(p.seen for p in self.peaks) * cfg.interval_s
         missed = sum(missed_tokens(r, dur, steady, budget, seen) for r, dur, seen in over)
         return missed <= cfg.burst_miss_budget * (1 - cfg.attainment) * arrived
 

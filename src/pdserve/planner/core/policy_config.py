@@ -173,11 +173,6 @@ class PolicyConfig:
     # 1P1D (its last ones 21 and 28 minutes before); 1800 s mends it at one phase (results/diagnosis/
     # peak_window_service_bursty.json, session 40), not yet replayed where the reserve already costs most (70B Azure).
     peak_window_s: float = 900.0
-    # Stretch that window, up to this many seconds, to the longest gap between bursts seen (None: peak_window_s
-    # alone). A source whose bursts have stayed away 28 minutes and come back is one to stand by for 28 minutes;
-    # where bursts come every few minutes (the Azure clumps) the window stays peak_window_s and the reserve costs no
-    # more. Gaps are read between burst ticks seen within four times this span. Opt-in until swept (session 41).
-    peak_window_max_s: float | None = None
     # Which series of the router's burst gauge is "the peak" (pdserve.common.burst): the rate a
     # pool needs so that no recent request waited longer than this (0: the raw 1 s peak).
     # None: the 15 s scrape-resolution irate() peak, as before the gauge existed (also the
@@ -366,8 +361,6 @@ class PolicyConfig:
             return f"scale-down stabilisation max replicas {self.scale_down_stabilization_max_replicas} < 0"
         if not (math.isfinite(self.burst_level_lookback_s) and self.burst_level_lookback_s >= 0):
             return f"burst level lookback {self.burst_level_lookback_s:g} s must be a finite number >= 0"
-        if self.peak_window_max_s is not None and not (self.peak_window_max_s >= self.peak_window_s):
-            return f"peak window max {self.peak_window_max_s:g} s below the peak window {self.peak_window_s:g} s"
         if self.scale_down_clear_fraction is not None and not (0 < self.scale_down_clear_fraction <= 1):
             return f"scale-down clear fraction {self.scale_down_clear_fraction:g} not in (0, 1]"
         if self.scale_down_clear_quantile is not None and not (0 < self.scale_down_clear_quantile <= 1):

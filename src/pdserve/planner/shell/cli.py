@@ -97,9 +97,6 @@ def _run_parser(sub) -> None:
               "window, they would miss fewer prompt tokens than this share of the error budget (1 - --attainment) "
               "of the tokens that window saw",
               "every such burst gets one")
-    _optional(g, "--peak-window-max-s", "peak_window_max_s", "S",
-              "remember a burst for as long as the longest gap seen between bursts, up to S seconds",
-              "for the peak window alone")
     _optional(g, "--lone-burst-s", "lone_burst_s", "S",
               "no reserve for the bursts the steady plan does not absorb once all those of the peak window came "
               "within one span this long and none in as long since: one episode that did not recur",
@@ -272,7 +269,6 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
         burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
         burst_miss_budget=args.burst_miss_budget, lone_burst_s=args.lone_burst_s,
-        peak_window_max_s=args.peak_window_max_s,
         prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
         hold_decode_on_rise=args.hold_decode_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
