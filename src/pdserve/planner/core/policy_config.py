@@ -171,7 +171,10 @@ class PolicyConfig:
     # 900 s was chosen on the tuning set (bench/planner: 0 / 300 / 900 s on bursty seed 0). Bursts further apart are
     # forgotten between them: after the service's history validation36's 8B bursty seed 10 meets its first burst at
     # 1P1D (its last ones 21 and 28 minutes before); 1800 s mends it at one phase (results/diagnosis/
-    # peak_window_service_bursty.json, session 40), not yet replayed where the reserve already costs most (70B Azure).
+    # peak_window_service_bursty.json, session 40); on the nine 70B Azure windows after the service's history, at four
+    # phases, 1800 s replays as 900 s (settings_service_70b41.json, session 41). A window stretched to the longest gap
+    # seen between bursts does not mend seed 10: its history's gaps were all under 11 minutes, the miss follows the
+    # first 22-minute one (session 41, tried and removed).
     peak_window_s: float = 900.0
     # Which series of the router's burst gauge is "the peak" (pdserve.common.burst): the rate a
     # pool needs so that no recent request waited longer than this (0: the raw 1 s peak).
@@ -243,7 +246,9 @@ class PolicyConfig:
     # window, the discount takes the burst's own share off its reserve (bench/planner, 8B bursty seed 2 after the
     # service's history: the reserve ~15 % low right after each burst, a decode release 2 -> 1 eight seconds before
     # the next; results/diagnosis/settings_service_bursty.json). A rate window plus an interval reaches a tick before
-    # a burst that began since the previous one. Opt-in until swept (bench/planner README, session 41).
+    # a burst that began since the previous one. Opt-in: at 90 s it mends that miss and held-out 70B 2x from 1,200 s at
+    # phase 0, and costs more on four bursty and two 70B Azure windows, the rest unchanged; no window reaches the
+    # target (results/diagnosis/settings_service_bursty41.json, settings_service_70b41.json; README, session 41).
     burst_level_lookback_s: float = 0.0
     # Size decode for its queue's work as well as for its links (sizing.Load.decode_queue_compute): requests waiting in
     # the decode pool, for their KV or for a batch slot, each still generate their output; the pool serves the
