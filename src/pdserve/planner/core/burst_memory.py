@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pdserve.planner.core.burst_fit import burst_shape, lone_episode
 from pdserve.planner.core.observation import Observation
@@ -86,23 +86,22 @@ class BurstMemory:
         cfg = self.config
         if cfg.peak_window_s <= 0:
             return 0.0
-        bursts = [(p.t, p.rate, p.duration, p.seen, p.base) for p in self.peaks if not p.level]
+        bursts = [p for p in self.peaks if not p.level]
         now_seen = obs.router_prompt_tokens_rate
         if cfg.burst_on_level and _finite(now_seen):
             # A burst topped the level it was seen on; on today's lower level the same excess tops less.
-            bursts = [(t, r - max(base - now_seen, 0.0) if seen > 0 else r, dur, seen, base)
-                      for t, r, dur, seen, base in bursts]
+            bursts = [replace(p, rate=p.rate - max(p.base - now_seen, 0.0)) if p.seen > 0 else p for p in bursts]
         if cfg.burst_absorb_fraction is None or not self.fitting(obs):
-            return max((r for _, r, *_ in bursts), default=0.0)
+            return max((p.rate for p in bursts), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000
-        over = [(t, r, dur, seen) for t, r, dur, seen, _ in bursts if not absorbed(r, dur, steady, budget)]
-        if over and lone_episode([t for t, *_ in over], now, cfg.lone_burst_s):
+        over = [p for p in bursts if not absorbed(p.rate, p.duration, steady, budget)]
+        if over and lone_episode([p.t for p in over], now, cfg.lone_burst_s):
             return 0.0
-        if over and self._within_miss_budget([(r, dur, seen) for _, r, dur, seen in over], steady, budget):
+        if over and self._within_miss_budget(over, steady, budget):
             return 0.0
-        return max((r for _, r, _, _ in over), default=0.0)
+        return max((p.rate for p in over), default=0.0)
 
-    def _within_miss_budget(self, over: list[tuple[float, float, float]], steady: float, budget: float) -> bool:
+    def _within_miss_budget(self, over: list[Peak], steady: float, budget: float) -> bool:
         """The bursts the steady plan does not absorb, recurring as seen, would miss fewer prompt tokens than
         ``burst_miss_budget`` of the SLO's error budget (``1 - attainment``) of the tokens the peak window saw:
         then that plan stands and they spend the error budget instead of a reserve held for the whole window.
@@ -111,7 +110,7 @@ class BurstMemory:
         if cfg.burst_miss_budget is None:
             return False
         arrived = sum(p.seen for p in self.peaks) * cfg.interval_s
-        missed = sum(missed_tokens(r, dur, steady, budget, seen) for r, dur, seen in over)
+        missed = sum(missed_tokens(p.rate, p.duration, steady, budget, p.seen) for p in over)
         return missed <= cfg.burst_miss_budget * (1 - cfg.attainment) * arrived
 
     def _level(self, rate: float, obs: Observation) -> bool:
