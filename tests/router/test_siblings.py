@@ -57,3 +57,17 @@ def test_a_lone_process_answers_for_itself() -> None:
     assert st.siblings is None
     st.apply_endpoints(static_endpoints(st.cfg))
     assert endpoints.health(st).status == 200
+
+
+def test_the_marker_is_written_only_when_the_count_changes(tmp_path: Path) -> None:
+    # A Kubernetes watch calls apply_endpoints on every pod event; most leave the decode count as it was.
+    st = _state(tmp_path, "a")
+    st.apply_endpoints(static_endpoints(st.cfg))
+    marker = tmp_path / "a"
+    assert marker.read_text() == "1"
+    marker.write_text("stale")  # stands in for "not rewritten": the same count again must leave it alone
+    st.apply_endpoints(static_endpoints(st.cfg))
+    assert marker.read_text() == "stale"
+    assert st.siblings is not None
+    st.siblings.mark(2)  # a changed count is written
+    assert marker.read_text() == "2"

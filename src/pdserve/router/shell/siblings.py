@@ -14,17 +14,20 @@ The supervisor stops the whole set when any process dies, so a marker never outl
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV = "PDSERVE_ROUTER_SIBLINGS"  # "<folder>:<N>", set by the supervisor for each process
 
 
-@dataclass(frozen=True)
+@dataclass
 class Siblings:
     folder: Path
     count: int
     me: str  # this process's marker name (its pid)
+    # The count last written: a Kubernetes watch calls back on every pod event, most of which leave the decode
+    # count as it was, and the marker is rewritten only when it changes.
+    marked: int | None = field(default=None, compare=False)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Siblings | None:
@@ -43,10 +46,13 @@ class Siblings:
 
     def mark(self, decode_workers: int) -> None:
         """Record how many decode workers this process's discovery lists (atomic: a reader sees old or new)."""
+        if decode_workers == self.marked:
+            return
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / f".{self.me}.tmp"
         tmp.write_text(str(decode_workers))
         tmp.replace(self.folder / self.me)
+        self.marked = decode_workers
 
     def not_ready(self) -> str | None:
         """Why the set is not ready (how many of the N have a decode worker), or None when every one has."""
