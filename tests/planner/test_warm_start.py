@@ -117,3 +117,11 @@ async def test_the_loop_warms_a_fresh_policy_before_its_first_tick():
         # warm: the store asked for the policy's memory span up to a tick before now, and the reserve stays
         assert act.decisions[0].prefill == (2 if warm else 1), act.decisions[0].reason
         assert store.asked == ([[100.0 - 10 * k for k in range(queue_policy().config.history_len, 0, -1)]] if warm else [])
+
+
+def test_the_replay_covers_a_burst_window_longer_than_the_rate_history():
+    # A peak window of 3 h with 2 h of rate history: a replay of 2 h would start the planner with the bursts of the
+    # first hour forgotten, which a running planner still holds as its reserve.
+    cfg = dataclasses.replace(queue_policy().config, history_len=240, interval_s=30.0, peak_window_s=10_800.0)
+    assert history_span_s(cfg) == 10_800.0
+    assert len(history_ticks(cfg, 20_000.0)) == 360

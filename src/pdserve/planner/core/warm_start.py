@@ -44,15 +44,22 @@ class WarmStart:
 
 
 def history_span_s(config: PolicyConfig) -> float:
-    """How far back a warm start reads: the policy's whole memory (``history_len`` intervals; the rate
-    history is the longest thing it keeps, and a shorter replay forecasts from less than a running planner)."""
-    return config.history_len * config.interval_s
+    """How far back a warm start reads: the policy's whole memory. The rate history (``history_len`` intervals) is
+    the longest thing it keeps as shipped, and a shorter replay forecasts from less than a running planner; a burst
+    window or a stabilisation set longer than that would otherwise start with the bursts it should remember gone."""
+    return history_len_ticks(config) * config.interval_s
+
+
+def history_len_ticks(config: PolicyConfig) -> int:
+    """The intervals a warm start replays: ``history_len``, or as many as cover the longest other memory."""
+    longest = max(config.peak_window_s, config.scale_down_stabilization_s, config.correction_hold_s)
+    return max(config.history_len, math.ceil(longest / config.interval_s))
 
 
 def history_ticks(config: PolicyConfig, now: float) -> list[float]:
     """The ticks a running planner would have decided at before ``now``, oldest first (one interval apart,
     the last one interval before ``now``)."""
-    return [now - k * config.interval_s for k in range(config.history_len, 0, -1)]
+    return [now - k * config.interval_s for k in range(history_len_ticks(config), 0, -1)]
 
 
 def warm_start(policy: PlannerPolicy, history: Iterable[Observation]) -> WarmStart:
