@@ -135,7 +135,7 @@ def test_burst_flags_and_sweeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert "sweep" not in results["planner_fit"]
     # Without --burst-budget / --burst-absorb-fraction: planner_fit's 2 s and no absorb gate (the session-7 rule).
     results, _, _ = run(tmp_path, monkeypatch, ["planner_fit"])
-    assert results["planner_fit"]["params"] == {"peak_window_s": 900.0, "burst_budget_s": 2.0,
+    assert results["planner_fit"]["params"] == {"peak_window_s": PolicyConfig.peak_window_s, "burst_budget_s": 2.0,
                                                 "burst_fit_budget_s": 4.0, "burst_absorb_fraction": None, **next2}
 
 

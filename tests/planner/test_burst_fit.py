@@ -84,10 +84,10 @@ def test_policy_holds_the_fitted_rate_not_the_short_bursts_need():
     d = fit.decide(_obs(0, 1, **burst), 0)
     assert d.prefill == 3 and d.explanation["demand"]["terms"]["prefill_peak"] == pytest.approx(19_000 / 7_600)
     # held for the peak window, then released
-    assert fit.decide(_obs(600, 3, router_prompt_tokens_peak=2_000.0, router_prompt_tokens_peak_wide=2_000.0),
-                      600).prefill == 3
-    assert fit.decide(_obs(1000, 3, router_prompt_tokens_peak=2_000.0, router_prompt_tokens_peak_wide=2_000.0),
-                      1000).prefill == 1
+    window = fit.config.peak_window_s
+    quiet = dict(router_prompt_tokens_peak=2_000.0, router_prompt_tokens_peak_wide=2_000.0)
+    assert fit.decide(_obs(window - 300, 3, **quiet), window - 300).prefill == 3
+    assert fit.decide(_obs(window + 100, 3, **quiet), window + 100).prefill == 1
     # One second of long prompts (Mooncake's shape: 30,000 tokens in one bucket reads 10,000 at
     # budget 2 and 6,000 at 4, a 1 s "burst") is taken to last the wide budget, 4 s: 10,000 x 6 / 4
     # = 15,000/s, 15,000 / 7,600 = 1.97 -> 2 prefill, not the 30,000/s (4) of a 1 s fit.
