@@ -140,6 +140,25 @@ def history_and_phase(d: dict[str, Any]) -> str:
             f"on {c['phase_verdict_differs']}")
 
 
+def defaults_beside(d: dict[str, Any]) -> str:
+    """bench/planner/settings_sweep.py with one ``--set`` restoring the planner the runs were recorded with: this
+    code's defaults (``shipped``) beside it on every run and window, recorded history, the same scored requests."""
+    (old, changed), = d["settings"].items()
+    rows = [r for r in d["rows"] if "shipped" in r["replays"] and old in r["replays"]]
+    met = d["files_meeting_target"]
+    differ = [r for r in rows if any(r["replays"]["shipped"][k] != r["replays"][old][k]
+                                     for k in ("attainment_after_warmup", "gpu_hours"))]
+    lower = sum(r["replays"]["shipped"]["attainment_after_warmup"] < r["replays"][old]["attainment_after_warmup"]
+                for r in differ)
+    cost = [r["replays"]["shipped"]["gpu_hours_vs_best"] - r["replays"][old]["gpu_hours_vs_best"] for r in differ]
+    restored = sum(bool(r["replays"][old].get("same_as_committed_planner")) for r in rows)
+    setting = ", ".join(f"{k} {v}" for k, v in changed.items())
+    return (f"{len(rows)} runs and windows (the suite's, held-out and validation ones): the target met on "
+            f"{met['shipped']} at this code's defaults, {met[old]} with {setting} (the recorded planner: its replays "
+            f"equal the committed files' on {restored} of them); the replays differ on {len(differ)}, attainment lower on "
+            f"{lower}" + (f", GPU-hours vs best {min(cost):+.2f}..{max(cost):+.2f}x" if cost else ""))
+
+
 def heldout_windows(rows: list[dict[str, Any]]) -> str:
     """The summary's held-out windows (suite.heldout_rows, report.py's "Held-out windows"): windows of the traces
     no suite run replays, each after the window before it replayed; how many meet the bound, and the misses."""
@@ -288,6 +307,9 @@ ROWS: list[Row] = [
         "no attainment lost to a restart", "bench/planner/results/diagnosis/restart.json", restarts),
     Row("Planner verdicts under the service's longer history and the ticks' phase (sim; the same scored requests)",
         "no verdict changed by either", "bench/planner/results/diagnosis/history_length.json", history_and_phase),
+    Row("Planner at this code's defaults beside the planner the suite was recorded with (sim; recorded history, the "
+        "same scored requests)", "no verdict lost to a default change",
+        "bench/planner/results/diagnosis/settings_recorded42.json", defaults_beside),
     Row("Disaggregation, DistServe-style (OPT-13B, A100, long in / short out, TTFT <= 1 s, TPOT <= 40 ms)",
         "2P1D >= 1.5x colocated", "bench/sim/results/curves_distserve-opt13b.json", distserve),
     Row("Simulator speed beside Dynamo's replay (same window and topology)", "<= 1.5x Dynamo's CPU per request",

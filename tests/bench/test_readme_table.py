@@ -187,3 +187,17 @@ def test_the_planner_row_counts_the_held_out_windows():
                                         row("c", 0.98, 0.9, False)])
     assert "after 600 s of the trace replayed" in out and "1/3 meet >= 99 % at <= 1.15x" in out
     assert out.endswith("missed: 8b/b 99.5 % at 1.16x, 8b/c 98.0 % at 0.90x")
+
+
+def test_the_default_change_row_counts_what_differs() -> None:
+    def replay(att: float, vs: float, same: bool = False) -> dict[str, object]:
+        return {"attainment_after_warmup": att, "gpu_hours": vs * 2, "gpu_hours_vs_best": vs,
+                "same_as_committed_planner": same}
+    d = {"settings": {"w900": {"peak_window_s": 900}}, "files_meeting_target": {"shipped": 1, "w900": 1},
+         "rows": [{"replays": {"shipped": replay(0.999, 1.0), "w900": replay(0.999, 1.0, True)}},
+                  {"replays": {"shipped": replay(0.995, 1.3), "w900": replay(0.990, 1.2, True)}},
+                  {"replays": {"shipped": replay(0.95, 0.8), "w900": replay(0.96, 0.8)}}]}
+    text = readme_table.defaults_beside(d)
+    assert "3 runs and windows" in text and "peak_window_s 900" in text
+    assert "equal the committed files' on 2 of them" in text
+    assert "the replays differ on 2, attainment lower on 1, GPU-hours vs best +0.00..+0.10x" in text
