@@ -337,13 +337,20 @@ async def _resume(state: RouterState, flow: Flow, resp: StreamOut, passthrough: 
     model = tracker.model or flow.parsed.model or ""
     tok = state.tokenizer
     generated = _generated_ids(tracker, tok)
+    if 0 in tracker.finished:
+        # The choice had ended (a stop, or its length) and the worker was lost before the usage event and [DONE]:
+        # nothing is left to generate, and a continuation would write on past the model's own end (CI, session 42:
+        # the chaos test's decode node lost between a 16-token stream's last token and its usage).
+        m.migrations.labels("finished").inc()
+        await _close(resp, flow, tracker, model, len(generated))
+        return
     tried = {failed}
     while True:
         left = pd.remaining_tokens(flow.parsed.body, len(generated))
         if left == 0:
             m.migrations.labels("budget_spent").inc()
             await _write(resp, sse.reframe(flow.parsed.kind, "", "length", tracker, model))
-            await _write(resp, sse.DONE)
+            await _close(resp, flow, tracker, model, len(generated))
             return
         body = pd.continuation_request(flow.parsed.body, flow.parsed.prompt_ids, generated)
         body["return_token_ids"] = True  # exact ids if this worker is lost too (vLLM >= 0.10.2)
@@ -397,12 +404,10 @@ async def _resume(state: RouterState, flow: Flow, resp: StreamOut, passthrough: 
             return
         if lost is None:
             m.migrations.labels("ok").inc()
-            if flow.parsed.include_usage and cont.usage:
-                done = len(generated) + int(cont.usage.get("completion_tokens", 0))
-                usage: dict[str, Any] = {"prompt_tokens": len(flow.parsed.prompt_ids), "completion_tokens": done,
-                                         "total_tokens": len(flow.parsed.prompt_ids) + done}
-                await _write(resp, sse.usage_event(flow.parsed.kind, tracker, model, usage))
-            await _write(resp, sse.DONE)
+            if cont.usage:
+                await _close(resp, flow, tracker, model, len(generated) + int(cont.usage.get("completion_tokens", 0)))
+            else:
+                await _write(resp, sse.DONE)
             return
         # The new worker failed too: carry on from what it had streamed.
         generated = generated + _generated_ids(cont, tok)
@@ -413,6 +418,17 @@ async def _resume(state: RouterState, flow: Flow, resp: StreamOut, passthrough: 
             m.migrations.labels("failed").inc()
             await _fail(resp, f"stream could not be resumed after {len(tried)} workers failed (last: {why})")
             return
+
+
+async def _close(resp: StreamOut, flow: Flow, tracker: sse.StreamTracker, model: str, completion_tokens: int) -> None:
+    """End a resumed stream as vLLM ends one: the usage event where the client asked for it (``include_usage``) and
+    has not had it yet, then [DONE]."""
+    if flow.parsed.include_usage and tracker.usage is None:
+        prompt = len(flow.parsed.prompt_ids)
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                                 "total_tokens": prompt + completion_tokens}
+        await _write(resp, sse.usage_event(flow.parsed.kind, tracker, model, usage))
+    await _write(resp, sse.DONE)
 
 
 def _traced(headers: dict[str, str], flow: Flow) -> dict[str, str]:
