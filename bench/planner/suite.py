@@ -138,7 +138,7 @@ def run_args(setup: str, trace: str, tuned: bool) -> list[str]:
         out += ["--repairs", "3"]
     out += history_args(setup, trace)
     if tuned:
-        out += ["--tuned-on", "--reactive-sweep", "--planner-sweep", "0", "300", "900"]
+        out += ["--tuned-on", "--reactive-sweep", "--planner-sweep", "0", "300", "900", "3600"]
     return out
 
 
