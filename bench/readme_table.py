@@ -85,18 +85,19 @@ def planner(d: dict[str, Any]) -> str:
 
 
 @cache
-def _planner_report() -> ModuleType:
-    """bench/planner/report.py, imported once (its folder joins sys.path once, not on every call)."""
+def _planner_report(name: str = "report") -> ModuleType:
+    """bench/planner/report.py (or another of its modules, ``name``), imported once (its folder joins sys.path once,
+    not on every call)."""
     folder = str(REPO / "bench" / "planner")
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    return importlib.import_module("report")
+    return importlib.import_module(name)
 
 
 def cross_engine(d: dict[str, Any]) -> str:
     """bench/planner/cross_engine.py: the committed runs and windows replayed in Dynamo's engine model (the counts are
     bench/planner/report.py's, which renders the full table)."""
-    c = _planner_report().cross_engine_counts(d)
+    c = _planner_report("report_dynamo").cross_engine_counts(d)
     parts = [f"{c['runs']} runs and windows in Dynamo 1.6.1's offline replay (its mocker, calibrated to pdserve's "
              f"engine numbers; both planners told those numbers): >= 99 % on {c['planner_met']}/{c['runs']} for "
              f"pdserve's planner (closed loop), {c['dynamo_met']}/{c['runs']} for Dynamo's; pdserve's attains more on "
@@ -278,7 +279,7 @@ def operator(d: dict[str, Any]) -> str:
 def dynamo_guided(_doc: dict[str, Any]) -> str:
     """bench/planner rerun.py --policies dynamo_load: Dynamo's planner as its guide advises for bursty traffic, added to
     copies of every run and window (one folder, one commit; the row's source is one of its files, for provenance)."""
-    rep = _planner_report()
+    rep = _planner_report("report_dynamo")
     results = REPO / "bench" / "planner" / "results"
     c = rep.dynamo_guided_counts(rep.dynamo_guided_rows(results), rep.cross_engine_planner(results),
                                  rep.guided_sweeps(results))

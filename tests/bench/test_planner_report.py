@@ -7,6 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "planner"))
 import report  # noqa: E402
+import report_dynamo  # noqa: E402
 
 
 def test_readme_block_matches_the_result_files():
@@ -192,8 +193,8 @@ def test_the_cross_engine_runs_are_a_table_with_their_counts_read_from_the_file(
     rows[0]["policies"]["planner"]["dynamo_engine"]["meets_target"] = True  # cross_engine.py's verdict, read as is
     rows[0]["policies"]["dynamo"]["dynamo_engine"]["meets_target"] = False
     meta = {"commit": "abcdef0123", "loadavg_before": {"1m": 1.5}}
-    (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows}))
-    block = report.cross_engine(tmp_path)
+    (tmp_path / report_dynamo.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows}))
+    block = report_dynamo.cross_engine(tmp_path)
     assert ("The done-when bound read in this engine (at least 99 % at no more than 1.15x the GPU-hours of the best "
             "schedule replayed here): the planner on 1, Dynamo's planner on 0.") in block
     assert ("Of 2 runs and windows, the planner attains at least 99 % on 1 and Dynamo's planner on 0; the planner "
@@ -206,15 +207,15 @@ def test_the_cross_engine_runs_are_a_table_with_their_counts_read_from_the_file(
     assert "| heldout/70b_tp4/azure_conv_x4_from600 | 1200 alone; - | 70.0 % at 5.00 |" in block
     rows[1]["policies"]["dynamo"] = pol(0.995, 4.0)
     rows[1]["policies"]["planner"] = pol(1.0, 5.0)
-    (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows}))
-    c = report.cross_engine_counts(json.loads((tmp_path / report.CROSS_ENGINE).read_text()))
+    (tmp_path / report_dynamo.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows}))
+    c = report_dynamo.cross_engine_counts(json.loads((tmp_path / report_dynamo.CROSS_ENGINE).read_text()))
     assert (c["both_met"], c["planner_cheaper"], c["dynamo_cheaper"], c["planner_more"], c["dynamo_more"]) == (1, 0, 1, 2, 0)
-    assert report.cross_engine(tmp_path / "none") == ""
+    assert report_dynamo.cross_engine(tmp_path / "none") == ""
     # a planner setting replayed beside it (cross_engine.py --set) is a column of its own
     rows[0]["policies"]["planner@wide"] = pol(0.995, 0.6)
-    (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows,
+    (tmp_path / report_dynamo.CROSS_ENGINE).write_text(json.dumps({"meta": meta, "rows": rows,
                                                             "settings": {"wide": {"correction_bounds": [0.67, 4.0]}}}))
-    block = report.cross_engine(tmp_path)
+    block = report_dynamo.cross_engine(tmp_path)
     assert "| planner with correction_bounds [0.67, 4.0] (closed loop) |" in block
     assert "| 100.0 % at 0.45 | 99.5 % at 0.60 |" in block
 
@@ -226,7 +227,7 @@ def test_dynamo_as_guided_is_a_table_beside_it_as_shipped_with_counts_read_from_
     def r(att, gpu_h, p=1, d=1):
         return {"attainment_after_warmup": att, "gpu_hours": gpu_h, "max_prefill": p, "max_decode": d}
 
-    base = tmp_path / report.DYNAMO_LOAD_DIR
+    base = tmp_path / report_dynamo.DYNAMO_LOAD_DIR
     runs = {"8b_1gpu/azure_conv_x4": {"dynamo": r(0.39, 0.35), "dynamo_load": r(0.995, 0.40, 3), "planner": r(1.0, 0.45, 2),
                                       "best": r(1.0, 0.41)},
             "heldout/70b_tp4/azure_conv_x4_from600": {"dynamo": r(0.37, 2.1), "dynamo_load": r(1.0, 1.6, 6, 3),
@@ -238,8 +239,8 @@ def test_dynamo_as_guided_is_a_table_beside_it_as_shipped_with_counts_read_from_
         (base / f"{name}.json").write_text(json.dumps({"results": res}))
     cross = {"file": "bench/planner/results/8b_1gpu/azure_conv_x4.json",
              "policies": {"planner": {"dynamo_engine": r(1.0, 0.5, 2)}}}
-    (tmp_path / report.CROSS_ENGINE).write_text(json.dumps({"rows": [cross]}))
-    block = report.dynamo_guided(tmp_path)
+    (tmp_path / report_dynamo.CROSS_ENGINE).write_text(json.dumps({"rows": [cross]}))
+    block = report_dynamo.dynamo_guided(tmp_path)
     assert ("Of 3 runs and windows: Dynamo's planner as shipped meets 99 % on 0, as guided on 2, pdserve's planner on 3; "
             "guided attains more than shipped on 2 and less on 1; pdserve's planner attains more than the guided one on "
             "2, less on 0; where both meet 99 % (2) pdserve's planner spends fewer GPU-hours on 1, the guided one on 1. "
@@ -247,13 +248,13 @@ def test_dynamo_as_guided_is_a_table_beside_it_as_shipped_with_counts_read_from_
             "the guided Dynamo on 1, less on 0; where both meet 99 % (1) it spends fewer GPU-hours on 0, the guided "
             "one on 1. Swept (0),") in block
     # its sweep at the planner's GPU-hours (peer_sweep.py --peers dynamo_load), where one was run
-    sweep = base / report.GUIDED_SWEEP / "8b_1gpu__azure_conv_x4.json"
+    sweep = base / report_dynamo.GUIDED_SWEEP / "8b_1gpu__azure_conv_x4.json"
     sweep.parent.mkdir(parents=True)
     sweep.write_text(json.dumps({"peers": {"dynamo_load": {"swept": True, "at_planner_gpu_hours": {
         "attainment": 0.998, "between": ["as run", "floor 2P1D"], "reached": True}}}}))
-    (base / report.GUIDED_SWEEP / "8b_1gpu__bursty_seed0.json").write_text(
+    (base / report_dynamo.GUIDED_SWEEP / "8b_1gpu__bursty_seed0.json").write_text(
         json.dumps({"peers": {"dynamo_load": {"swept": False}}}))
-    block = report.dynamo_guided(tmp_path)
+    block = report_dynamo.dynamo_guided(tmp_path)
     assert "Swept (1), at the planner's GPU-hours the guided Dynamo attains more than pdserve's planner on 0, less on 1." \
         in block
     assert ("| 8b_1gpu/azure_conv_x4 | 39.0 % at 0.35 (max 1P1D) | 99.5 % at 0.40 (max 3P1D) | 99.8 % (as run .. floor "
@@ -263,8 +264,8 @@ def test_dynamo_as_guided_is_a_table_beside_it_as_shipped_with_counts_read_from_
     assert "no_peer" not in block
     assert "KV router instead" not in block
     # ours replayed on Dynamo's KV router too (cross_engine.py --router-mode kv_router): compared with round robin
-    (tmp_path / report.CROSS_ENGINE_KV).write_text(json.dumps({"rows": [cross]}))
+    (tmp_path / report_dynamo.CROSS_ENGINE_KV).write_text(json.dumps({"rows": [cross]}))
     assert ("Replayed on Dynamo's KV router instead (`cross_engine.py --router-mode kv_router`, "
             "`results/diagnosis/cross_engine_kv30.json`, 1 of them), ours spends the GPU-hours and attains what it does "
-            "on round robin (within half a percent and half a point in a thousand) on 1.") in report.dynamo_guided(tmp_path)
-    assert report.dynamo_guided(tmp_path / "none") == ""
+            "on round robin (within half a percent and half a point in a thousand) on 1.") in report_dynamo.dynamo_guided(tmp_path)
+    assert report_dynamo.dynamo_guided(tmp_path / "none") == ""
