@@ -58,6 +58,7 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--no-stabilize-drain",): ("stabilize_drain", False),
     ("--no-scale-down-clear-after-burst",): ("scale_down_clear_after_burst", False),
     ("--release-only-cleared",): ("release_only_cleared", True),
+    ("--release-only-cleared-max-replicas", "1"): ("release_only_cleared_max_replicas", 1),
     ("--no-correction-decode-curve",): ("correction_decode_curve", False),
     ("--decode-queue-compute",): ("decode_queue_compute", True),
     ("--decode-correction-max", "3"): ("correction_bounds_decode", (0.67, 3.0)),

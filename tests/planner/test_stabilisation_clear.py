@@ -137,6 +137,20 @@ def test_a_release_goes_only_as_far_as_the_load_clears_the_margin():
     assert pol.decide(obs(85, p=4, d=d.decode, rate=16.0), 85).prefill == 3
 
 
+def test_the_margin_holds_only_the_releases_to_a_small_pool():
+    """release_only_cleared_max_replicas 3: the release to 3 (the case above) is held at 4, as the margin alone
+    would; with 2 a release to 3 leaves the pool larger than that and goes through once the window has passed."""
+    def run(few):
+        pol = _policy(scale_down_clear_fraction=0.9, scale_down_clear_quantile=None, release_only_cleared=True,
+                      release_only_cleared_max_replicas=few)
+        up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
+        d = pol.decide(obs(10, p=5, d=up.decode, rate=19.0), 10)
+        return pol.decide(obs(75, p=5, d=d.decode, rate=19.0), 75)
+    held = run(3)
+    assert held.prefill == 4 and "clears 0.90" in held.reason
+    assert run(2).prefill == 3
+
+
 def test_without_a_margin_the_window_alone_decides():
     # no margin known (fixed fraction unset, too few rises to learn one): release_only_cleared changes nothing
     pol = _policy(scale_down_clear_quantile=0.9, release_only_cleared=True)

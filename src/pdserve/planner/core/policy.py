@@ -378,8 +378,9 @@ class PlannerPolicy:
         if (p, d) != before:
             notes.append(f"scale-down stabilised over {cfg.scale_down_stabilization_s:.0f}s")
         if cfg.release_only_cleared and clear is not None and (p < cur[0] or d < cur[1]):
-            floor = [min(n, max(k, cleared_floor(terms, pool, clear) or 0)) if k < n else k
-                     for pool, k, n in (("prefill", p, cur[0]), ("decode", d, cur[1]))]
+            few = cfg.release_only_cleared_max_replicas
+            floor = [min(n, max(k, cleared_floor(terms, pool, clear) or 0)) if k < n and (few is None or k <= few)
+                     else k for pool, k, n in (("prefill", p, cur[0]), ("decode", d, cur[1]))]
             if (p, d) != tuple(floor):
                 p, d = floor
                 notes.append(f"released only as far as the load clears {clear:.2f} of each replica")

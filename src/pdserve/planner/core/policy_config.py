@@ -84,6 +84,11 @@ class PolicyConfig:
     # history it costs a tenth to over a third more GPU-hours than the shipped planner on every one (the learnt margin
     # is wide there, so few releases clear it; results/diagnosis/settings_service_bursty.json, session 40).
     release_only_cleared: bool = False
+    # Hold only the releases that leave a pool at this many replicas or fewer to the margin above (None: every
+    # release, as release_only_cleared alone). A release to one replica gives up half the pool or more: the held-out
+    # 70B miss above is one (2 -> 1 prefill), while the 8B bursty pools release from several replicas, where
+    # release_only_cleared's cost lay (session 43). Opt-in, not yet swept across the files.
+    release_only_cleared_max_replicas: int | None = None
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
     stale_after_s: float | None = None  # default: 3 intervals
@@ -367,6 +372,8 @@ class PolicyConfig:
                 return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
         if self.scale_down_stabilization_max_replicas is not None and self.scale_down_stabilization_max_replicas < 0:
             return f"scale-down stabilisation max replicas {self.scale_down_stabilization_max_replicas} < 0"
+        if self.release_only_cleared_max_replicas is not None and self.release_only_cleared_max_replicas < 0:
+            return f"release-only-cleared max replicas {self.release_only_cleared_max_replicas} < 0"
         if not (math.isfinite(self.burst_level_lookback_s) and self.burst_level_lookback_s >= 0):
             return f"burst level lookback {self.burst_level_lookback_s:g} s must be a finite number >= 0"
         if self.scale_down_clear_fraction is not None and not (0 < self.scale_down_clear_fraction <= 1):

@@ -163,6 +163,10 @@ def _run_parser(sub) -> None:
     _switch(g, "stabilize_drain", "let the scale-down stabilisation hold what the drain terms alone asked for")
     _switch(g, "release_only_cleared", "release a pool only as far as the load clears the margin (fixed or learnt), "
             "however long the stabilisation window has wanted less")
+    g.add_argument("--release-only-cleared-max-replicas", type=int, metavar="N",
+                   default=PolicyConfig.release_only_cleared_max_replicas,
+                   help="with --release-only-cleared: hold only the releases that leave a pool at N replicas or fewer "
+                        "to the margin (default: every release)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
@@ -284,6 +288,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         stabilize_drain=args.stabilize_drain,
         scale_down_clear_after_burst=args.scale_down_clear_after_burst,
         release_only_cleared=args.release_only_cleared,
+        release_only_cleared_max_replicas=args.release_only_cleared_max_replicas,
         correction_decode_curve=args.correction_decode_curve, correction_engage_pool=args.correction_engage_pool,
         decode_queue_compute=args.decode_queue_compute,
         correction_bounds_decode=(None if args.decode_correction_max == PolicyConfig.correction_bounds[1]
