@@ -87,7 +87,9 @@ class PolicyConfig:
     # Hold only the releases that leave a pool at this many replicas or fewer to the margin above (None: every
     # release, as release_only_cleared alone). A release to one replica gives up half the pool or more: the held-out
     # 70B miss above is one (2 -> 1 prefill), while the 8B bursty pools release from several replicas, where
-    # release_only_cleared's cost lay (session 43). Opt-in, not yet swept across the files.
+    # release_only_cleared's cost lay (session 43). Opt-in: with 1 on the nine 70B windows after the service's history
+    # it mends that miss and attains less nowhere (results/diagnosis/settings_service_70b43.json); not yet swept on
+    # the 8B windows.
     release_only_cleared_max_replicas: int | None = None
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
