@@ -29,7 +29,7 @@ def peer_sweeps(results: Path) -> list[tuple[str, dict, dict]]:
     return out
 
 
-def _p(x: float | None) -> str:
+def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
 
 
@@ -54,7 +54,7 @@ def _size(r: dict) -> str:
 
 def _pol(d: dict, name: str) -> str:
     r, best = d["results"].get(name), d["results"]["best"]
-    return "-" if r is None else f"{_p(_att(r))} at {_vs(r, best):.2f}x"
+    return "-" if r is None else f"{pct(_att(r))} at {_vs(r, best):.2f}x"
 
 
 def bursty_references(runs: Runs) -> str:
@@ -70,10 +70,10 @@ def bursty_references(runs: Runs) -> str:
         if list(ca["floor"]) == list(st["size"]):
             same.append(k.split("/")[1])
         if _att(st) > _att(best):
-            static_more.append(f"{k.split('/')[1]} ({_p(_att(st))} vs {_p(_att(best))} at {_vs(st, best):.2f}x)")
-        parts.append(f"{k.split('/')[1]}: best {_p(_att(best))} at {best['gpu_hours']:.2f} GPU-h, static "
-                     f"{st['size'][0]}P{st['size'][1]}D {_p(_att(st))} at {_vs(st, best):.2f}x, causal floor "
-                     f"{ca['floor'][0]}P{ca['floor'][1]}D {_p(_att(ca))} at {_vs(ca, best):.2f}x")
+            static_more.append(f"{k.split('/')[1]} ({pct(_att(st))} vs {pct(_att(best))} at {_vs(st, best):.2f}x)")
+        parts.append(f"{k.split('/')[1]}: best {pct(_att(best))} at {best['gpu_hours']:.2f} GPU-h, static "
+                     f"{st['size'][0]}P{st['size'][1]}D {pct(_att(st))} at {_vs(st, best):.2f}x, causal floor "
+                     f"{ca['floor'][0]}P{ca['floor'][1]}D {pct(_att(ca))} at {_vs(ca, best):.2f}x")
     return (f"* **Causal reference vs hindsight, 8B bursty** ({len(rows)} seeds): the causal reference costs "
             f"{_span(ca_vs)} the best schedule found, static {_span(st_vs)}; the causal floor is the static size on "
             f"{', '.join(same) or 'no seed'}. Static attains more than the best schedule found on "
@@ -94,7 +94,7 @@ def bursty_policies(runs: Runs) -> str:
     vs_static = [d["results"]["planner"]["gpu_hours"] / d["results"]["static"]["gpu_hours"]
                  for d in rows.values() if {"planner", "static"} <= set(d["results"])]
     return (f"* **Planner variants, 8B bursty**: the highest attainment any planner variant reaches on any seed is "
-            f"{_p(best_causal)}; the shipped planner (fitted burst reserve with the absorb gate) attains "
+            f"{pct(best_causal)}; the shipped planner (fitted burst reserve with the absorb gate) attains "
             f"{_span(gain, '.1f', ' points')} more than planner_irate (the planner as shipped before) at "
             f"{_span(vs_static, '.2f', 'x')} static's GPU-hours. Per seed: {'; '.join(per)}.")
 
@@ -107,7 +107,7 @@ def steady(runs: Runs) -> str:
     per = []
     for k, d in sorted(rows.items()):
         best = d["results"]["best"]
-        per.append(f"{k}: best {_p(_att(best))} ({best['search'].get('chosen', 'search')}, {_size(best)}), "
+        per.append(f"{k}: best {pct(_att(best))} ({best['search'].get('chosen', 'search')}, {_size(best)}), "
                    + ", ".join(f"{n} {_pol(d, n)}" for n in names if n in d["results"]))
     return "* **Steady traces** (Azure conversation, Mooncake): " + "; ".join(per) + "."
 
@@ -121,10 +121,10 @@ def wide_cap(runs: Runs) -> str:
         res = d["results"]
         best = res["best"]
         causes = best.get("search", {}).get("miss_causes", {})
-        wide = ", ".join(f"<= {n[8:]}: {_p(_att(r))} at {r['gpu_hours']:.2f} GPU-h (max {_size(r)})"
+        wide = ", ".join(f"<= {n[8:]}: {pct(_att(r))} at {r['gpu_hours']:.2f} GPU-h (max {_size(r)})"
                          for n, r in sorted(res.items(), key=lambda x: x[0]) if n.startswith("best_cap"))
         per.append(f"{k}: <= {best.get('search', {}).get('max_replicas', d['setup']['max_replicas'])} per pool "
-                   f"{_p(_att(best))} at {best['gpu_hours']:.2f} GPU-h ({causes.get('cap', 0)} misses in intervals at "
+                   f"{pct(_att(best))} at {best['gpu_hours']:.2f} GPU-h ({causes.get('cap', 0)} misses in intervals at "
                    f"the cap), {wide}; planner {_pol(d, 'planner')}, planner_irate {_pol(d, 'planner_irate')}, "
                    f"planner_fit {_pol(d, 'planner_fit')}")
     return "* **The per-pool cap, 70B bursty** (best schedule found at 8 per pool and wider): " + "; ".join(per) + "."
@@ -138,11 +138,11 @@ def mooncake(runs: Runs) -> str:
     best, pl, re = res["best"], res["planner"], res["reactive"]
     miss = best.get("misses", {})
     return (f"* **Mooncake, 8B**: {f['counts']['ttft']} of {f['requests']} requests miss the TTFT even alone on an idle "
-            f"replica ({_p(1 - f['feasible_fraction_after_warmup'])} after warm-up), "
+            f"replica ({pct(1 - f['feasible_fraction_after_warmup'])} after warm-up), "
             f"{f.get('feasible_only_with_prefix_hit', '-')} are feasible only with a prefix hit; the best schedule found "
-            f"is {best['search'].get('chosen', 'a search round')} at {_p(_att(best))} of the feasible "
+            f"is {best['search'].get('chosen', 'a search round')} at {pct(_att(best))} of the feasible "
             f"({miss.get('prefix_miss', '-')} of its feasible misses are prefix misses); reactive "
-            f"{_p(_att(re))} at {re['gpu_hours']:.2f} GPU-h vs planner {_p(_att(pl))} at {pl['gpu_hours']:.2f}.")
+            f"{pct(_att(re))} at {re['gpu_hours']:.2f} GPU-h vs planner {pct(_att(pl))} at {pl['gpu_hours']:.2f}.")
 
 
 def dynamo(runs: Runs) -> str:
@@ -153,7 +153,7 @@ def dynamo(runs: Runs) -> str:
     most = (f"at most {max(r['max_prefill'] for r in bursty)} prefill and {max(r['max_decode'] for r in bursty)} "
             f"decode replicas on the {len(bursty)} bursty runs; ") if bursty else ""
     return (f"* **Dynamo's SLA planner**: {most}"
-            + "; ".join(f"{k} {_p(r.get('attainment_after_warmup'))} at {r['gpu_hours']:.2f} GPU-h (max {_size(r)})"
+            + "; ".join(f"{k} {pct(r.get('attainment_after_warmup'))} at {r['gpu_hours']:.2f} GPU-h (max {_size(r)})"
                         for k, r in sorted(rows.items())) + " (attainment over all requests after warm-up).")
 
 
@@ -187,7 +187,7 @@ def burst_misses(results: Path) -> str:
         waits += [g["median_wait_prefill_s"] for g in r["groups"] if g["median_wait_prefill_s"] is not None]
         links += [g["median_prefill_to_first_token_s"] for g in r["groups"]
                   if g["median_prefill_to_first_token_s"] is not None]
-        per.append(f"seed {r['seed']} {r['variant']} {_p(r['attainment_after_warmup'])}"
+        per.append(f"seed {r['seed']} {r['variant']} {pct(r['attainment_after_warmup'])}"
                    + (f" (first burst after warm-up: {first['missed']} of {first['requests']} missed)" if first else ""))
     out = (f"* **Where the bursty runs lose** (`results/diagnosis/burst_misses_8b.json`, all requests after warm-up): "
            f"{tpot_only} missed on TPOT alone; per burst, the missed requests' median wait for prefill "
@@ -196,7 +196,7 @@ def burst_misses(results: Path) -> str:
     var = []
     for g in sorted((results / "diagnosis").glob("planner_fit_variants_8b_*.json")):
         for r in json.loads(g.read_text())["runs"]:
-            var.append(f"seed {r['seed']} {r['variant']} {_p(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f} GPU-h")
+            var.append(f"seed {r['seed']} {r['variant']} {pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f} GPU-h")
     if var:
         out += " planner_fit's development variants: " + "; ".join(var) + "."
     return out
@@ -218,8 +218,8 @@ def equal_gpu_hours(results: Path) -> str:
             if r["swept"]:
                 at = r["at_planner_gpu_hours"]
                 per.setdefault(peer, []).append(
-                    f"{key} {_p(at['attainment'])}{'' if at['reached'] else ' (never spent it)'} vs planner "
-                    f"{_p(pl['attainment_after_warmup'])}")
+                    f"{key} {pct(at['attainment'])}{'' if at['reached'] else ' (never spent it)'} vs planner "
+                    f"{pct(pl['attainment_after_warmup'])}")
     if not counts:
         return ""
     parts = [f"{peer}: ahead on {c[0]} of {c[1]} runs (the plain rule, at no more GPU-hours than the peer used: "
@@ -245,9 +245,9 @@ def same_floor(results: Path) -> str:
             o = ours.get(p["label"])
             if o is None or (p["attainment_after_warmup"] or 0.0) <= (o["attainment_after_warmup"] or 0.0):
                 continue
-            out.append(f"{key} {p['label']}: Dynamo's replay {_p(p['attainment_after_warmup'])} at "
+            out.append(f"{key} {p['label']}: Dynamo's replay {pct(p['attainment_after_warmup'])} at "
                        f"{p['gpu_hours']:.2f} GPU-h (max {_size(p)}), pdserve's simulator (reactive on that floor) "
-                       f"{_p(o['attainment_after_warmup'])} at {o['gpu_hours']:.2f} GPU-h (max {_size(o)})")
+                       f"{pct(o['attainment_after_warmup'])} at {o['gpu_hours']:.2f} GPU-h (max {_size(o)})")
     if not out:
         return ""
     return ("* **Same floor, two simulators** (`peer_sweep.py` floors; Dynamo in its own mocker, reactive in pdserve's "
@@ -304,7 +304,7 @@ def steady_causal(results: Path) -> str:
         res = d["results"]
         best = res["best"]
         c, cp = res["causal"], res["causal_past"]
-        per.append(f"{label(f)}: best {_p(_att(best))} at {best['gpu_hours']:.2f} GPU-h, planner {_pol(d, 'planner')}, "
+        per.append(f"{label(f)}: best {pct(_att(best))} at {best['gpu_hours']:.2f} GPU-h, planner {_pol(d, 'planner')}, "
                    f"past-need floor {cp['floor'][0]}P{cp['floor'][1]}D {_pol(d, 'causal_past')}, onset floor "
                    f"{c['floor'][0]}P{c['floor'][1]}D {_pol(d, 'causal')}")
     return (f"* **Causal references on the steady windows** (`results/{CAUSAL_DIR}/`, {len(docs)} Azure runs and "

@@ -18,6 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 import claims  # noqa: E402
+from claims import pct  # noqa: E402
 from report_conditions import settings_service  # noqa: E402
 from report_dynamo import cross_engine, dynamo_guided  # noqa: E402
 from report_history import history_length  # noqa: E402
@@ -58,7 +59,7 @@ def dynamo_repeat_pairs(results: Path) -> list[tuple[str, str, dict, dict]]:
 
 def dynamo_repeats(results: Path) -> str:
     """Dynamo's offline replay run twice on the same input: the run's file and its repeat, side by side."""
-    rows = [f"| {setup}/{trace} | {_pct(a['attainment_after_warmup'])} / {_pct(b['attainment_after_warmup'])} | "
+    rows = [f"| {setup}/{trace} | {pct(a['attainment_after_warmup'])} / {pct(b['attainment_after_warmup'])} | "
             f"{a['gpu_hours']:.2f} / {b['gpu_hours']:.2f} | {a['max_prefill']}P{a['max_decode']}D / "
             f"{b['max_prefill']}P{b['max_decode']}D |" for setup, trace, a, b in dynamo_repeat_pairs(results)]
     if not rows:
@@ -79,12 +80,12 @@ def peers_at_planner_gpu_hours(results: Path) -> str:
             own, at = r["points"][0], r["at_planner_gpu_hours"]
             alt = at.get("best_at_or_above")
             rows.append(
-                f"| {where} | {peer} | {_pct(own['attainment_after_warmup'])} at {own['gpu_hours']:.2f} | "
+                f"| {where} | {peer} | {pct(own['attainment_after_warmup'])} at {own['gpu_hours']:.2f} | "
                 + (f"{len(r['points']) - 1} | " if r["swept"] else "- | ")
-                + f"{_pct(at['attainment'])}{'' if at['reached'] else ' (never spent it)'} "
+                + f"{pct(at['attainment'])}{'' if at['reached'] else ' (never spent it)'} "
                   f"({' .. '.join(at['between'])}) | "
-                + (f"{_pct(alt['attainment'])} at {alt['gpu_hours']:.2f} ({alt['label']})" if alt else "-")
-                + f" | {_pct(pl['attainment_after_warmup'])} at {pl['gpu_hours']:.2f} | "
+                + (f"{pct(alt['attainment'])} at {alt['gpu_hours']:.2f} ({alt['label']})" if alt else "-")
+                + f" | {pct(pl['attainment_after_warmup'])} at {pl['gpu_hours']:.2f} | "
                   f"{'yes' if r['planner_ahead'] else 'no'} |")
             if r.get("planner_ahead_of_best_at_or_above") not in (None, r["planner_ahead"]):
                 rows[-1] = rows[-1][:-2] + " (the other reading disagrees) |"
@@ -100,10 +101,6 @@ def peers_at_planner_gpu_hours(results: Path) -> str:
         "| run | peer | as run | sweep points | peer at the planner's GPU-hours (between) | most at >= the planner's "
         "GPU-hours | planner | planner ahead |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |", *rows, ""])
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f} %"
 
 
 def _earlier(d: dict) -> str:
@@ -122,8 +119,8 @@ def _feasible_line(f: dict | None) -> str:
         return ""
     c = f["counts"]
     why = ", ".join(f"{n} {k}" for k, n in c.items() if k != "feasible" and n)
-    return (f" Feasible alone: {_pct(f['feasible_fraction'])} of requests, "
-            f"{_pct(f['feasible_fraction_after_warmup'])} after warm-up" + (f" (infeasible: {why})." if why else "."))
+    return (f" Feasible alone: {pct(f['feasible_fraction'])} of requests, "
+            f"{pct(f['feasible_fraction_after_warmup'])} after warm-up" + (f" (infeasible: {why})." if why else "."))
 
 
 def _label(name: str, r: dict) -> str:
@@ -157,14 +154,14 @@ def achievable(results: Path) -> str:
         st = res.get("static")
         ca = res.get("causal")
         wide = [(int(k[8:]), r) for k, r in res.items() if k.startswith("best_cap")]
-        wide_s = ", ".join(f"<= {n}/pool: {_pct(r.get('attainment_feasible_after_warmup'))} at {r['gpu_hours']:.2f} GPU-h "
+        wide_s = ", ".join(f"<= {n}/pool: {pct(r.get('attainment_feasible_after_warmup'))} at {r['gpu_hours']:.2f} GPU-h "
                            f"(max {r['max_prefill']}P{r['max_decode']}D)" for n, r in sorted(wide)) or "-"
         out.append(
-            f"| {f.parent.name}/{d['trace']['id']} | {_pct(d.get('feasibility', {}).get('feasible_fraction_after_warmup'))} "
-            f"| {_pct(best.get('attainment_feasible_after_warmup'))} at {best['gpu_hours']:.2f} GPU-h | {mc} | "
-            + (f"{st['gpu_hours'] / best['gpu_hours']:.2f}x ({_pct(st.get('attainment_feasible_after_warmup'))})"
+            f"| {f.parent.name}/{d['trace']['id']} | {pct(d.get('feasibility', {}).get('feasible_fraction_after_warmup'))} "
+            f"| {pct(best.get('attainment_feasible_after_warmup'))} at {best['gpu_hours']:.2f} GPU-h | {mc} | "
+            + (f"{st['gpu_hours'] / best['gpu_hours']:.2f}x ({pct(st.get('attainment_feasible_after_warmup'))})"
                if st else "-") + " | "
-            + (f"{ca['floor'][0]}P{ca['floor'][1]}D: {_pct(ca.get('attainment_feasible_after_warmup'))}, "
+            + (f"{ca['floor'][0]}P{ca['floor'][1]}D: {pct(ca.get('attainment_feasible_after_warmup'))}, "
                f"{ca['gpu_hours'] / best['gpu_hours']:.2f}x" if ca else "-") + f" | {wide_s} |")
     return "\n".join(out)
 
@@ -201,7 +198,7 @@ def heldout(results: Path) -> str:
         d = json.loads(f.read_text())
         res, tr, m = d["results"], d["trace"], d["meta"]
         best = res["best"]["gpu_hours"]
-        cell = {name: f"{_pct(r['attainment_after_warmup'])}, {r['gpu_hours'] / best:.2f}x" for name, r in res.items()}
+        cell = {name: f"{pct(r['attainment_after_warmup'])}, {r['gpu_hours'] / best:.2f}x" for name, r in res.items()}
         p = res["planner"]
         met = heldout_target_met(p["attainment_after_warmup"] or 0.0, p["gpu_hours"] / best)
         hist = tr.get("history") or {}
@@ -210,7 +207,7 @@ def heldout(results: Path) -> str:
         out.append(f"| [{f.parent.name}/{tr['id']}]({f.relative_to(results.parent)}){fresh} | {tr['window_s'][0]:.0f}-"
                    f"{tr['window_s'][1]:.0f} at {tr['rate_scale']:g}x{after} | {tr['requests'] - hist.get('requests', 0)} "
                    f"| {cell['planner']} | "
-                   f"{_pct(res['best']['attainment_after_warmup'])} | {cell.get('reactive', '-')} | {cell.get('dynamo', '-')} | "
+                   f"{pct(res['best']['attainment_after_warmup'])} | {cell.get('reactive', '-')} | {cell.get('dynamo', '-')} | "
                    f"{'met' if met else '**missed**'} | {cell.get('planner_no_level', '-')} | "
                    f"{m['commit'][:8]}, {m['loadavg_before']['1m']:.1f} |")
     return "\n".join(out + [""])
@@ -236,7 +233,7 @@ def restarts(results: Path) -> str:
            "| run | restarts | never restarted: after warm-up, vs best | cold | warm |",
            "| --- | ---: | ---: | ---: | ---: |"]
     for r in d["rows"]:
-        cell = {w: f"{_pct(x['attainment_after_warmup'])}, "
+        cell = {w: f"{pct(x['attainment_after_warmup'])}, "
                    f"{'-' if x['gpu_hours_vs_best'] is None else format(x['gpu_hours_vs_best'], '.2f')}x"
                 for w, x in r["replays"].items()}
         name = r["file"].split("results/", 1)[-1].removesuffix(".json")
@@ -290,8 +287,8 @@ def render(results: Path) -> str:
                 continue
             label = _label(name, r)
             vs = f"{r['gpu_hours'] / best:.2f}" if best else "-"
-            out.append(f"| {label} | {_pct(r['attainment'])} | {_pct(r['attainment_after_warmup'])} | "
-                       f"{_pct(r.get('attainment_feasible_after_warmup'))} | {r['gpu_hours']:.2f} | {vs} | {r.get('max_prefill', '-')} / {r.get('max_decode', '-')} |")
+            out.append(f"| {label} | {pct(r['attainment'])} | {pct(r['attainment_after_warmup'])} | "
+                       f"{pct(r.get('attainment_feasible_after_warmup'))} | {r['gpu_hours']:.2f} | {vs} | {r.get('max_prefill', '-')} / {r.get('max_decode', '-')} |")
         out.append("")
         png = f.with_suffix(".png")
         if png.exists():

@@ -8,11 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from claims import TARGET_VS_BEST
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f} %"
+from claims import TARGET_VS_BEST, pct
 
 
 CROSS_ENGINE = "cross_engine.json"  # cross_engine.py: runs replayed in Dynamo's engine
@@ -65,7 +61,7 @@ def cross_engine(results: Path) -> str:
 
     def cell(row: dict, name: str, key: str = "dynamo_engine") -> str:
         r = (row["policies"].get(name) or {}).get(key)
-        return f"{_pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}" if r else "-"
+        return f"{pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}" if r else "-"
 
     settings = d.get("settings", {})
     rows = []
@@ -206,7 +202,7 @@ def dynamo_guided(results: Path) -> str:
         if r is None:
             return "-"
         top = f" (max {r['max_prefill']}P{r['max_decode']}D)" if r.get("max_prefill") is not None else ""
-        return f"{_pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}{top}"
+        return f"{pct(r['attainment_after_warmup'])} at {r['gpu_hours']:.2f}{top}"
 
     sweeps = guided_sweeps(results)
 
@@ -218,7 +214,7 @@ def dynamo_guided(results: Path) -> str:
         if not sw["swept"]:
             return "not swept (spent as much)"
         at = sw["at_planner_gpu_hours"]
-        return f"{_pct(at['attainment'])} ({' .. '.join(at['between'])})" + ("" if at.get("reached", True) else
+        return f"{pct(at['attainment'])} ({' .. '.join(at['between'])})" + ("" if at.get("reached", True) else
                                                                                  ", never spent as much")
 
     cross = cross_engine_planner(results)
@@ -260,5 +256,5 @@ def dynamo_guided(results: Path) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         *(f"| {name} | {cell(r['dynamo'])} | {cell(r['dynamo_load'])} | {swept(name)} | {cell(r['planner'])} | "
           f"{cell(cross.get(name))} | "
-          + (f"{_pct(r['best']['attainment_after_warmup'])} at {r['best']['gpu_hours']:.2f}" if "best" in r else "-")
+          + (f"{pct(r['best']['attainment_after_warmup'])} at {r['best']['gpu_hours']:.2f}" if "best" in r else "-")
           + " |" for name, r in rows), ""])

@@ -166,3 +166,11 @@ def test_the_cleared_floor_is_the_fewest_replicas_the_term_fits_in():
     assert cleared_floor(terms, "prefill", 0.9434) == 3  # 3 x 0.9434 = 2.8302
     assert cleared_floor(terms, "decode", 0.9) == 1
     assert cleared_floor({}, "prefill", 0.9) is None
+
+
+def test_a_negative_max_replicas_is_refused_by_name():
+    from pdserve.planner.core.policy_config import PolicyConfig
+    assert PolicyConfig(scale_down_stabilization_max_replicas=-1).invalid() == \
+        "scale-down stabilisation max replicas -1 < 0"
+    assert PolicyConfig(release_only_cleared_max_replicas=-2).invalid() == "release-only-cleared max replicas -2 < 0"
+    assert PolicyConfig(scale_down_stabilization_max_replicas=0, release_only_cleared_max_replicas=0).invalid() is None

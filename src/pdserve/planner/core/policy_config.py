@@ -372,10 +372,10 @@ class PolicyConfig:
             need = gpus(self.prefill_min, self.decode_min, self.prefill_tp, self.decode_tp)
             if need > self.gpu_budget:
                 return f"minimum replicas need {need} GPUs > budget {self.gpu_budget}"
-        if self.scale_down_stabilization_max_replicas is not None and self.scale_down_stabilization_max_replicas < 0:
-            return f"scale-down stabilisation max replicas {self.scale_down_stabilization_max_replicas} < 0"
-        if self.release_only_cleared_max_replicas is not None and self.release_only_cleared_max_replicas < 0:
-            return f"release-only-cleared max replicas {self.release_only_cleared_max_replicas} < 0"
+        for what, n in (("scale-down stabilisation", self.scale_down_stabilization_max_replicas),
+                        ("release-only-cleared", self.release_only_cleared_max_replicas)):
+            if n is not None and n < 0:
+                return f"{what} max replicas {n} < 0"
         if not (math.isfinite(self.burst_level_lookback_s) and self.burst_level_lookback_s >= 0):
             return f"burst level lookback {self.burst_level_lookback_s:g} s must be a finite number >= 0"
         if self.scale_down_clear_fraction is not None and not (0 < self.scale_down_clear_fraction <= 1):
