@@ -1,6 +1,7 @@
-"""``pdserve planner run``'s float-or-'none' policy flags: each one's default is the policy's, 'none' (any case)
+"""``pdserve planner run``'s number-or-'none' policy flags: each one's default is the policy's, 'none' (any case)
 reads as None and a number as that number, a bad number is refused, and all of them at 'none' make a policy that
-decides (thirteen since --scale-down-clear-fraction / -quantile). Which PolicyConfig field each parsed value reaches: test_cli_policy_config.py."""
+decides (thirteen floats since --scale-down-clear-fraction / -quantile; one count since session 44, when
+--release-only-cleared-max-replicas got a default other than 'none'). Which PolicyConfig field each parsed value reaches: test_cli_policy_config.py."""
 
 from __future__ import annotations
 
@@ -22,12 +23,16 @@ OPTIONAL = {argv[0]: field for argv, (field, _) in FLAGS.items()
             if not argv[0].startswith("--no-") and "'none': " in (_run_action(argv[0]).help or "")}
 
 
-def test_the_optional_flags_are_the_thirteen() -> None:
+# the ones that take a count, not a fraction
+COUNTS = {"--release-only-cleared-max-replicas"}
+
+
+def test_the_optional_flags_are_the_fourteen() -> None:
     assert set(OPTIONAL) == {"--burst-budget", "--burst-fit-budget", "--burst-absorb-fraction", "--burst-level-ratio",
                              "--burst-miss-budget", "--lone-burst-s", "--prefill-utilization",
                              "--prefill-ratio-floor", "--correction-backlog-s",
                              "--ramp-projection-s", "--decode-link-release", "--scale-down-clear-fraction",
-                             "--scale-down-clear-quantile"}
+                             "--scale-down-clear-quantile", "--release-only-cleared-max-replicas"}
 
 
 @pytest.mark.parametrize("flag,field", OPTIONAL.items())
@@ -36,7 +41,8 @@ def test_default_none_and_number(flag: str, field: str) -> None:
     dest = _run_action(flag).dest
     assert getattr(parser.parse_args(["run"]), dest) == getattr(PolicyConfig, field)
     assert getattr(parser.parse_args(["run", flag, "None"]), dest) is None
-    assert getattr(parser.parse_args(["run", flag, "0.5"]), dest) == 0.5
+    number, value = ("2", 2) if flag in COUNTS else ("0.5", 0.5)
+    assert getattr(parser.parse_args(["run", flag, number]), dest) == value
     assert "'none': " in (_run_action(flag).help or "")
 
 

@@ -19,6 +19,10 @@ def _float_or_none(text: str) -> float | None:
     return None if text.strip().lower() == "none" else float(text)
 
 
+def _int_or_none(text: str) -> int | None:
+    return None if text.strip().lower() == "none" else int(text)
+
+
 def _optional(g: argparse._ArgumentGroup, flag: str, field: str, metavar: str, help: str, none: str) -> None:
     """``--flag`` for an optional float ``PolicyConfig`` field: a number, or 'none' (``none`` says what that means);
     its default the policy's."""
@@ -163,10 +167,10 @@ def _run_parser(sub) -> None:
     _switch(g, "stabilize_drain", "let the scale-down stabilisation hold what the drain terms alone asked for")
     _switch(g, "release_only_cleared", "release a pool only as far as the load clears the margin (fixed or learnt), "
             "however long the stabilisation window has wanted less")
-    g.add_argument("--release-only-cleared-max-replicas", type=int, metavar="N",
+    g.add_argument("--release-only-cleared-max-replicas", type=_int_or_none, metavar="N",
                    default=PolicyConfig.release_only_cleared_max_replicas,
                    help="with --release-only-cleared: hold only the releases that leave a pool at N replicas or fewer "
-                        "to the margin (default: every release)")
+                        "to the margin ('none': every release; default %(default)s)")
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
