@@ -93,7 +93,7 @@ class PolicyConfig:
     # on the ten 8B Azure/Mooncake windows after the service's history it replays the same (settings_service_8b44.json);
     # on all 37 looked-at files' recorded replays it changes one, to 100 % at 1.6 hundredths of the best schedule more,
     # and none of the suite's runs or held-out windows (settings_recorded44.json); on the six 8B bursty windows after
-    # the service's history see settings_service_bursty44.json.
+    # the service's history all 24 replays are the same (settings_service_bursty44.json).
     release_only_cleared_max_replicas: int | None = 1
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
