@@ -8,6 +8,7 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pdserve.planner.core.policy import PolicyConfig
@@ -23,10 +24,11 @@ def _int_or_none(text: str) -> int | None:
     return None if text.strip().lower() == "none" else int(text)
 
 
-def _optional(g: argparse._ArgumentGroup, flag: str, field: str, metavar: str, help: str, none: str) -> None:
-    """``--flag`` for an optional float ``PolicyConfig`` field: a number, or 'none' (``none`` says what that means);
-    its default the policy's."""
-    g.add_argument(flag, type=_float_or_none, metavar=metavar, default=getattr(PolicyConfig, field),
+def _optional(g: argparse._ArgumentGroup, flag: str, field: str, metavar: str, help: str, none: str,
+              parse: Callable[[str], float | None] = _float_or_none) -> None:
+    """``--flag`` for an optional ``PolicyConfig`` field: a number (``parse``: a float unless told), or 'none' (``none``
+    says what that means); its default the policy's."""
+    g.add_argument(flag, type=parse, metavar=metavar, default=getattr(PolicyConfig, field),
                    help=f"{help} ('none': {none}; default %(default)s)")
 
 
@@ -167,10 +169,9 @@ def _run_parser(sub) -> None:
     _switch(g, "stabilize_drain", "let the scale-down stabilisation hold what the drain terms alone asked for")
     _switch(g, "release_only_cleared", "release a pool only as far as the load clears the margin (fixed or learnt), "
             "however long the stabilisation window has wanted less")
-    g.add_argument("--release-only-cleared-max-replicas", type=_int_or_none, metavar="N",
-                   default=PolicyConfig.release_only_cleared_max_replicas,
-                   help="with --release-only-cleared: hold only the releases that leave a pool at N replicas or fewer "
-                        "to the margin ('none': every release; default %(default)s)")
+    _optional(g, "--release-only-cleared-max-replicas", "release_only_cleared_max_replicas", "N",
+              "with --release-only-cleared: hold only the releases that leave a pool at N replicas or fewer to the "
+              "margin", "every release", parse=_int_or_none)
     w = p.add_argument_group("process pool")
     w.add_argument("--discovery-file", type=Path, help="router discovery file to write")
     w.add_argument("--worker-model", default="mock-model")
