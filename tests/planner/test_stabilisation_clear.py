@@ -121,16 +121,23 @@ def test_a_reserve_in_the_window_keeps_the_cleared_release_waiting():
     assert held.prefill == 4 and "stabilised" in held.reason
 
 
+def _after_window(pol, pool: int, high: float, low: float):
+    """Both pools at ``pool`` replicas: decisions at ``high`` req/s (t=0), at ``low`` inside the 60 s window (t=10)
+    and at ``low`` once the window has passed (t=75)."""
+    up = pol.decide(obs(0, p=pool, d=pool, rate=high), 0)
+    inside = pol.decide(obs(10, p=pool, d=up.decode, rate=low), 10)
+    return up, inside, pol.decide(obs(75, p=pool, d=inside.decode, rate=low), 75)
+
+
 def test_a_release_goes_only_as_far_as_the_load_clears_the_margin():
     """19 req/s is 2.83 replicas' worth: with the fixed margin 0.9 three replicas do not clear it (2.7), four do
     (3.6). Once the window has passed the release to 3 goes through as before; with release_only_cleared it goes to
     4, and to 3 once the load falls to 16 req/s (2.39 <= 2.7)."""
     def run(**kw):
         pol = _policy(scale_down_clear_fraction=0.9, scale_down_clear_quantile=None, **kw)
-        up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
-        d = pol.decide(obs(10, p=5, d=up.decode, rate=19.0), 10)
-        assert d.prefill == 5
-        return pol, pol.decide(obs(75, p=5, d=d.decode, rate=19.0), 75)
+        _, inside, after = _after_window(pol, 5, 30.0, 19.0)
+        assert inside.prefill == 5
+        return pol, after
     assert run()[1].prefill == 3
     pol, d = run(release_only_cleared=True, release_only_cleared_max_replicas=None)
     assert d.prefill == 4 and "clears 0.90" in d.reason
@@ -143,9 +150,7 @@ def test_the_margin_holds_only_the_releases_to_a_small_pool():
     def run(few):
         pol = _policy(scale_down_clear_fraction=0.9, scale_down_clear_quantile=None, release_only_cleared=True,
                       release_only_cleared_max_replicas=few)
-        up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
-        d = pol.decide(obs(10, p=5, d=up.decode, rate=19.0), 10)
-        return pol.decide(obs(75, p=5, d=d.decode, rate=19.0), 75)
+        return _after_window(pol, 5, 30.0, 19.0)[2]
     held = run(3)
     assert held.prefill == 4 and "clears 0.90" in held.reason
     assert run(2).prefill == 3
@@ -154,9 +159,7 @@ def test_the_margin_holds_only_the_releases_to_a_small_pool():
 def test_without_a_margin_the_window_alone_decides():
     # no margin known (fixed fraction unset, too few rises to learn one): release_only_cleared changes nothing
     pol = _policy(scale_down_clear_quantile=0.9, release_only_cleared=True, release_only_cleared_max_replicas=None)
-    up = pol.decide(obs(0, p=5, d=5, rate=30.0), 0)
-    d = pol.decide(obs(10, p=5, d=up.decode, rate=19.0), 10)
-    assert pol.decide(obs(75, p=5, d=d.decode, rate=19.0), 75).prefill == 3
+    assert _after_window(pol, 5, 30.0, 19.0)[2].prefill == 3
 
 
 def test_the_cleared_floor_is_the_fewest_replicas_the_term_fits_in():
@@ -184,11 +187,9 @@ def test_by_default_a_release_to_one_replica_waits_for_the_margin():
 
     def run(**kw):
         pol = _policy(scale_down_clear_fraction=0.9, scale_down_clear_quantile=None, **kw)
-        up = pol.decide(obs(0, p=2, d=2, rate=12.0), 0)
-        assert up.prefill == 2
-        d = pol.decide(obs(10, p=2, d=up.decode, rate=6.3), 10)
-        assert d.prefill == 2
-        return pol, pol.decide(obs(75, p=2, d=d.decode, rate=6.3), 75)
+        up, inside, after = _after_window(pol, 2, 12.0, 6.3)
+        assert up.prefill == 2 and inside.prefill == 2
+        return pol, after
     pol, held = run()
     assert held.prefill == 2 and "clears 0.90" in held.reason
     assert pol.decide(obs(85, p=2, d=held.decode, rate=5.5), 85).prefill == 1
