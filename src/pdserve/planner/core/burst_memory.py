@@ -51,6 +51,8 @@ class BurstMemory:
         seen = obs.router_prompt_tokens_rate if _finite(obs.router_prompt_tokens_rate) else 0.0
         seen = max(seen, 0.0)
         base = self._base(seen, now)
+        if cfg.burst_level_sustained and peaks:
+            peaks[-1] = self._sustained(peaks[-1], seen)
         if self.fitting(obs):
             assert cfg.burst_budget_s is not None and cfg.burst_fit_budget_s is not None
             # A burst is believed to last at least the wide budget: below that the fit reads one or
@@ -112,6 +114,14 @@ class BurstMemory:
         arrived = sum(p.seen for p in self.peaks) * cfg.interval_s
         missed = sum(missed_tokens(p.rate, p.duration, steady, budget, p.seen) for p in over)
         return missed <= cfg.burst_miss_budget * (1 - cfg.attainment) * arrived
+
+    def _sustained(self, last: Peak, seen: float) -> Peak:
+        """The previous tick's peak, a level only if this tick's rate window still shows it (``burst_level_sustained``):
+        a level the load fell from at once was the burst that had lifted the window it was read against."""
+        ratio = self.config.burst_level_ratio
+        if last.level and ratio is not None and not last.rate <= ratio * seen:
+            return replace(last, level=False)
+        return last
 
     def _level(self, rate: float, obs: Observation) -> bool:
         """The fitted burst rate is the load's level (``burst_level_ratio``): the rate window already shows it."""
