@@ -61,7 +61,7 @@ class BurstMemory:
             rate, duration = burst_shape(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
                                          obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
                                          min_duration_s=cfg.burst_fit_budget_s)
-            peaks.append(Peak(now, rate, duration, self._level(rate, obs), seen, base))
+            peaks.append(Peak(now, rate, duration, self._level(rate, seen), seen, base))
         elif _finite(obs.router_prompt_tokens_peak):
             peaks.append(Peak(now, obs.router_prompt_tokens_peak, math.inf, False, 0.0, 0.0))
         while peaks and peaks[0].t <= now - cfg.peak_window_s:
@@ -118,13 +118,10 @@ class BurstMemory:
     def _sustained(self, last: Peak, seen: float) -> Peak:
         """The previous tick's peak, a level only if this tick's rate window still shows it (``burst_level_sustained``):
         a level the load fell from at once was the burst that had lifted the window it was read against."""
-        ratio = self.config.burst_level_ratio
-        if last.level and ratio is not None and not last.rate <= ratio * seen:
-            return replace(last, level=False)
-        return last
+        return replace(last, level=False) if last.level and not self._level(last.rate, seen) else last
 
-    def _level(self, rate: float, obs: Observation) -> bool:
-        """The fitted burst rate is the load's level (``burst_level_ratio``): the rate window already shows it."""
+    def _level(self, rate: float, seen: float) -> bool:
+        """The fitted burst rate is the load's level (``burst_level_ratio``): the rate window, reading ``seen``
+        prompt tokens/s (0 where unknown), already shows it."""
         ratio = self.config.burst_level_ratio
-        seen = obs.router_prompt_tokens_rate
-        return ratio is not None and _finite(seen) and seen > 0 and rate <= ratio * seen
+        return ratio is not None and seen > 0 and rate <= ratio * seen
