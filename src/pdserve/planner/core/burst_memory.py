@@ -36,6 +36,7 @@ class BurstMemory:
     config: PolicyConfig
     peaks: deque[Peak] = field(default_factory=deque)
     rates: deque[tuple[float, float]] = field(default_factory=deque)  # (t, router rate) within the lookback
+    previous_tick: float | None = None  # when record last ran: burst_level_sustained re-reads that tick's peak only
 
     def fitting(self, obs: Observation) -> bool:
         """The peak is a fitted burst arrival rate (both gauge readings present)."""
@@ -51,8 +52,11 @@ class BurstMemory:
         seen = obs.router_prompt_tokens_rate if _finite(obs.router_prompt_tokens_rate) else 0.0
         seen = max(seen, 0.0)
         base = self._base(seen, now)
-        if cfg.burst_level_sustained and peaks:
+        if cfg.burst_level_sustained and peaks and peaks[-1].t == self.previous_tick:
+            # Only the previous tick's peak: after a tick without a gauge reading, peaks[-1] is older and was
+            # already judged against the tick after it.
             peaks[-1] = self._sustained(peaks[-1], seen)
+        self.previous_tick = now
         if self.fitting(obs):
             assert cfg.burst_budget_s is not None and cfg.burst_fit_budget_s is not None
             # A burst is believed to last at least the wide budget: below that the fit reads one or
