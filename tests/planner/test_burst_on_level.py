@@ -7,7 +7,6 @@ import pytest
 from pdserve.planner.core.policy import PolicyConfig
 from pdserve.planner.core.sizing import missed_tokens
 
-from capacity_profiles import queue_policy
 from test_burst_miss_budget import BURST, _after_a_window_of_background, _obs
 
 
@@ -60,34 +59,3 @@ def test_the_default_miss_budget_lets_a_burst_on_a_lower_level_go():
     d = pol.decide(_obs(10, request_rate=1_800 / 1024, router_prompt_tokens_rate=1_800,
                         router_prompt_tokens_peak=1_800, router_prompt_tokens_peak_wide=1_800), 10)
     assert d.prefill == 1 and d.explanation["demand"]["terms"]["prefill_peak"] == 0.0
-
-
-def _reserve_after_the_burst_left_the_rate_window(lookback_s: float) -> float:
-    """The reserve term 70 s after the burst, the level unchanged throughout (2,048 tokens/s): the router's 60 s rate
-    window holds the burst's 44,000 tokens from t = 0 to 60 s (2,048 + 44,000 / 60 = 2,781.3 tokens/s) and has let it
-    go at t = 70 s."""
-    pol = queue_policy(burst_budget_s=2.0, burst_fit_budget_s=4.0, burst_absorb_fraction=0.5, burst_miss_budget=None,
-                       burst_level_lookback_s=lookback_s)
-    for t in range(-890, 0, 10):
-        pol.decide(_obs(t), t)
-    lifted = 2_048 + 44_000 / 60
-    pol.decide(_obs(0, router_prompt_tokens_rate=lifted, **BURST), 0)
-    for t in range(10, 70, 10):
-        pol.decide(_obs(t, router_prompt_tokens_rate=lifted), t)
-    d = pol.decide(_obs(70), 70)
-    return d.explanation["demand"]["terms"]["prefill_peak"]
-
-
-def test_the_level_a_burst_stood_on_is_read_from_before_it():
-    # Lookback 0 (the default): the burst is taken to have stood on 2,781.3 tokens/s, the rate window it lifted;
-    # back on 2,048 the discount takes its own 733.3 off: 10,266.7 tokens/s queue 766.7 x 4 = 3,067 tokens, within
-    # the 0.5 s budget's 4,750 at 9,500/s: absorbed, no reserve, although nothing but the burst has changed.
-    assert PolicyConfig().burst_level_lookback_s == 0.0
-    assert _reserve_after_the_burst_left_the_rate_window(0.0) == 0.0
-    # A 30 s lookback reads the level at the tick before the burst (2,048): no discount, the burst as seen
-    # (6,000 tokens queued, over 4,750): 11,000 / 7,600.
-    assert _reserve_after_the_burst_left_the_rate_window(30.0) == pytest.approx(11_000 / 7_600)
-
-
-def test_a_negative_lookback_is_refused():
-    assert "lookback" in PolicyConfig(burst_level_lookback_s=-1.0).invalid()

@@ -44,7 +44,6 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--correction-engage-pool",): ("correction_engage_pool", True),
     ("--prefill-utilization-min-replicas", "2"): ("prefill_utilization_min_replicas", 2),
     ("--no-burst-on-level",): ("burst_on_level", False),
-    ("--burst-level-lookback-s", "90"): ("burst_level_lookback_s", 90.0),
     ("--no-prefill-pool-queueing",): ("prefill_pool_queueing", False),
     ("--prefill-headroom-on-rise",): ("prefill_headroom_on_rise", True),
     ("--prefill-ratio-floor", "0.9"): ("prefill_ratio_floor", 0.9),

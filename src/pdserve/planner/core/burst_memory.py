@@ -28,14 +28,12 @@ class Peak:
     duration: float  # the fitted burst's length in s (inf: a steady stream, or no fit)
     level: bool  # the fitted rate is the load's level, not a burst (burst_level_ratio)
     seen: float  # the router's prompt-token rate window at that tick: the tokens the window saw arrive
-    base: float  # the level the burst stood on (burst_level_lookback_s; else ``seen``)
 
 
 @dataclass
 class BurstMemory:
     config: PolicyConfig
     peaks: deque[Peak] = field(default_factory=deque)
-    rates: deque[tuple[float, float]] = field(default_factory=deque)  # (t, router rate) within the lookback
     previous_tick: float | None = None  # when record last ran: burst_level_sustained re-reads that tick's peak only
 
     def fitting(self, obs: Observation) -> bool:
@@ -51,7 +49,6 @@ class BurstMemory:
             return
         seen = obs.router_prompt_tokens_rate if _finite(obs.router_prompt_tokens_rate) else 0.0
         seen = max(seen, 0.0)
-        base = self._base(seen, now)
         if cfg.burst_level_sustained and peaks and peaks[-1].t == self.previous_tick:
             # Only the previous tick's peak: after a tick without a gauge reading, peaks[-1] is older and was
             # already judged against the tick after it.
@@ -65,25 +62,11 @@ class BurstMemory:
             rate, duration = burst_shape(obs.router_prompt_tokens_peak, cfg.burst_budget_s,
                                          obs.router_prompt_tokens_peak_wide, cfg.burst_fit_budget_s,
                                          min_duration_s=cfg.burst_fit_budget_s)
-            peaks.append(Peak(now, rate, duration, self._level(rate, seen), seen, base))
+            peaks.append(Peak(now, rate, duration, self._level(rate, seen), seen))
         elif _finite(obs.router_prompt_tokens_peak):
-            peaks.append(Peak(now, obs.router_prompt_tokens_peak, math.inf, False, 0.0, 0.0))
+            peaks.append(Peak(now, obs.router_prompt_tokens_peak, math.inf, False, 0.0))
         while peaks and peaks[0].t <= now - cfg.peak_window_s:
             peaks.popleft()
-
-    def _base(self, seen: float, now: float) -> float:
-        """The load's level under a burst seen now: the lowest router rate within ``burst_level_lookback_s`` (this
-        tick's included). This tick's rate window holds the burst's own tokens, so read alone it puts the level as
-        high as the burst lifted it, and the on-level discount (``reserve``) then takes the burst's own share off
-        its reserve once the burst has left the window (bench/planner, 8B bursty seed 2 after the service's
-        history: a decode release 2 -> 1 eight seconds before the next burst)."""
-        lookback = self.config.burst_level_lookback_s
-        if lookback <= 0:
-            return seen
-        self.rates.append((now, seen))
-        while self.rates and self.rates[0][0] < now - lookback:
-            self.rates.popleft()
-        return min(r for _, r in self.rates)
 
     def reserve(self, obs: Observation, now: float, steady: float = 0.0) -> float:
         """The highest short-window prompt-token rate within ``peak_window_s`` (with a burst fit budget: the highest
@@ -96,7 +79,7 @@ class BurstMemory:
         now_seen = obs.router_prompt_tokens_rate
         if cfg.burst_on_level and _finite(now_seen):
             # A burst topped the level it was seen on; on today's lower level the same excess tops less.
-            bursts = [replace(p, rate=p.rate - max(p.base - now_seen, 0.0)) if p.seen > 0 else p for p in bursts]
+            bursts = [replace(p, rate=p.rate - max(p.seen - now_seen, 0.0)) if p.seen > 0 else p for p in bursts]
         if cfg.burst_absorb_fraction is None or not self.fitting(obs):
             return max((p.rate for p in bursts), default=0.0)
         budget = cfg.burst_absorb_fraction * cfg.ttft_slo_ms / 1000

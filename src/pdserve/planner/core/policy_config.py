@@ -263,17 +263,14 @@ class PolicyConfig:
     # few tenths of a point less on three (each still over 99 % where it was: 8B bursty seed 3, a 70B Azure window) or
     # on 70B bursty seed 0 (under 99 % either way); on five fresh windows (settings_sweep26_validation.json) it costs
     # less on one and changes no verdict. Session 24 had left it opt-in: no verdict changed then.
+    # The level a burst is discounted from is the rate window at the tick it was seen, which holds the burst's own
+    # tokens: once the burst has left the window, the discount takes its own share off the reserve (bench/planner, 8B
+    # bursty seed 2 after the service's history: ~15 % low right after each burst). A lookback to the lowest rate
+    # before the burst (burst_level_lookback_s, sessions 41-45) mended that miss and held-out 70B 2x from 1,200 s at
+    # phase 0 but cost more on four bursty and two 70B Azure windows (results/diagnosis/settings_service_bursty41.json,
+    # settings_service_70b41.json); peak_window_s 1800 and release_only_cleared_max_replicas 1 now mend both misses,
+    # so session 46 removed it.
     burst_on_level: bool = True
-    # The level a remembered burst is discounted from (burst_on_level): the lowest router prompt-token rate within this
-    # many seconds up to the tick the burst was seen (0: that tick's rate). That tick's rate window holds the burst's
-    # own tokens, so read alone it puts the level as high as the burst lifted it and, once the burst has left the
-    # window, the discount takes the burst's own share off its reserve (bench/planner, 8B bursty seed 2 after the
-    # service's history: the reserve ~15 % low right after each burst, a decode release 2 -> 1 eight seconds before
-    # the next; results/diagnosis/settings_service_bursty.json). A rate window plus an interval reaches a tick before
-    # a burst that began since the previous one. Opt-in: at 90 s it mends that miss and held-out 70B 2x from 1,200 s at
-    # phase 0, and costs more on four bursty and two 70B Azure windows, the rest unchanged; no window reaches the
-    # target (results/diagnosis/settings_service_bursty41.json, settings_service_70b41.json; README, session 41).
-    burst_level_lookback_s: float = 0.0
     # Size decode for its queue's work as well as for its links (sizing.Load.decode_queue_compute): requests waiting in
     # the decode pool, for their KV or for a batch slot, each still generate their output; the pool serves the
     # arrivals and works that backlog off within drain_s at its SLO capacity. Without it a decode pool whose batch is
@@ -390,8 +387,6 @@ class PolicyConfig:
                         ("release-only-cleared", self.release_only_cleared_max_replicas)):
             if n is not None and n < 0:
                 return f"{what} max replicas {n} < 0"
-        if not (math.isfinite(self.burst_level_lookback_s) and self.burst_level_lookback_s >= 0):
-            return f"burst level lookback {self.burst_level_lookback_s:g} s must be a finite number >= 0"
         if self.scale_down_clear_fraction is not None and not (0 < self.scale_down_clear_fraction <= 1):
             return f"scale-down clear fraction {self.scale_down_clear_fraction:g} not in (0, 1]"
         if self.scale_down_clear_quantile is not None and not (0 < self.scale_down_clear_quantile <= 1):

@@ -122,10 +122,6 @@ def _run_parser(sub) -> None:
                         "(fewer: --target-utilization; default %(default)s)")
     _switch(g, "burst_on_level", "plan a remembered burst on today's level: its rate less how far the prompt-token "
                                  "rate fell since it was seen")
-    g.add_argument("--burst-level-lookback-s", type=float, metavar="S", default=PolicyConfig.burst_level_lookback_s,
-                   help="discount a remembered burst (--burst-on-level) from the lowest prompt-token rate within S "
-                        "seconds up to the tick it was seen, not that tick's rate, which holds the burst itself "
-                        "(0: that tick's; default %(default)s)")
     _switch(g, "prefill_pool_queueing", "size the prefill pool as a pool behind the router (its members wait less "
                                         "than a lone replica at the same load), not as replicas each alone")
     _switch(g, "prefill_headroom_on_rise", "plan prefill at --target-utilization, not --prefill-utilization, while "
@@ -285,7 +281,7 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         hold_decode_on_rise=args.hold_decode_on_rise,
         prefill_utilization_min_replicas=args.prefill_utilization_min_replicas,
         prefill_headroom_on_rise=args.prefill_headroom_on_rise, prefill_pool_queueing=args.prefill_pool_queueing,
-        burst_on_level=args.burst_on_level, burst_level_lookback_s=args.burst_level_lookback_s,
+        burst_on_level=args.burst_on_level,
         prefill_ratio_floor=args.prefill_ratio_floor,
         correction_backlog_s=args.correction_backlog_s, decode_link_release=args.decode_link_release,
         drain_starting=args.drain_starting,
