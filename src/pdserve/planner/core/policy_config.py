@@ -254,7 +254,7 @@ class PolicyConfig:
     # planner with that rule it replays 35 of 37 looked-at files and 32 of 36 70B replays after the service's history
     # the same and is dearer on one 70B window (results/diagnosis/settings_recorded45.json, settings_service_70b45.json);
     # on the 8B windows after the service's history it replays the same with that rule or without it (session 46:
-    # settings_service_8b46.json, settings_service_bursty46.json).
+    # settings_service_8b46.json, settings_service_bursty46p2.json).
     burst_level_sustained: bool = False
     # A remembered burst is planned for on today's level: its fitted arrival rate less how far the router's prompt-token
     # rate has fallen since the tick it was seen (never raised). Held for peak_window_s, clumps seen at a busier level
