@@ -15,7 +15,9 @@ Two budgets give both unknowns of that rectangular burst: with ``n1 = need(b1)``
 
 ``R`` is what a burst of any length from the same source needs in the limit, so it is the
 reserve for a family whose burst sizes are heavy-tailed (the next burst may last longer
-than any start-up). A steady stream reads the same at both budgets (``n1 <= n2``: no
+than any start-up; session 47 sized the reserve to absorb the highest remembered burst for the longest remembered
+duration instead, ``R L / (L + budget)``, and fell under 99 % on five of eleven 8B bursty windows, bench/planner
+results/diagnosis/settings_sweep47_absorb.json). A steady stream reads the same at both budgets (``n1 <= n2``: no
 burst shape, ``L`` unbounded): ``R = n1``. The burst is taken to last at least
 ``min_duration_s`` (the gauge's resolution), which bounds ``R`` by ``n1 (1 + b1 / min)``.
 """

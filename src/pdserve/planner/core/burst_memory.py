@@ -17,7 +17,7 @@ from pdserve.planner.core.burst_fit import burst_shape, lone_episode
 from pdserve.planner.core.observation import Observation
 from pdserve.planner.core.observation import finite as _finite
 from pdserve.planner.core.policy_config import PolicyConfig
-from pdserve.planner.core.sizing import absorbed, absorbing, missed_tokens
+from pdserve.planner.core.sizing import absorbed, missed_tokens
 
 
 @dataclass(frozen=True)
@@ -88,9 +88,6 @@ class BurstMemory:
             return 0.0
         if over and self._within_miss_budget(over, steady, budget):
             return 0.0
-        if over and cfg.burst_reserve_absorb:
-            longest = max(p.duration for p in over)
-            return max(absorbing(p.rate, longest, budget) for p in over)
         return max((p.rate for p in over), default=0.0)
 
     def _within_miss_budget(self, over: list[Peak], steady: float, budget: float) -> bool:

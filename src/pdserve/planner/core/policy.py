@@ -260,7 +260,7 @@ class PlannerPolicy:
                     prefill_replicas=cur[0], decode_replicas=cur[1], prefill_moving=self._prefill_moving(obs, now),
                     peak_is_need=(bool(cfg.burst_budget_s) and cfg.burst_fit_budget_s is None
                                   and _finite(obs.router_prompt_tokens_peak)),
-                    peak_utilization=self._peak_utilization(obs),
+                    peak_utilization=self._or_target(cfg.burst_utilization) if self._bursts.fitting(obs) else 1.0,
                     drain_serves_arriving=cfg.cold_start_link,
                     link_release=self._or_target(cfg.decode_link_release) if cfg.cold_start_link else None,
                     decode_queue_compute=cfg.decode_queue_compute)
@@ -294,14 +294,6 @@ class PlannerPolicy:
         if cfg.prefill_headroom_on_rise and self._rising(obs) is not None:
             return cfg.target_utilization
         return self._or_target(cfg.prefill_utilization)
-
-    def _peak_utilization(self, obs: Observation) -> float:
-        """The burst reserve's utilisation: burst_utilization for a fitted arrival rate; 1 for a short-window peak
-        (the burst's top already) or an absorbing speed (``burst_reserve_absorb``: sized flat out by construction)."""
-        cfg = self.config
-        if not self._bursts.fitting(obs) or (cfg.burst_reserve_absorb and cfg.burst_absorb_fraction is not None):
-            return 1.0
-        return self._or_target(cfg.burst_utilization)
 
     def _or_target(self, u: float | None) -> float:
         """A pool's or term's own utilisation target, else target_utilization."""

@@ -206,13 +206,6 @@ class PolicyConfig:
     # The fitted burst reserve is planned at this fraction of each replica's saturated speed and
     # link rate (None: target_utilization).
     burst_utilization: float | None = None
-    # The reserve is the slowest prefill pool that, flat out, absorbs the highest remembered burst within the absorb
-    # budget (burst_absorb_fraction of the TTFT SLO) had it lasted as long as the longest one remembered
-    # (sizing.absorbing: rate x L / (L + budget)), not its arrival rate at burst_utilization: what the reserve's own
-    # gate (sizing.absorbed) asks of the steady plan, asked of the reserve. Cheaper for bursts a few budgets long;
-    # a burst longer than any in peak_window_s queues past the budget (the family's sizes are heavy-tailed).
-    # Opt-in (session 47); needs the burst fit and burst_absorb_fraction.
-    burst_reserve_absorb: bool = False
     # A fitted burst that the steady plan's prefill pool, flat out, drains within this fraction of
     # the TTFT SLO gets no reserve (None: every fitted burst does, as before). Steady traffic's
     # densest seconds fit as short, low bursts; the bursts that need capacity standing do not.

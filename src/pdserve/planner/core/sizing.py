@@ -272,18 +272,6 @@ def absorbed(burst_tokens: float, duration_s: float, steady_tokens: float, budge
     return math.isfinite(duration_s) and excess * max(duration_s, 0.0) <= steady_tokens * budget_s
 
 
-def absorbing(burst_tokens: float, duration_s: float, budget_s: float) -> float:
-    """The slowest flat-out speed (prompt tokens/s) that ``absorbed`` a rectangular burst at: ``burst x duration /
-    (duration + budget)``, the burst itself where it never ends (a queue it builds must be gone by the budget after
-    its end)."""
-    if not (burst_tokens > 0):
-        return 0.0
-    if not math.isfinite(duration_s):
-        return burst_tokens
-    duration = max(duration_s, 0.0)
-    return burst_tokens * duration / (duration + budget_s) if duration + budget_s > 0 else burst_tokens
-
-
 def missed_tokens(burst_tokens: float, duration_s: float, steady_tokens: float, budget_s: float,
                   background_tokens: float) -> float:
     """Prompt tokens that arrive while a FIFO pool's wait exceeds ``budget_s``, for a rectangular burst
