@@ -204,7 +204,9 @@ class PolicyConfig:
     # and no dearer than the irate planner on Azure 1x/4x (70B 1x: the absorb gate).
     burst_fit_budget_s: float | None = 4.0
     # The fitted burst reserve is planned at this fraction of each replica's saturated speed and
-    # link rate (None: target_utilization).
+    # link rate (None: target_utilization). 0.9, replayed in session 47 (bench/planner results/diagnosis/
+    # settings_sweep47_burst_u.json, settings_recorded47_u90.json), costs less on ten of eleven 8B bursty windows
+    # and attains less on every Mooncake window and on 70B bursty seed 0, where attainment is what misses.
     burst_utilization: float | None = None
     # A fitted burst that the steady plan's prefill pool, flat out, drains within this fraction of
     # the TTFT SLO gets no reserve (None: every fitted burst does, as before). Steady traffic's
@@ -254,7 +256,8 @@ class PolicyConfig:
     # planner with that rule it replays 35 of 37 looked-at files and 32 of 36 70B replays after the service's history
     # the same and is dearer on one 70B window (results/diagnosis/settings_recorded45.json, settings_service_70b45.json);
     # on the 8B windows after the service's history it replays the same with that rule or without it (session 46:
-    # settings_service_8b46.json, settings_service_bursty46p2.json).
+    # settings_service_8b46.json, settings_service_bursty46p2.json); beside that rule on the nine 70B windows after
+    # the service's history, 35 of 36 replays the same and one dearer (session 47: settings_service_70b47.json).
     burst_level_sustained: bool = False
     # A remembered burst is planned for on today's level: its fitted arrival rate less how far the router's prompt-token
     # rate has fallen since the tick it was seen (never raised). Held for peak_window_s, clumps seen at a busier level
