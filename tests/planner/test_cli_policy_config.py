@@ -35,7 +35,6 @@ FLAGS: dict[tuple[str, ...], tuple[str, object]] = {
     ("--burst-fit-budget", "none"): ("burst_fit_budget_s", None),
     ("--burst-absorb-fraction", "0.5"): ("burst_absorb_fraction", 0.5),
     ("--burst-level-ratio", "2"): ("burst_level_ratio", 2.0),
-    ("--burst-level-sustained",): ("burst_level_sustained", True),
     ("--burst-miss-budget", "0.5"): ("burst_miss_budget", 0.5),
     ("--lone-burst-s", "300"): ("lone_burst_s", 300.0),
     ("--prefill-utilization", "0.95"): ("prefill_utilization", 0.95),

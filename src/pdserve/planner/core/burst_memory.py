@@ -34,7 +34,6 @@ class Peak:
 class BurstMemory:
     config: PolicyConfig
     peaks: deque[Peak] = field(default_factory=deque)
-    previous_tick: float | None = None  # when record last ran: burst_level_sustained re-reads that tick's peak only
 
     def fitting(self, obs: Observation) -> bool:
         """The peak is a fitted burst arrival rate (both gauge readings present)."""
@@ -49,11 +48,6 @@ class BurstMemory:
             return
         seen = obs.router_prompt_tokens_rate if _finite(obs.router_prompt_tokens_rate) else 0.0
         seen = max(seen, 0.0)
-        if cfg.burst_level_sustained and peaks and peaks[-1].t == self.previous_tick:
-            # Only the previous tick's peak: after a tick without a gauge reading, peaks[-1] is older and was
-            # already judged against the tick after it.
-            peaks[-1] = self._sustained(peaks[-1], seen)
-        self.previous_tick = now
         if self.fitting(obs):
             assert cfg.burst_budget_s is not None and cfg.burst_fit_budget_s is not None
             # A burst is believed to last at least the wide budget: below that the fit reads one or
@@ -101,11 +95,6 @@ class BurstMemory:
         arrived = sum(p.seen for p in self.peaks) * cfg.interval_s
         missed = sum(missed_tokens(p.rate, p.duration, steady, budget, p.seen) for p in over)
         return missed <= cfg.burst_miss_budget * (1 - cfg.attainment) * arrived
-
-    def _sustained(self, last: Peak, seen: float) -> Peak:
-        """The previous tick's peak, a level only if this tick's rate window still shows it (``burst_level_sustained``):
-        a level the load fell from at once was the burst that had lifted the window it was read against."""
-        return replace(last, level=False) if last.level and not self._level(last.rate, seen) else last
 
     def _level(self, rate: float, seen: float) -> bool:
         """The fitted burst rate is the load's level (``burst_level_ratio``): the rate window, reading ``seen``

@@ -244,21 +244,14 @@ class PolicyConfig:
     # (bench/planner, held-out 70B Azure 4x from 600 s: 26k -> 45k prompt tokens/s over ~2.5 min, fitted at 1.1-1.45x
     # the window's rate, 5 prefill replicas held where 2-3 served). A burst shorter than two thirds of the 60 s rate
     # window reads above 1.5x it whatever the background; 1.5 changes none of the bursty family's replays
-    # (bench/planner README, session 17: 2.0 already lost a burst on 8B bursty seed 3).
+    # (bench/planner README, session 17: 2.0 already lost a burst on 8B bursty seed 3). Known edge: a burst's own
+    # tokens raise the window it is read against, so a high load's last minute can read as a level at one tick phase
+    # and as a burst at the next (held-out 70B Azure 2x from 1,200 s after the service's history). Sessions 45-47 kept
+    # a level only where the next tick's window still showed it (burst_level_sustained): it mended that window, as
+    # release_only_cleared_max_replicas 1 does, and replayed the same as the shipped planner or dearer everywhere else
+    # (results/diagnosis/settings_recorded45.json, settings_service_70b45.json, settings_service_8b46.json,
+    # settings_service_bursty46p2.json, settings_service_70b47.json), so session 47 removed it.
     burst_level_ratio: float | None = 1.5
-    # A fitted burst read as a level (burst_level_ratio) stays one only while the load holds it: where the next tick's
-    # rate window reads under its rate / burst_level_ratio, it is remembered as a burst (on today's level, burst_on_level).
-    # A burst's own tokens raise the window it is read against, so the last minute of a high load can read as a level
-    # at one tick phase and as a burst at the next (bench/planner, held-out 70B Azure 2x from 1,200 s after the
-    # service's history: 1.43 vs 1.50 times the window; as a level no reserve held prefill at 2 and a release to 1
-    # missed a fifth of the requests). A level the load moved to stays above that at the next tick; the end of a surge
-    # does not. Opt-in (session 45): it mends that window at phase 0 without release_only_cleared, but against the
-    # planner with that rule it replays 35 of 37 looked-at files and 32 of 36 70B replays after the service's history
-    # the same and is dearer on one 70B window (results/diagnosis/settings_recorded45.json, settings_service_70b45.json);
-    # on the 8B windows after the service's history it replays the same with that rule or without it (session 46:
-    # settings_service_8b46.json, settings_service_bursty46p2.json); beside that rule on the nine 70B windows after
-    # the service's history, 35 of 36 replays the same and one dearer (session 47: settings_service_70b47.json).
-    burst_level_sustained: bool = False
     # A remembered burst is planned for on today's level: its fitted arrival rate less how far the router's prompt-token
     # rate has fallen since the tick it was seen (never raised). Held for peak_window_s, clumps seen at a busier level
     # read as bursts the shrunken steady plan cannot absorb, and held a reserve above what the load now needs (bench/

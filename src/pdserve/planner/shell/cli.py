@@ -98,8 +98,6 @@ def _run_parser(sub) -> None:
               "no reserve for a fitted burst within this factor of the prompt-token rate the router's rate window "
               "shows at the same time: the load moved there, the forecast follows it",
               "every fitted burst is one")
-    _switch(g, "burst_level_sustained", "a fitted burst read as a level stays one only if the next tick's rate window "
-                                        "still shows it (within --burst-level-ratio); else it is remembered as a burst")
     _optional(g, "--burst-miss-budget", "burst_miss_budget", "F",
               "no reserve for the bursts the steady plan does not absorb while, recurring as seen over the peak "
               "window, they would miss fewer prompt tokens than this share of the error budget (1 - --attainment) "
@@ -275,7 +273,6 @@ def policy_config(args: argparse.Namespace, profile: CapacityProfile) -> PolicyC
         scale_to_zero=args.scale_to_zero, target_utilization=args.target_utilization,
         burst_budget_s=args.burst_budget, burst_fit_budget_s=args.burst_fit_budget,
         burst_absorb_fraction=args.burst_absorb_fraction, burst_level_ratio=args.burst_level_ratio,
-        burst_level_sustained=args.burst_level_sustained,
         burst_miss_budget=args.burst_miss_budget, lone_burst_s=args.lone_burst_s,
         prefill_utilization=args.prefill_utilization, hold_prefill_on_rise=args.hold_prefill_on_rise,
         hold_decode_on_rise=args.hold_decode_on_rise,
